@@ -1,0 +1,109 @@
+"""What the shell hands the core (events) and what the core asks of the shell (effects)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relay.core.messages import MeshMessage, Tx
+
+# --- events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MeshReceived:
+    message: MeshMessage
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRequested:
+    client: bytes  # the shell's opaque address of the requester
+    req_id: int
+    stream: str
+    producer_id: str  # "" for none: then no dedup
+    items: tuple[tuple[int, bytes], ...]  # (msg id, payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed; nothing else happened."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownRequested:
+    """The node is stopping: tell the peers so they cut it at once."""
+
+
+Event = MeshReceived | PublishRequested | Tick | ShutdownRequested
+
+
+# --- outcomes the core returns to clients ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    seq: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An expected failure: ``code`` is one of the codes in relay.errors."""
+
+    code: str
+    message: str
+    try_nodes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    stream: str
+    nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResults:
+    results: tuple[Acked | Rejected, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    stream: str
+    txs: tuple[Tx, ...]
+    digests: tuple[bytes, ...]
+    prev_digest: bytes  # the digest just before txs[0] (or at after_seq when txs is empty)
+    verified_seq: int
+    earliest_seq: int
+    lost: bool  # the reader asked for txs already trimmed from the buffer
+
+
+# --- effects -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    message: MeshMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    client: bytes
+    req_id: int
+    body: PublishResults | Rejected | Redirect
+    latency_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    stream: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something an operator may want to see; ``kind`` is a short stable label."""
+
+    kind: str
+    text: str
+
+
+Effect = Broadcast | Reply | Verified | Notice

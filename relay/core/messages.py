@@ -1,0 +1,122 @@
+"""What nodes say to each other over the mesh.
+
+Each message names its channel (the seed's three per-stream channels, plus heartbeats):
+``Replicate`` travels on the transaction channel, ``StreamAck`` on the write channel,
+``RepairRequest`` and ``RepairData`` on the anti-entropy channel, ``Heartbeat`` on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Channel(Enum):
+    TX = "tx"
+    ACK = "ack"
+    REPAIR = "ae"
+    HEARTBEAT = "hb"
+
+
+@dataclass(frozen=True, slots=True)
+class Tx:
+    """One transaction as it travels between replicas."""
+
+    seq: int
+    prev: int  # the origin's previous seq in this stream and epoch; 0 for its first
+    origin: int
+    producer_id: str  # "" when the producer named none
+    msg_id: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Replicate:
+    """An origin's new transactions for one stream, in seq order, chained by ``prev``."""
+
+    stream: str
+    origin: int
+    epoch: int
+    floor: int  # the origin's promise: it will never originate a seq at or below this
+    txs: tuple[Tx, ...]
+
+    channel = Channel.TX
+
+
+@dataclass(frozen=True, slots=True)
+class OriginReport:
+    """What a replica holds of a suspected origin's epoch: every tx up to ``contig``."""
+
+    origin: int
+    epoch: int
+    contig: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAck:
+    """A replica's promise and vote for one stream.
+
+    ``floor`` and ``origin_last`` are its promise as an origin (it sent every tx it
+    originated in this stream up to ``origin_last`` and will originate none at or below
+    ``floor``); ``head_seq``/``head_digest`` is its vote: its stable timeline ends there with
+    that digest. ``reports`` answer the cut of suspected origins.
+    """
+
+    stream: str
+    sender: int
+    epoch: int
+    floor: int
+    origin_last: int
+    head_seq: int
+    head_digest: bytes
+    reports: tuple[OriginReport, ...] = ()
+
+    channel = Channel.ACK
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A node's liveness and promise: its floor and, per stream, its last originated seq.
+
+    ``accepts`` lists the (node, epoch) pairs this node counts as live origins; a node that
+    (re)joins waits to be accepted by every live replica before it coordinates.
+    """
+
+    sender: int
+    epoch: int
+    floor: int
+    origin_last: tuple[tuple[str, int], ...]
+    accepts: tuple[tuple[int, int], ...]
+    leaving: bool = False
+
+    channel = Channel.HEARTBEAT
+
+
+@dataclass(frozen=True, slots=True)
+class RepairRequest:
+    """Ask peers for an origin's txs in ``(after_seq, upto_seq]`` of one epoch."""
+
+    stream: str
+    requester: int
+    origin: int
+    origin_epoch: int
+    after_seq: int
+    upto_seq: int
+
+    channel = Channel.REPAIR
+
+
+@dataclass(frozen=True, slots=True)
+class RepairData:
+    """A peer's answer to a ``RepairRequest``: the txs it holds in the range, chained."""
+
+    stream: str
+    sender: int
+    origin: int
+    origin_epoch: int
+    txs: tuple[Tx, ...]
+
+    channel = Channel.REPAIR
+
+
+MeshMessage = Replicate | StreamAck | Heartbeat | RepairRequest | RepairData

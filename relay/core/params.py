@@ -1,0 +1,34 @@
+"""The core's settings, taken from the cluster config (all times in ms)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relay.core.routing import Subscription
+
+
+@dataclass(frozen=True, slots=True)
+class CoreParams:
+    heartbeat_ms: int = 100
+    suspect_after_ms: int = 1000  # a peer silent this long is suspected dead and cut
+    publish_timeout_ms: int = 5000
+    repair_after_ms: int = 200  # a gap open this long triggers a repair request
+    repair_batch_txs_max: int = 2000
+    buffer_txs_max: int = 200_000
+    dedup_window_ms: int = 120_000
+    dedup_keys_max: int = 200_000
+    quorum: int = 0  # 0: a majority of each stream's replicas
+    streams_max: int = 10_000
+    payload_bytes_max: int = 1 << 20
+    publish_items_max: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    node_id: int
+    subscriptions: tuple[Subscription, ...]
+    params: CoreParams
+
+    def quorum_of(self, replica_count: int) -> int:
+        majority = replica_count // 2 + 1
+        return min(replica_count, max(majority, self.params.quorum))

@@ -1,0 +1,47 @@
+"""Which nodes replicate a stream: static glob subscriptions, matched case-sensitively."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+STREAM_NAME_BYTES_MAX = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    node_id: int
+    patterns: tuple[str, ...]
+
+    def covers(self, stream: str) -> bool:
+        return any(fnmatchcase(stream, p) for p in self.patterns)
+
+
+def stream_name_problem(stream: str) -> str | None:
+    """Why ``stream`` is not a valid stream name, or None."""
+    if not stream:
+        return "a stream name must not be empty"
+    if len(stream.encode()) > STREAM_NAME_BYTES_MAX:
+        return f"a stream name is at most {STREAM_NAME_BYTES_MAX} bytes"
+    if any(c in stream for c in "*?[] \t\r\n\0"):
+        return "a stream name may not contain spaces, control characters or glob characters"
+    return None
+
+
+class Routing:
+    """The static map from stream names to their replicas, with a bounded cache."""
+
+    CACHE_MAX = 10_000
+
+    def __init__(self, subscriptions: tuple[Subscription, ...]) -> None:
+        self.subscriptions = subscriptions
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    def replicas_of(self, stream: str) -> tuple[int, ...]:
+        found = self._cache.get(stream)
+        if found is None:
+            found = tuple(sorted(s.node_id for s in self.subscriptions if s.covers(stream)))
+            if len(self._cache) >= self.CACHE_MAX:
+                self._cache.clear()
+            self._cache[stream] = found
+        return found

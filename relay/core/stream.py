@@ -1,0 +1,306 @@
+"""One replica's state for one stream: ordering, stability, digests, votes, verification.
+
+How this works (the argument is in docs/design.md):
+
+1. Every replica of the stream may originate txs; each origin has a ``Lane`` here.
+2. The stable watermark is the minimum over lanes of their contribution: no tx at or below
+   it can still arrive. Txs at or below it are merged in seq order, deduplicated by
+   (producer id, msg id), and folded into the rolling digest: the *stable* timeline.
+3. A replica's vote is its stable head ``(seq, digest)``, sent in every ``StreamAck``. A peer's
+   vote matches ours at ``s`` when its digest at its head equals ours there; since digests
+   chain, a match at ``s`` proves the whole prefix up to ``s``.
+4. ``verified_seq`` is the highest seq that a quorum of the stream's replicas (this one
+   included) matched. Only the verified prefix is delivered, and a coordinator answers its
+   producer only once the producer's seq is verified.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from relay.core.digest import fold
+from relay.core.flake import seq_unix_ms
+from relay.core.lane import Lane, LaneState
+from relay.core.messages import OriginReport, Tx
+from relay.core.timeline import Timeline
+
+VOTES_PENDING_MAX = 64  # votes ahead of our head kept per peer until our head catches up
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    buffer_txs_max: int
+    dedup_window_ms: int
+    dedup_keys_max: int
+
+
+class StreamReplica:
+    __slots__ = (
+        "dedup",
+        "dedup_order",
+        "lanes",
+        "late_txs",
+        "limits",
+        "matched",
+        "mismatches",
+        "needs_ack",
+        "pending_keys",
+        "pending_votes",
+        "quorum",
+        "replicas",
+        "self_id",
+        "skipped",
+        "stream",
+        "timeline",
+    )
+
+    def __init__(
+        self,
+        stream: str,
+        self_id: int,
+        replicas: tuple[int, ...],
+        quorum: int,
+        limits: StreamLimits,
+    ) -> None:
+        assert self_id in replicas
+        self.stream = stream
+        self.self_id = self_id
+        self.replicas = replicas
+        self.quorum = quorum
+        self.limits = limits
+        self.lanes: dict[int, Lane] = {r: Lane(r, 0, LaneState.WAITING) for r in replicas}
+        self.timeline = Timeline(stream, limits.buffer_txs_max)
+        self.matched: dict[int, int] = {r: 0 for r in replicas if r != self_id}
+        self.pending_votes: dict[int, deque[tuple[int, bytes]]] = {
+            r: deque(maxlen=VOTES_PENDING_MAX) for r in replicas if r != self_id
+        }
+        self.dedup: dict[tuple[str, int], int] = {}  # key -> seq, over the stable timeline
+        self.dedup_order: deque[tuple[int, tuple[str, int]]] = deque()  # (seq, key)
+        self.pending_keys: dict[tuple[str, int], int] = {}  # key -> seq, not yet stable
+        self.skipped: dict[int, tuple[Tx, int]] = {}  # duplicate seq -> (tx, original seq)
+        self.needs_ack = False
+        self.mismatches = 0
+        self.late_txs = 0
+
+    # --- transactions -------------------------------------------------------------------
+
+    def take(self, tx: Tx) -> bool:
+        """A tx of the origin's current epoch arrived (from the origin or a repair)."""
+        lane = self.lanes[tx.origin]
+        if not lane.accept(tx):
+            return False
+        if tx.producer_id:
+            self.pending_keys[(tx.producer_id, tx.msg_id)] = tx.seq
+        return True
+
+    def lookup_key(self, producer_id: str, msg_id: int) -> int | None:
+        """The seq that already carries (producer id, msg id), stable or pending, if any."""
+        key = (producer_id, msg_id)
+        seq = self.dedup.get(key)
+        return seq if seq is not None else self.pending_keys.get(key)
+
+    def watermark(self) -> int:
+        """Admit waiting origins whose floor is above the stable head, then return the mark.
+
+        An admitted origin only ever sends txs above its floor, so nothing it sends can land
+        at or below what this replica already made stable.
+        """
+        head = self.timeline.head_seq
+        for lane in self.lanes.values():
+            if lane.state is LaneState.WAITING and lane.epoch and lane.promise >= max(head, 1):
+                lane.state = LaneState.ACTIVE
+                while lane.queue and lane.queue[0].seq <= head:
+                    lane.queue.popleft()
+                    self.late_txs += 1
+        bounds = [c for c in (lane.contribution() for lane in self.lanes.values()) if c is not None]
+        return min(bounds) if bounds else head
+
+    def stabilize(self, now_ms: int) -> bool:
+        """Fold every tx at or below the watermark into the timeline; True if the head moved."""
+        mark = self.watermark()
+        ready: list[Tx] = []
+        for lane in self.lanes.values():
+            if lane.state is LaneState.WAITING:
+                continue
+            queue = lane.queue
+            while queue and queue[0].seq <= mark:
+                ready.append(queue.popleft())
+        if not ready:
+            return False
+        ready.sort(key=_seq_of)
+        timeline = self.timeline
+        head_seq = timeline.head_seq
+        digest = timeline.head_digest
+        moved = False
+        for tx in ready:
+            if tx.seq <= head_seq:
+                self.late_txs += 1  # an origin broke its promise; never reorder the past
+                continue
+            if tx.producer_id:
+                key = (tx.producer_id, tx.msg_id)
+                self.pending_keys.pop(key, None)
+                original = self.dedup.get(key)
+                if original is not None:
+                    self.skipped[tx.seq] = (tx, original)
+                    continue
+                self.dedup[key] = tx.seq
+                self.dedup_order.append((tx.seq, key))
+            digest = fold(digest, tx.seq, tx.origin, tx.payload)
+            timeline.append(tx, digest)
+            head_seq = tx.seq
+            moved = True
+        self._evict_dedup(head_seq)
+        if moved:
+            self.needs_ack = True
+            self._recheck_pending_votes()
+            self.recompute_verified()
+        return moved
+
+    def _evict_dedup(self, head_seq: int) -> None:
+        horizon = seq_unix_ms(head_seq) - self.limits.dedup_window_ms
+        order = self.dedup_order
+        while order and (
+            len(order) > self.limits.dedup_keys_max or seq_unix_ms(order[0][0]) < horizon
+        ):
+            seq, key = order.popleft()
+            if self.dedup.get(key) == seq:
+                del self.dedup[key]
+        if len(self.skipped) > self.limits.dedup_keys_max:
+            for seq in sorted(self.skipped)[: len(self.skipped) // 2]:
+                del self.skipped[seq]
+
+    # --- votes and verification ---------------------------------------------------------
+
+    def vote(self, sender: int, head_seq: int, head_digest: bytes) -> None:
+        """A peer's stable head; count it if it matches our timeline."""
+        if sender not in self.matched or head_seq <= self.matched[sender]:
+            return
+        if head_seq <= self.timeline.head_seq:
+            self._match(sender, head_seq, head_digest)
+        else:
+            self.pending_votes[sender].append((head_seq, head_digest))
+
+    def _match(self, sender: int, seq: int, digest: bytes) -> None:
+        ours = self.timeline.digest_at(seq)
+        if ours is None and seq < self.timeline.trimmed_seq:
+            return  # too old to judge and too old to matter
+        if ours == digest:
+            if seq > self.matched[sender]:
+                self.matched[sender] = seq
+        else:
+            self.mismatches += 1
+
+    def _recheck_pending_votes(self) -> None:
+        head = self.timeline.head_seq
+        for sender, votes in self.pending_votes.items():
+            while votes and votes[0][0] <= head:
+                seq, digest = votes.popleft()
+                self._match(sender, seq, digest)
+
+    def recompute_verified(self) -> bool:
+        marks = sorted([self.timeline.head_seq, *self.matched.values()], reverse=True)
+        verified = marks[self.quorum - 1]
+        if verified > self.timeline.verified_seq:
+            self.timeline.verify_upto(verified)
+            return True
+        return False
+
+    def take_vote(self, sender: int, head_seq: int, head_digest: bytes) -> bool:
+        """Record a vote; True if the verified point moved."""
+        self.vote(sender, head_seq, head_digest)
+        return self.recompute_verified()
+
+    @property
+    def verified_seq(self) -> int:
+        return self.timeline.verified_seq
+
+    # --- the cut of a suspected origin --------------------------------------------------
+
+    def suspect(self, origin: int, epoch: int) -> None:
+        """Freeze ``origin``'s ``epoch`` here and start agreeing where it ends."""
+        lane = self.lanes[origin]
+        if epoch < lane.epoch or (
+            lane.state in (LaneState.CUTTING, LaneState.CUT) and (lane.epoch == epoch)
+        ):
+            return
+        if lane.epoch != epoch:
+            lane.restart(epoch, LaneState.CUTTING)
+        else:
+            lane.state = LaneState.CUTTING
+            lane.cut_reports = {}
+            lane.cut_at = None
+        self.needs_ack = True
+
+    def take_report(self, reporter: int, report: OriginReport) -> None:
+        if report.origin not in self.lanes or reporter not in self.lanes:
+            return
+        lane = self.lanes[report.origin]
+        if report.epoch > lane.epoch or (
+            report.epoch == lane.epoch and lane.state in (LaneState.ACTIVE, LaneState.WAITING)
+        ):
+            self.suspect(report.origin, report.epoch)
+        if lane.epoch == report.epoch and lane.state is LaneState.CUTTING:
+            lane.cut_reports[reporter] = report.contig
+
+    def settle_cuts(self, up: set[int]) -> list[tuple[int, int, int, int]]:
+        """Advance every cut that every live replica has reported on.
+
+        Returns repair needs as (origin, epoch, after, upto) for cuts beyond what we hold.
+        """
+        needs: list[tuple[int, int, int, int]] = []
+        for lane in self.lanes.values():
+            if lane.state is not LaneState.CUTTING:
+                continue
+            lane.cut_reports[self.self_id] = lane.contig
+            voters = {r for r in self.replicas if r in up and r != lane.origin}
+            if self.self_id != lane.origin:
+                voters.add(self.self_id)
+            if len(voters) < self.quorum or not voters <= lane.cut_reports.keys():
+                continue
+            cut = max(lane.cut_reports[r] for r in voters)
+            lane.cut_at = cut
+            if lane.contig >= cut:
+                while lane.queue and lane.queue[-1].seq > cut:
+                    lane.queue.pop()
+                lane.contig = min(lane.contig, cut)
+                lane.state = LaneState.CUT
+                lane.early.clear()
+                self.needs_ack = True
+            else:
+                needs.append((lane.origin, lane.epoch, lane.contig, cut))
+        return needs
+
+    def reports(self) -> tuple[OriginReport, ...]:
+        """What we hold of every epoch being cut or cut, so late replicas can settle too."""
+        found = []
+        for lane in self.lanes.values():
+            if lane.state in (LaneState.CUTTING, LaneState.CUT):
+                found.append(OriginReport(lane.origin, lane.epoch, lane.contig))
+            elif lane.closed is not None:
+                found.append(OriginReport(lane.origin, *lane.closed))
+        return tuple(found)
+
+    # --- repair answers -----------------------------------------------------------------
+
+    def txs_of(
+        self, origin: int, epoch: int, after_seq: int, upto_seq: int, limit: int
+    ) -> list[Tx]:
+        """What we hold of ``origin``'s ``epoch`` in ``(after_seq, upto_seq]``, in seq order."""
+        lane = self.lanes.get(origin)
+        if lane is None:
+            return []
+        found = [tx for tx in self.timeline.txs_between(after_seq, upto_seq) if tx.origin == origin]
+        found.extend(
+            tx
+            for tx, _ in self.skipped.values()
+            if tx.origin == origin and after_seq < tx.seq <= upto_seq
+        )
+        if lane.epoch == epoch:
+            found.extend(tx for tx in lane.queue if after_seq < tx.seq <= upto_seq)
+        found.sort(key=_seq_of)
+        return found[:limit]
+
+
+def _seq_of(tx: Tx) -> int:
+    return tx.seq

@@ -1,0 +1,102 @@
+"""A stream's stable timeline: seq-ordered transactions with the rolling digest at each.
+
+How this works: three parallel lists (seqs, digests, txs) grow at the tail as transactions
+become stable and are trimmed at the head, in chunks, once they are verified and the list
+holds more than ``capacity`` entries. ``verified_seq`` marks how far a quorum agreed; readers
+see only that prefix. The digest of the last trimmed entry is kept so a reader starting at
+the head of the buffer can still check the chain.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+
+from relay.core.digest import genesis
+from relay.core.messages import Tx
+
+
+class Timeline:
+    __slots__ = (
+        "capacity",
+        "digests",
+        "seqs",
+        "trimmed_digest",
+        "trimmed_seq",
+        "txs",
+        "verified_seq",
+    )
+
+    def __init__(self, stream: str, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("a timeline needs room for at least one transaction")
+        self.capacity = capacity
+        self.seqs: list[int] = []
+        self.digests: list[bytes] = []
+        self.txs: list[Tx] = []
+        self.verified_seq = 0
+        self.trimmed_seq = 0  # seq of the last entry dropped from the head, 0 if none
+        self.trimmed_digest = genesis(stream)  # digest at trimmed_seq
+
+    @property
+    def head_seq(self) -> int:
+        return self.seqs[-1] if self.seqs else self.trimmed_seq
+
+    @property
+    def head_digest(self) -> bytes:
+        return self.digests[-1] if self.digests else self.trimmed_digest
+
+    def append(self, tx: Tx, digest: bytes) -> None:
+        assert tx.seq > self.head_seq, "a timeline only grows in seq order"
+        self.seqs.append(tx.seq)
+        self.digests.append(digest)
+        self.txs.append(tx)
+
+    def digest_at(self, seq: int) -> bytes | None:
+        """The digest at ``seq`` if ``seq`` is a held entry (or the trimmed boundary)."""
+        if seq == self.trimmed_seq:
+            return self.trimmed_digest
+        i = bisect_left(self.seqs, seq)
+        if i < len(self.seqs) and self.seqs[i] == seq:
+            return self.digests[i]
+        return None
+
+    def holds(self, seq: int) -> bool:
+        i = bisect_left(self.seqs, seq)
+        return i < len(self.seqs) and self.seqs[i] == seq
+
+    def verify_upto(self, seq: int) -> None:
+        assert seq <= self.head_seq, "cannot verify beyond the stable head"
+        if seq > self.verified_seq:
+            self.verified_seq = seq
+            self._trim()
+
+    def read_verified(self, after_seq: int, limit: int) -> tuple[int, list[int]]:
+        """Indexes of up to ``limit`` verified entries after ``after_seq``; (start, [i...])."""
+        start = bisect_right(self.seqs, after_seq)
+        end = min(bisect_right(self.seqs, self.verified_seq), start + limit)
+        return start, list(range(start, end))
+
+    def digest_before(self, index: int) -> bytes:
+        return self.digests[index - 1] if index > 0 else self.trimmed_digest
+
+    def txs_between(self, after_seq: int, upto_seq: int) -> Iterator[Tx]:
+        start = bisect_right(self.seqs, after_seq)
+        end = bisect_right(self.seqs, upto_seq)
+        return iter(self.txs[start:end])
+
+    def earliest_seq(self) -> int:
+        return self.seqs[0] if self.seqs else 0
+
+    def _trim(self) -> None:
+        excess = len(self.seqs) - self.capacity
+        if excess <= max(1, self.capacity // 8):
+            return
+        cut = min(excess, bisect_right(self.seqs, self.verified_seq))
+        if cut <= 0:
+            return
+        self.trimmed_seq = self.seqs[cut - 1]
+        self.trimmed_digest = self.digests[cut - 1]
+        del self.seqs[:cut]
+        del self.digests[:cut]
+        del self.txs[:cut]

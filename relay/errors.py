@@ -1,0 +1,42 @@
+"""Error codes shared by nodes and clients, and the exceptions clients raise.
+
+Codes travel on the wire; each says whose move it is:
+
+- ``unavailable``: this node cannot take the request now (joining, no quorum up); try another.
+- ``timeout``: no quorum verified the transaction in time; it may still be delivered.
+  Retrying with the same producer id and message id cannot duplicate it.
+- ``not_committed``: the transaction was dropped (its coordinator was cut); retry.
+- ``no_replicas``: no node replicates the stream; fix the cluster config or the stream name.
+- ``bad_request``: the request itself is wrong (malformed frame, bad stream name, too large).
+"""
+
+from __future__ import annotations
+
+UNAVAILABLE = "unavailable"
+TIMEOUT = "timeout"
+NOT_COMMITTED = "not_committed"
+NO_REPLICAS = "no_replicas"
+BAD_REQUEST = "bad_request"
+
+RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED})
+
+
+class RelayError(Exception):
+    """A request the cluster answered with an error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class NoQuorumError(RelayError):
+    """No node could get the transaction verified by a quorum in time."""
+
+
+class DataLossError(RelayError):
+    """A consumer asked for transactions no node holds any more."""
+
+
+class DigestMismatchError(RelayError):
+    """What a consumer received does not chain to the digests the cluster reported."""
