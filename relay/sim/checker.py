@@ -76,7 +76,9 @@ class InvariantChecker:
             raise InvariantViolation(f"ids: node {origin} issued {seq} after {last} in {stream!r}")
         self.last_seq_by_origin[(origin, stream)] = seq
 
-    def check_ack(self, stream: str, producer_id: str, msg_id: int, seq: int, digest: bytes) -> None:
+    def check_ack(
+        self, stream: str, producer_id: str, msg_id: int, seq: int, digest: bytes
+    ) -> None:
         key = (stream, producer_id, msg_id)
         earlier = self.acked.get(key)
         if earlier is not None and earlier[0] != seq:

@@ -91,7 +91,9 @@ class SimCluster:
         self.seed = seed
         self.plan = plan
         self.rng = random.Random(seed)
-        self.params = params or CoreParams(heartbeat_ms=50, suspect_after_ms=300, publish_timeout_ms=2000)
+        self.params = params or CoreParams(
+            heartbeat_ms=50, suspect_after_ms=300, publish_timeout_ms=2000
+        )
         subs = tuple(Subscription(n, ("*",)) for n in range(1, plan.nodes + 1))
         self.nodes: dict[int, NodeCore] = {
             n: NodeCore(CoreConfig(n, subs, self.params), epoch=START_MS) for n in subs_ids(subs)
@@ -133,9 +135,9 @@ class SimCluster:
             while self.retry_queue and self.retry_queue[0][0] <= self.now_ms:
                 self._send(self.retry_queue.pop(0)[1])
             self._step()
-            if self.now_ms > end_publish and not self.requests and not self.retry_queue:
-                if self._quiet():
-                    break
+            idle = not self.requests and not self.retry_queue
+            if self.now_ms > end_publish and idle and self._quiet():
+                break
             self.now_ms = self._next_time(publish_times, stop_at)
         live = list(self.nodes.values())
         if self.requests or not self._quiet():
@@ -144,8 +146,15 @@ class SimCluster:
                 f"{len(self.requests)} publishes unanswered; {self._describe()}"
             )
         self.checker.check_no_acked_loss(live)
-        return SimResult(self.seed, plan, self.acked, self.rejected, self.network.sent,
-                         self.now_ms - START_MS, self.trace)
+        return SimResult(
+            self.seed,
+            plan,
+            self.acked,
+            self.rejected,
+            self.network.sent,
+            self.now_ms - START_MS,
+            self.trace,
+        )
 
     def _next_time(self, publish_times: list[int], stop_at: int | None) -> int:
         candidates = [min(self.next_tick.values())]
@@ -158,7 +167,11 @@ class SimCluster:
             candidates.append(self.retry_queue[0][0])
         if stop_at is not None:
             candidates.append(stop_at)
-        return max(self.now_ms + 1, min(candidates)) if min(candidates) <= self.now_ms else min(candidates)
+        return (
+            max(self.now_ms + 1, min(candidates))
+            if min(candidates) <= self.now_ms
+            else min(candidates)
+        )
 
     def _step(self) -> None:
         inbox: dict[int, list[Event]] = {}
@@ -200,13 +213,18 @@ class SimCluster:
         pub.attempts += 1
         self.req_ids += 1
         self.requests[self.req_ids] = (node, pub)
-        event = PublishRequested(b"sim", self.req_ids, pub.stream, pub.producer_id,
-                                 ((pub.msg_id, pub.payload),))
+        event = PublishRequested(
+            b"sim", self.req_ids, pub.stream, pub.producer_id, ((pub.msg_id, pub.payload),)
+        )
         self._client_events.setdefault(node, []).append(event)
         if self.plan.retry_rate and self.rng.random() < self.plan.retry_rate:
             # a producer that gives up waiting early and retries elsewhere: a duplicate
-            self.retry_queue.append((self.now_ms + self.rng.randint(0, 20), Publish(
-                pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts)))
+            self.retry_queue.append(
+                (
+                    self.now_ms + self.rng.randint(0, 20),
+                    Publish(pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts),
+                )
+            )
             self.retry_queue.sort(key=lambda item: item[0])
 
     def _on_reply(self, n: int, reply: Reply) -> None:
@@ -219,8 +237,9 @@ class SimCluster:
             result = body.results[0]
             if isinstance(result, Acked):
                 self.acked += 1
-                self.checker.check_ack(pub.stream, pub.producer_id, pub.msg_id, result.seq,
-                                       result.digest)
+                self.checker.check_ack(
+                    pub.stream, pub.producer_id, pub.msg_id, result.seq, result.digest
+                )
                 return
             body = result
         if isinstance(body, Redirect | Rejected) and pub.attempts < 20:
@@ -247,7 +266,7 @@ class SimCluster:
     def _quiet(self) -> bool:
         if self.network.in_flight:
             return False
-        heads = {}
+        heads: dict[str, set[bytes]] = {}
         for node in self.nodes.values():
             for name, state in node.streams.items():
                 if any(lane.queue for lane in state.lanes.values()):
@@ -259,9 +278,12 @@ class SimCluster:
 
     def _describe(self) -> str:
         return "; ".join(
-            f"node {n}: " + ", ".join(
+            f"node {n}: "
+            + ", ".join(
                 f"{name} head {s.timeline.head_seq} verified {s.verified_seq} lanes "
-                + ",".join(f"{o}:{lane.state.value}/{len(lane.queue)}" for o, lane in s.lanes.items())
+                + ",".join(
+                    f"{o}:{lane.state.value}/{len(lane.queue)}" for o, lane in s.lanes.items()
+                )
                 for name, s in node.streams.items()
             )
             for n, node in self.nodes.items()

@@ -1,0 +1,206 @@
+"""``relay.Consumer``: iterate a stream's verified transactions from any node.
+
+How this works: the consumer long-polls one node for txs after the last seq it holds. It
+checks every batch against the rolling digest (each tx must chain from the one before), so
+what it yields is provably the quorum's timeline. If its node stops answering, is fenced or
+does not replicate the stream, it moves on (following redirects) and resumes after the last
+seq it yielded: no gap, no duplicate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from relay import errors
+from relay.client.directory import NodeAddress, resolve
+from relay.client.pool import ConnectionPool
+from relay.core.digest import fold
+from relay.core.flake import make_seq, seq_unix_ms
+from relay.wire.client import fetch_request
+
+Start = str | int | datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    stream: str
+    seq: int
+    origin: int
+    payload: bytes
+    digest: bytes
+    producer_id: str
+    msg_id: int
+
+    @property
+    def timestamp_ms(self) -> int:
+        return seq_unix_ms(self.seq)
+
+
+class Consumer:
+    def __init__(
+        self,
+        stream: str,
+        config: str | Path | None = None,
+        nodes: list[str] | None = None,
+        node: int | None = None,
+        start: Start = "earliest",
+        batch_max: int = 1000,
+        wait_ms: int = 500,
+        reply_timeout_s: float = 3.0,
+        verify: bool = True,
+    ) -> None:
+        self.stream = stream
+        self.batch_max = batch_max
+        self.wait_ms = wait_ms
+        self.reply_timeout_s = reply_timeout_s
+        self.verify = verify
+        self._order = resolve(config, nodes, node)
+        self._current = 0
+        self._pool = ConnectionPool()
+        self._buffer: deque[Transaction] = deque()
+        self._req_id = 0
+        self.position = 0  # the last seq yielded; the next fetch asks for txs after it
+        self.last_digest: bytes | None = None
+        self.node: NodeAddress | None = None  # the node that served the last batch
+        self._start = start
+        self._started = False
+        self._strict = False
+
+    # --- the API ------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Transaction]:
+        while True:
+            yield from self.poll(timeout_s=None)
+
+    def poll(self, timeout_s: float | None = 1.0, max_txs: int | None = None) -> list[Transaction]:
+        """The next verified txs (possibly none if ``timeout_s`` passes first)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._buffer:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return []
+            wait = self.wait_ms if remaining is None else min(self.wait_ms, int(remaining * 1000))
+            self._fetch(max(0, wait))
+        take = len(self._buffer) if max_txs is None else min(max_txs, len(self._buffer))
+        out = [self._buffer.popleft() for _ in range(take)]
+        self.position = out[-1].seq
+        self.last_digest = out[-1].digest
+        return out
+
+    def take(self, count: int, timeout_s: float) -> list[Transaction]:
+        """Exactly ``count`` txs, or fewer if ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        out: list[Transaction] = []
+        while len(out) < count and time.monotonic() < deadline:
+            out.extend(self.poll(deadline - time.monotonic(), max_txs=count - len(out)))
+        return out
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the engine ---------------------------------------------------------------------
+
+    def _fetch(self, wait_ms: int) -> None:
+        if not self._started:
+            self._begin()
+            return
+        after = self._buffer[-1].seq if self._buffer else self.position
+        reply = self._ask(after, self.batch_max, wait_ms)
+        if reply is None:
+            return
+        _, _, _, stream, prev_digest, _verified, earliest, lost, rows = reply
+        if lost:
+            raise errors.DataLossError(
+                "data_loss",
+                f"{self.stream!r}: the txs after seq {after} were trimmed from every buffer "
+                f"this consumer reached; the earliest held is {earliest}",
+            )
+        if not rows:
+            return
+        if self._buffer:
+            chain = self._buffer[-1].digest
+        elif self._strict and self.last_digest is not None:
+            chain = self.last_digest
+        else:
+            chain = prev_digest
+        for seq, origin, pid, mid, payload, digest in rows:
+            if self.verify and fold(chain, seq, origin, payload) != digest:
+                raise errors.DigestMismatchError(
+                    "digest_mismatch",
+                    f"{stream!r} seq {seq} from {self.node} does not chain to the digest before "
+                    "it; the node served a timeline that differs from what this consumer holds",
+                )
+            chain = digest
+            self._buffer.append(Transaction(stream, seq, origin, payload, digest, pid, mid))
+        self._strict = True
+
+    def _begin(self) -> None:
+        start = self._start
+        if start == "earliest":
+            self.position = 0
+        elif start == "latest":
+            reply = self._ask(0, 0, 0)
+            if reply is None:
+                return
+            self.position = reply[6]
+        elif isinstance(start, datetime):
+            self.position = max(0, make_seq(int(start.timestamp() * 1000), 0, 0) - 1)
+        elif isinstance(start, int) and start >= 0:
+            self.position = max(0, start - 1)  # a seq to start at, inclusive
+        else:
+            raise ValueError(f"start must be 'earliest', 'latest', a seq or a datetime: {start!r}")
+        self._started = True
+
+    def _ask(self, after: int, limit: int, wait_ms: int) -> list[Any] | None:
+        """One fetch, answered or failed over; None if this node did not serve it."""
+        address = self._order[self._current]
+        self._req_id += 1
+        conn = self._pool.get(address)
+        conn.send(fetch_request(self._req_id, self.stream, after, limit, wait_ms, self._strict))
+        deadline = time.monotonic() + wait_ms / 1000 + self.reply_timeout_s
+        while True:
+            for _, reply in self._pool.receive(50):
+                if reply[2] != self._req_id:
+                    continue  # a late answer to an earlier request
+                return self._answer(address, reply)
+            if address in self._pool.disconnected() or time.monotonic() > deadline:
+                self._next_node(address)
+                return None
+
+    def _answer(self, address: NodeAddress, reply: list[Any]) -> list[Any] | None:
+        kind = reply[1]
+        if kind == "txs":
+            self.node = address
+            return reply
+        if kind == "redirect":
+            self._go_to([NodeAddress(int(n), str(h), int(p)) for n, h, p in reply[4]])
+            return None
+        code, message = reply[3], reply[4]
+        if code in errors.RETRYABLE:
+            self._next_node(address)
+            time.sleep(0.05)
+            return None
+        raise errors.RelayError(code, message)
+
+    def _go_to(self, addresses: list[NodeAddress]) -> None:
+        for address in addresses:
+            if address not in self._order:
+                self._order.append(address)
+        if addresses:
+            self._current = self._order.index(addresses[0])
+
+    def _next_node(self, address: NodeAddress) -> None:
+        self._pool.drop(address)
+        self._current = (self._current + 1) % len(self._order)

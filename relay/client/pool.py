@@ -1,0 +1,77 @@
+"""A client's connections to nodes, polled together, with disconnects noticed at once.
+
+ZeroMQ reconnects silently and drops what was in flight on a connection that broke, so each
+connection carries a socket monitor: a broken or refused connection is reported by
+``disconnected`` and the client fails over instead of waiting out a timeout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from relay.client.connection import Connection
+from relay.client.directory import NodeAddress
+
+_WATCHED = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED
+
+
+class ConnectionPool:
+    def __init__(self) -> None:
+        self.ctx: zmq.Context[Any] = zmq.Context.instance()
+        self._conns: dict[NodeAddress, Connection] = {}
+        self._monitors: dict[NodeAddress, zmq.Socket[Any]] = {}
+        self._by_socket: dict[zmq.Socket[Any], NodeAddress] = {}
+        self._poller = zmq.Poller()
+
+    def get(self, address: NodeAddress) -> Connection:
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = Connection(self.ctx, address)
+            monitor = conn.sock.get_monitor_socket(_WATCHED)
+            self._conns[address] = conn
+            self._monitors[address] = monitor
+            self._by_socket[conn.sock] = address
+            self._poller.register(conn.sock, zmq.POLLIN)
+        return conn
+
+    def receive(self, wait_ms: int) -> list[tuple[NodeAddress, list[Any]]]:
+        """Every reply that arrives within ``wait_ms`` (returns as soon as one is there)."""
+        if not self._conns:
+            return []
+        out = []
+        for sock, _ in self._poller.poll(wait_ms):
+            address = self._by_socket[sock]
+            conn = self._conns[address]
+            while (reply := conn.recv_ready()) is not None:
+                out.append((address, reply))
+        return out
+
+    def disconnected(self) -> list[NodeAddress]:
+        """Connections that broke or could not be made since the last call."""
+        broken = []
+        for address, monitor in self._monitors.items():
+            lost = False
+            while monitor.poll(0):
+                event = recv_monitor_message(monitor)["event"]
+                lost = lost or event != zmq.EVENT_CONNECTED  # in-flight requests are gone
+            if lost:
+                broken.append(address)
+        return broken
+
+    def drop(self, address: NodeAddress) -> None:
+        conn = self._conns.pop(address, None)
+        if conn is None:
+            return
+        monitor = self._monitors.pop(address)
+        self._poller.unregister(conn.sock)
+        del self._by_socket[conn.sock]
+        conn.sock.disable_monitor()
+        monitor.close(linger=0)
+        conn.close()
+
+    def close(self) -> None:
+        for address in list(self._conns):
+            self.drop(address)

@@ -1,0 +1,280 @@
+"""``relay.Producer``: publish transactions to any node, pipelined, with safe retries.
+
+How this works: ``send`` queues a message and returns a ``PublishFuture``; the producer packs
+queued messages of one stream into requests of up to ``batch_max`` and keeps up to ``window``
+requests in flight. Every message carries this producer's id and its own message id, so a
+retry (after a redirect, a node that stopped answering, or a quorum timeout) can never
+duplicate it: the cluster answers a retry with the original seq. ``publish`` is the
+one-at-a-time form: send, then wait for the answer.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay import errors
+from relay.client.directory import NodeAddress, resolve
+from relay.client.pool import ConnectionPool
+from relay.core.flake import seq_unix_ms
+from relay.wire.client import publish_request
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A transaction a quorum verified: its place (seq) and the stream's digest there."""
+
+    stream: str
+    seq: int
+    digest: bytes
+    msg_id: int
+
+    @property
+    def timestamp_ms(self) -> int:
+        return seq_unix_ms(self.seq)
+
+
+class PublishFuture:
+    __slots__ = ("_error", "_result", "done_at", "msg_id", "stream")
+
+    def __init__(self, stream: str, msg_id: int) -> None:
+        self.stream = stream
+        self.msg_id = msg_id
+        self._result: Ack | None = None
+        self._error: errors.RelayError | None = None
+        self.done_at = 0.0  # time.perf_counter() when it resolved
+
+    def done(self) -> bool:
+        return self._result is not None or self._error is not None
+
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def _resolve(self, result: Ack | None, error: errors.RelayError | None) -> None:
+        self._result, self._error = result, error
+        self.done_at = time.perf_counter()
+
+    def result(self) -> Ack:
+        """The ack; raises the ``RelayError`` the publish failed with. Call after ``flush``."""
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            raise RuntimeError("the publish is still in flight; call Producer.flush() first")
+        return self._result
+
+
+@dataclass(slots=True, eq=False)
+class _Item:
+    stream: str
+    msg_id: int
+    payload: bytes
+    future: PublishFuture
+    deadline: float
+    last_error: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    stream: str
+    items: list[_Item]
+    address: NodeAddress
+    sent_at: float
+
+
+@dataclass(slots=True)
+class _Routes:
+    """Which node to send each stream to, and which nodes to avoid for a while."""
+
+    order: list[NodeAddress]
+    by_stream: dict[str, NodeAddress] = field(default_factory=dict)
+    avoid_until: dict[NodeAddress, float] = field(default_factory=dict)
+
+    def pick(self, stream: str, now: float) -> NodeAddress:
+        chosen = self.by_stream.get(stream)
+        if chosen is not None and self.avoid_until.get(chosen, 0) <= now:
+            return chosen
+        for address in self.order:
+            if self.avoid_until.get(address, 0) <= now:
+                self.by_stream[stream] = address
+                return address
+        return min(self.order, key=lambda a: self.avoid_until.get(a, 0))
+
+    def avoid(self, address: NodeAddress, now: float, seconds: float) -> None:
+        self.avoid_until[address] = now + seconds
+        for stream, chosen in list(self.by_stream.items()):
+            if chosen == address:
+                del self.by_stream[stream]
+
+    def prefer(self, stream: str, addresses: list[NodeAddress]) -> None:
+        for address in addresses:
+            if address not in self.order:
+                self.order.append(address)
+        if addresses:
+            self.by_stream[stream] = addresses[0]
+
+
+class Producer:
+    def __init__(
+        self,
+        config: str | Path | None = None,
+        nodes: list[str] | None = None,
+        node: int | None = None,
+        producer_id: str | None = None,
+        timeout_s: float = 30.0,
+        request_timeout_s: float = 3.0,
+        batch_max: int = 512,
+        window: int = 16,
+    ) -> None:
+        self.producer_id = producer_id or uuid.uuid4().hex
+        self.timeout_s = timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.batch_max = batch_max
+        self.window = window
+        self._routes = _Routes(resolve(config, nodes, node))
+        self._pool = ConnectionPool()
+        self._queue: deque[_Item] = deque()
+        self._inflight: dict[int, _Request] = {}
+        self._next_msg_id = 1
+        self._next_req_id = 1
+
+    # --- the API ------------------------------------------------------------------------
+
+    def send(self, stream: str, payload: bytes, msg_id: int | None = None) -> PublishFuture:
+        """Queue one message; the returned future resolves during ``flush`` (or later sends)."""
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if msg_id is None:
+            msg_id = self._next_msg_id
+            self._next_msg_id += 1
+        future = PublishFuture(stream, msg_id)
+        self._queue.append(
+            _Item(stream, msg_id, bytes(payload), future, time.monotonic() + self.timeout_s)
+        )
+        if len(self._inflight) >= self.window or len(self._queue) >= self.batch_max:
+            self._pump(0)
+        return future
+
+    def publish(self, stream: str, payload: bytes, msg_id: int | None = None) -> Ack:
+        """Publish one message and wait until a quorum verified it."""
+        future = self.send(stream, payload, msg_id)
+        self.flush()
+        return future.result()
+
+    def flush(self) -> None:
+        """Wait until every message sent so far is acknowledged or has failed."""
+        while self._queue or self._inflight:
+            self._pump(50)
+
+    def poll(self, wait_ms: int = 0) -> None:
+        """Send what is queued and take in answers, waiting at most ``wait_ms`` for one."""
+        self._pump(wait_ms)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the engine ---------------------------------------------------------------------
+
+    def _pump(self, wait_ms: int) -> None:
+        now = time.monotonic()
+        self._dispatch(now)
+        for address, reply in self._pool.receive(wait_ms):
+            self._on_reply(address, reply)
+        now = time.monotonic()
+        for address in self._pool.disconnected():
+            self._fail_over(address, now, "connection lost")
+        for request in list(self._inflight.values()):
+            if now - request.sent_at > self.request_timeout_s:
+                self._fail_over(request.address, now, "no answer in time")
+        self._dispatch(now)
+
+    def _dispatch(self, now: float) -> None:
+        while self._queue and len(self._inflight) < self.window:
+            first = self._queue.popleft()
+            if first.future.done():
+                continue
+            if now > first.deadline:
+                self._fail(
+                    first,
+                    errors.NoQuorumError(
+                        errors.TIMEOUT, first.last_error or "no quorum acknowledged in time"
+                    ),
+                )
+                continue
+            items = [first]
+            while (
+                self._queue
+                and len(items) < self.batch_max
+                and self._queue[0].stream == first.stream
+            ):
+                items.append(self._queue.popleft())
+            address = self._routes.pick(first.stream, now)
+            req_id = self._next_req_id
+            self._next_req_id += 1
+            body = publish_request(
+                req_id, first.stream, self.producer_id, [[i.msg_id, i.payload] for i in items]
+            )
+            self._pool.get(address).send(body)
+            self._inflight[req_id] = _Request(first.stream, items, address, now)
+
+    def _on_reply(self, address: NodeAddress, reply: list[Any]) -> None:
+        kind, req_id = reply[1], reply[2]
+        request = self._inflight.pop(req_id, None)
+        if request is None:
+            return  # a late answer to a request already retried elsewhere
+        now = time.monotonic()
+        if kind == "acks":
+            for item, row in zip(request.items, reply[3], strict=True):
+                if row[0] == 0:
+                    item.future._resolve(Ack(item.stream, row[1], row[2], item.msg_id), None)
+                elif row[1] in errors.RETRYABLE:
+                    item.last_error = f"{row[1]}: {row[2]}"
+                    self._queue.appendleft(item)
+                else:
+                    self._fail(item, errors.RelayError(row[1], row[2]))
+        elif kind == "redirect":
+            self._routes.prefer(request.stream, _addresses(reply[4]))
+            self._requeue(request, f"redirected from {address}")
+        elif kind == "error":
+            code, message = reply[3], reply[4]
+            if code in errors.RETRYABLE:
+                self._routes.avoid(address, now, 0.5)
+                self._routes.prefer(request.stream, _addresses(reply[5]))
+                self._requeue(request, f"{code} at {address}: {message}")
+            else:
+                for item in request.items:
+                    self._fail(item, errors.RelayError(code, message))
+        if kind != "acks" and not self._inflight:
+            time.sleep(0.01)  # every node is refusing: back off a little before retrying
+
+    def _fail_over(self, address: NodeAddress, now: float, why: str) -> None:
+        self._routes.avoid(address, now, 2.0)
+        self._pool.drop(address)
+        for req_id, request in list(self._inflight.items()):
+            if request.address == address:
+                del self._inflight[req_id]
+                self._requeue(request, f"{why} from {address}")
+
+    def _requeue(self, request: _Request, why: str) -> None:
+        for item in reversed(request.items):
+            item.last_error = why
+            self._queue.appendleft(item)
+
+    def _fail(self, item: _Item, error: errors.RelayError) -> None:
+        item.future._resolve(None, error)
+
+
+def _addresses(rows: list[list[Any]]) -> list[NodeAddress]:
+    return [NodeAddress(int(n), str(h), int(p)) for n, h, p in rows]
+
+
+__all__ = ["Ack", "Producer", "PublishFuture"]

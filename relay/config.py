@@ -1,0 +1,226 @@
+"""The cluster config file (TOML): one ``[cluster]`` table and one ``[[node]]`` table per node.
+
+Loading refuses a bad file with a ``ConfigError`` whose message names the key at fault.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from relay.core.flake import NODE_ID_MAX
+from relay.core.params import CoreConfig, CoreParams
+from relay.core.routing import Routing, Subscription
+
+REPLICAS_MIN = 3
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    id: int
+    host: str
+    mesh_port: int
+    client_port: int
+    metrics_port: int
+    streams: tuple[str, ...]
+
+    @property
+    def client_address(self) -> str:
+        return f"tcp://{self.host}:{self.client_port}"
+
+    @property
+    def mesh_address(self) -> str:
+        return f"tcp://{self.host}:{self.mesh_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    name: str
+    path: Path | None
+    params: CoreParams
+    nodes: tuple[NodeSpec, ...]
+    allow_small_replication: bool
+    run_dir: Path
+
+    def node(self, node_id: int) -> NodeSpec:
+        for spec in self.nodes:
+            if spec.id == node_id:
+                return spec
+        known = ", ".join(str(n.id) for n in self.nodes)
+        raise ConfigError(f"no node with id {node_id} in {self.path}; ids are {known}")
+
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        return tuple(Subscription(n.id, n.streams) for n in self.nodes)
+
+    def core_config(self, node_id: int) -> CoreConfig:
+        self.node(node_id)
+        return CoreConfig(node_id, self.subscriptions(), self.params)
+
+    def routing(self) -> Routing:
+        return Routing(self.subscriptions())
+
+
+_PARAM_KEYS = {f.name for f in fields(CoreParams)}
+_CLUSTER_KEYS = {"name", "allow_small_replication", "run_dir"} | _PARAM_KEYS
+_NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
+
+
+def load(path: str | Path) -> ClusterConfig:
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such config file (see cluster.example.toml)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    return parse(raw, p)
+
+
+def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
+    where = str(path) if path else "config"
+    unknown = set(raw) - {"cluster", "node"}
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown top-level key {sorted(unknown)[0]!r}; "
+            "expected [cluster] and [[node]] tables"
+        )
+    cluster = raw.get("cluster", {})
+    if not isinstance(cluster, dict):
+        raise ConfigError(f"{where}: 'cluster' must be a table")
+    for key in cluster:
+        if key not in _CLUSTER_KEYS:
+            raise ConfigError(
+                f"{where}: unknown key 'cluster.{key}'; known keys: "
+                + ", ".join(sorted(_CLUSTER_KEYS))
+            )
+    defaults = CoreParams()
+    params: dict[str, int] = {}
+    for key in _PARAM_KEYS:
+        value = cluster.get(key, getattr(defaults, key))
+        if type(value) is not int or value < 0:
+            raise ConfigError(
+                f"{where}: 'cluster.{key}' must be a non-negative integer, got {value!r}"
+            )
+        params[key] = value
+    for key in ("heartbeat_ms", "suspect_after_ms", "publish_timeout_ms", "buffer_txs_max"):
+        if params[key] == 0:
+            raise ConfigError(f"{where}: 'cluster.{key}' must be greater than 0")
+    if params["suspect_after_ms"] < 2 * params["heartbeat_ms"]:
+        raise ConfigError(
+            f"{where}: 'cluster.suspect_after_ms' must be at least twice "
+            "'cluster.heartbeat_ms', or healthy peers would be cut"
+        )
+    name = cluster.get("name", "relay")
+    allow_small = cluster.get("allow_small_replication", False)
+    run_dir = cluster.get("run_dir", ".relay")
+    for key, value, kind in (
+        ("name", name, str),
+        ("allow_small_replication", allow_small, bool),
+        ("run_dir", run_dir, str),
+    ):
+        if type(value) is not kind:
+            raise ConfigError(f"{where}: 'cluster.{key}' must be a {kind.__name__}, got {value!r}")
+    nodes = raw.get("node")
+    if not isinstance(nodes, list) or not nodes:
+        raise ConfigError(f"{where}: at least one [[node]] table is required")
+    specs = tuple(_node(where, i, n) for i, n in enumerate(nodes))
+    _check_unique(where, specs)
+    base = path.parent if path else Path.cwd()
+    config = ClusterConfig(
+        name=name,
+        path=path,
+        params=CoreParams(**params),
+        nodes=specs,
+        allow_small_replication=allow_small,
+        run_dir=(base / run_dir).resolve(),
+    )
+    if params["quorum"] > len(specs):
+        raise ConfigError(
+            f"{where}: 'cluster.quorum' is {params['quorum']} but the cluster has "
+            f"only {len(specs)} nodes"
+        )
+    if not allow_small:
+        _check_replication(where, config)
+    return config
+
+
+def _node(where: str, i: int, n: Any) -> NodeSpec:
+    label = f"node[{i}]"
+    if not isinstance(n, dict):
+        raise ConfigError(f"{where}: {label} must be a table")
+    for key in n:
+        if key not in _NODE_KEYS:
+            raise ConfigError(
+                f"{where}: unknown key '{label}.{key}'; known keys: "
+                + ", ".join(sorted(_NODE_KEYS))
+            )
+    for key in _NODE_KEYS:
+        if key not in n:
+            raise ConfigError(f"{where}: '{label}.{key}' is missing")
+    node_id = n["id"]
+    if type(node_id) is not int or not 1 <= node_id <= NODE_ID_MAX:
+        raise ConfigError(
+            f"{where}: '{label}.id' must be an integer in 1..{NODE_ID_MAX}, got {node_id!r}"
+        )
+    if type(n["host"]) is not str or not n["host"]:
+        raise ConfigError(f"{where}: '{label}.host' must be a non-empty string")
+    for key in ("mesh_port", "client_port", "metrics_port"):
+        port = n[key]
+        if type(port) is not int or not 1 <= port <= 65535:
+            raise ConfigError(
+                f"{where}: '{label}.{key}' must be a port number in 1..65535, got {port!r}"
+            )
+    streams = n["streams"]
+    if (
+        not isinstance(streams, list)
+        or not streams
+        or not all(isinstance(s, str) and s for s in streams)
+    ):
+        raise ConfigError(
+            f"{where}: '{label}.streams' must be a non-empty list of glob "
+            f'patterns such as ["*"] or ["orders.*"], got {streams!r}'
+        )
+    return NodeSpec(
+        node_id, n["host"], n["mesh_port"], n["client_port"], n["metrics_port"], tuple(streams)
+    )
+
+
+def _check_unique(where: str, specs: tuple[NodeSpec, ...]) -> None:
+    ids: dict[int, int] = {}
+    ports: dict[tuple[str, int], str] = {}
+    for i, spec in enumerate(specs):
+        if spec.id in ids:
+            raise ConfigError(
+                f"{where}: 'node[{i}].id' {spec.id} is also the id of "
+                f"node[{ids[spec.id]}]; node ids must be unique"
+            )
+        ids[spec.id] = i
+        for key in ("mesh_port", "client_port", "metrics_port"):
+            port = getattr(spec, key)
+            owner = ports.get((spec.host, port))
+            if owner:
+                raise ConfigError(
+                    f"{where}: 'node[{i}].{key}' {port} on {spec.host} is "
+                    f"already {owner}; every port must be unique per host"
+                )
+            ports[(spec.host, port)] = f"node[{i}].{key}"
+
+
+def _check_replication(where: str, config: ClusterConfig) -> None:
+    routing = config.routing()
+    for i, spec in enumerate(config.nodes):
+        for pattern in spec.streams:
+            example = "".join("x" if c in "*?[]" else c for c in pattern)
+            count = len(routing.replicas_of(example))
+            if count < min(REPLICAS_MIN, len(config.nodes)) or count < REPLICAS_MIN:
+                raise ConfigError(
+                    f"{where}: 'node[{i}].streams' pattern {pattern!r} is replicated by only "
+                    f"{count} node(s); at least {REPLICAS_MIN} are needed to survive a failure. "
+                    "Add it to more nodes, or set cluster.allow_small_replication = true"
+                )

@@ -1,0 +1,58 @@
+"""A node's Prometheus metrics, fed from the core's effects by the shell."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class NodeMetrics:
+    def __init__(self, node_id: int) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.publish_requests = Counter(
+            "relay_publish_requests",
+            "Publish requests answered, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.published_txs = Counter(
+            "relay_published_txs", "Transactions acknowledged to producers", registry=r
+        )
+        self.quorum_latency = Histogram(
+            "relay_quorum_latency_seconds",
+            "From a publish request to its quorum answer",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
+        self.verified_seq = Gauge(
+            "relay_verified_seq",
+            "Highest seq a quorum verified, per stream",
+            ["stream"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            "relay_lag_txs",
+            "Transactions held but not yet verified, per stream",
+            ["stream"],
+            registry=r,
+        )
+        self.redirects = Counter(
+            "relay_redirects", "Requests redirected to a replica of their stream", registry=r
+        )
+        self.errors = Counter(
+            "relay_errors", "Errors and notable events, by kind", ["kind"], registry=r
+        )
+        self.mesh_frames = Counter(
+            "relay_mesh_frames", "Mesh frames, by direction", ["direction"], registry=r
+        )
+        self.peers_up = Gauge(
+            "relay_peers_up", "Peers heard within the suspect timeout", registry=r
+        )
+        self.state = Gauge(
+            "relay_node_state", "1 for the node's current state", ["state"], registry=r
+        )
+        self.node = Gauge("relay_node_id", "This node's id", registry=r)
+        self.node.set(node_id)
+
+    def serve(self, host: str, port: int) -> None:
+        start_http_server(port, addr=host, registry=self.registry)

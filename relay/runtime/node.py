@@ -1,0 +1,369 @@
+"""The ZeroMQ shell around ``NodeCore``: sockets in, events to the core, effects out.
+
+How this works: one thread, one loop. It polls the mesh SUB socket and the client ROUTER
+socket once, drains both without blocking (a bounded number of frames per turn), hands the
+whole batch to the core, and carries out the effects: mesh broadcasts on the PUB socket,
+replies on the ROUTER socket. Consumer fetches are queries: answered at once when verified
+txs are there, else parked until the stream's verified point moves or their wait runs out.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import zmq
+
+from relay import errors
+from relay.config import ClusterConfig
+from relay.core.events import Acked as AckedResult
+from relay.core.events import (
+    Broadcast,
+    Effect,
+    Event,
+    MeshReceived,
+    Notice,
+    PublishRequested,
+    PublishResults,
+    ReadResult,
+    Redirect,
+    Rejected,
+    Reply,
+    ShutdownRequested,
+    Verified,
+)
+from relay.core.node import NodeCore
+from relay.runtime.metrics import NodeMetrics
+from relay.wire import mesh
+from relay.wire.client import (
+    BadRequest,
+    FetchFrame,
+    PublishFrame,
+    Request,
+    StatusFrame,
+    decode_request,
+    pack,
+)
+
+log = logging.getLogger("relay.node")
+
+TICK_MS = 10
+GAUGE_MS = 500
+DRAIN_FRAMES_MAX = 2000  # frames taken from one socket per loop turn
+HWM_FRAMES = 200_000
+FETCH_TXS_MAX = 5000
+FETCH_WAIT_MS_MAX = 30_000
+
+
+class StartupError(RuntimeError):
+    """The node cannot start; the message says what to fix."""
+
+
+@dataclass(slots=True)
+class ParkedFetch:
+    client: bytes
+    frame: FetchFrame
+    deadline_ms: int
+
+
+class NodeRuntime:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        node_id: int,
+        clock_offset_ms: int = 0,
+        metrics: bool = True,
+    ) -> None:
+        self.config = config
+        self.spec = config.node(node_id)
+        self.clock_offset_ms = clock_offset_ms
+        self.core = NodeCore(config.core_config(node_id), epoch=self.now_ms())
+        self.metrics = NodeMetrics(node_id)
+        self.parked: dict[str, list[ParkedFetch]] = {}
+        self.stopping = False
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.router = self.ctx.socket(zmq.ROUTER)
+        for sock in (self.pub, self.sub, self.router):
+            sock.setsockopt(zmq.LINGER, 200)
+            sock.setsockopt(zmq.SNDHWM, HWM_FRAMES)
+            sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            self._bind(self.pub, self.spec.mesh_port, "mesh_port")
+            self._bind(self.router, self.spec.client_port, "client_port")
+            if metrics:
+                self.metrics.serve(self.spec.host, self.spec.metrics_port)
+        except BaseException:
+            self.close()
+            raise
+        for other in config.nodes:
+            if other.id != node_id:
+                self.sub.connect(other.mesh_address)
+        for prefix in mesh.topic_prefixes(self.spec.streams):
+            self.sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sub, zmq.POLLIN)
+        self.poller.register(self.router, zmq.POLLIN)
+
+    def _bind(self, sock: zmq.Socket[Any], port: int, key: str) -> None:
+        try:
+            sock.bind(f"tcp://{self.spec.host}:{port}")
+        except zmq.ZMQError as exc:
+            raise StartupError(
+                f"node {self.spec.id}: cannot bind {key} {self.spec.host}:{port}: {exc}. "
+                "Is another node or program using it? Stop it (relay cluster down) or change "
+                f"'{key}' in {self.config.path}"
+            ) from None
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000) + self.clock_offset_ms
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._install_signals()
+        log.info(
+            "node %d serving clients on %s, mesh on %s",
+            self.spec.id,
+            self.spec.client_address,
+            self.spec.mesh_address,
+        )
+        next_tick = 0
+        next_gauge = 0
+        try:
+            while not self.stopping:
+                wait = max(0, next_tick - self.now_ms())
+                ready = dict(self.poller.poll(wait))
+                now = self.now_ms()
+                events: list[Event] = []
+                fetches: list[tuple[bytes, FetchFrame]] = []
+                if self.sub in ready:
+                    self._drain_mesh(events)
+                if self.router in ready:
+                    self._drain_clients(now, events, fetches)
+                self._carry_out(now, self.core.handle(now, events))
+                for client, frame in fetches:
+                    self._fetch(now, client, frame)
+                self._expire_fetches(now)
+                if now >= next_tick:
+                    next_tick = now + TICK_MS
+                if now >= next_gauge:
+                    next_gauge = now + GAUGE_MS
+                    self._gauge()
+            self._leave()
+        finally:
+            self.close()
+
+    def _install_signals(self) -> None:
+        def stop(signum: int, frame: FrameType | None) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+    def _leave(self) -> None:
+        """Tell the peers this node is going, so they cut it at once."""
+        now = self.now_ms()
+        self._carry_out(now, self.core.handle(now, [ShutdownRequested()]))
+        for parked in self.parked.values():
+            for fetch in parked:
+                self._error(
+                    fetch.client,
+                    fetch.frame.req_id,
+                    Rejected(errors.UNAVAILABLE, "node is shutting down", self._other_nodes()),
+                )
+        time.sleep(0.05)  # let the leaving heartbeat reach the wire before the sockets close
+        log.info("node %d stopped", self.spec.id)
+
+    def close(self) -> None:
+        for sock in (self.pub, self.sub, self.router):
+            sock.close()
+        self.ctx.term()
+
+    # --- input --------------------------------------------------------------------------
+
+    def _drain_mesh(self, events: list[Event]) -> None:
+        for _ in range(DRAIN_FRAMES_MAX):
+            try:
+                frames = self.sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.metrics.mesh_frames.labels("in").inc()
+            if len(frames) != 2:
+                self.metrics.errors.labels("malformed_mesh_frame").inc()
+                continue
+            try:
+                events.append(MeshReceived(mesh.decode(frames[1])))
+            except mesh.MalformedFrame as exc:
+                self.metrics.errors.labels("malformed_mesh_frame").inc()
+                log.warning("dropped a malformed mesh frame: %s", exc)
+
+    def _drain_clients(
+        self, now: int, events: list[Event], fetches: list[tuple[bytes, FetchFrame]]
+    ) -> None:
+        for _ in range(DRAIN_FRAMES_MAX):
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            client = frames[0]
+            if len(frames) != 2:
+                self._error(
+                    client,
+                    0,
+                    Rejected(errors.BAD_REQUEST, "expected one msgpack frame per request"),
+                )
+                continue
+            try:
+                request: Request = decode_request(frames[1])
+            except BadRequest as exc:
+                self.metrics.errors.labels("bad_request").inc()
+                self._error(client, exc.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
+                continue
+            if isinstance(request, PublishFrame):
+                events.append(
+                    PublishRequested(
+                        client, request.req_id, request.stream, request.producer_id, request.items
+                    )
+                )
+            elif isinstance(request, FetchFrame):
+                fetches.append((client, request))
+            elif isinstance(request, StatusFrame):
+                self._send(client, pack("status", request.req_id, self.core.status()))
+
+    # --- output -------------------------------------------------------------------------
+
+    def _carry_out(self, now: int, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Broadcast):
+                topic, body = mesh.encode(effect.message)
+                self.pub.send_multipart((topic, body), copy=False)
+                self.metrics.mesh_frames.labels("out").inc()
+            elif isinstance(effect, Reply):
+                self._reply(effect)
+            elif isinstance(effect, Verified):
+                self.metrics.verified_seq.labels(effect.stream).set(effect.seq)
+                for fetch in self.parked.pop(effect.stream, []):
+                    self._fetch(now, fetch.client, fetch.frame, fetch.deadline_ms)
+            elif isinstance(effect, Notice):
+                self.metrics.errors.labels(effect.kind).inc()
+                log.info("%s: %s", effect.kind, effect.text)
+
+    def _reply(self, reply: Reply) -> None:
+        body = reply.body
+        if isinstance(body, PublishResults):
+            rows: list[list[Any]] = []
+            acked = 0
+            for r in body.results:
+                if isinstance(r, AckedResult):
+                    rows.append([0, r.seq, r.digest])
+                    acked += 1
+                else:
+                    rows.append([1, r.code, r.message])
+            self.metrics.publish_requests.labels("ok" if acked == len(rows) else "error").inc()
+            self.metrics.published_txs.inc(acked)
+            self.metrics.quorum_latency.observe(reply.latency_ms / 1000)
+            self._send(reply.client, pack("acks", reply.req_id, rows))
+        elif isinstance(body, Redirect):
+            self.metrics.publish_requests.labels("redirect").inc()
+            self._redirect(reply.client, reply.req_id, body)
+        else:
+            self.metrics.publish_requests.labels(body.code).inc()
+            self._error(reply.client, reply.req_id, body)
+
+    def _redirect(self, client: bytes, req_id: int, redirect: Redirect) -> None:
+        self.metrics.redirects.inc()
+        self._send(
+            client, pack("redirect", req_id, redirect.stream, self._addresses(redirect.nodes))
+        )
+
+    def _error(self, client: bytes, req_id: int, rejected: Rejected) -> None:
+        self._send(
+            client,
+            pack(
+                "error",
+                req_id,
+                rejected.code,
+                rejected.message,
+                self._addresses(rejected.try_nodes),
+            ),
+        )
+
+    def _addresses(self, nodes: tuple[int, ...]) -> list[list[Any]]:
+        specs = {n.id: n for n in self.config.nodes}
+        return [[n, specs[n].host, specs[n].client_port] for n in nodes if n in specs]
+
+    def _other_nodes(self) -> tuple[int, ...]:
+        return tuple(n.id for n in self.config.nodes if n.id != self.spec.id)
+
+    def _send(self, client: bytes, body: bytes) -> None:
+        try:
+            self.router.send_multipart((client, body), zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the client went away, or its queue is full
+            self.metrics.errors.labels("reply_undeliverable").inc()
+            log.debug("could not reply to a client: %s", exc)
+
+    # --- fetches ------------------------------------------------------------------------
+
+    def _fetch(
+        self, now: int, client: bytes, frame: FetchFrame, deadline: int | None = None
+    ) -> None:
+        limit = min(frame.limit, FETCH_TXS_MAX)
+        result = self.core.read(frame.stream, frame.after_seq, limit, frame.strict)
+        if isinstance(result, Redirect):
+            self._redirect(client, frame.req_id, result)
+            return
+        if isinstance(result, Rejected):
+            self._error(client, frame.req_id, result)
+            return
+        if deadline is None:
+            deadline = now + min(frame.wait_ms, FETCH_WAIT_MS_MAX)
+        if not result.txs and not result.lost and limit > 0 and now < deadline:
+            self.parked.setdefault(frame.stream, []).append(ParkedFetch(client, frame, deadline))
+            return
+        self._send(client, _txs_reply(frame.req_id, result))
+
+    def _expire_fetches(self, now: int) -> None:
+        for stream in list(self.parked):
+            keep = []
+            for fetch in self.parked[stream]:
+                if fetch.deadline_ms <= now:
+                    self._fetch(now, fetch.client, fetch.frame, fetch.deadline_ms)
+                else:
+                    keep.append(fetch)
+            if keep:
+                self.parked[stream] = keep
+            else:
+                del self.parked[stream]
+
+    def _gauge(self) -> None:
+        status = self.core.status()
+        streams: Any = status["streams"]
+        for name, info in streams.items():
+            self.metrics.lag.labels(name).set(info["lag"])
+        self.metrics.peers_up.set(len(status["peers_up"]))  # type: ignore[arg-type]
+        for state in ("serving", "rejoining", "minority", "leaving"):
+            self.metrics.state.labels(state).set(1 if status["state"] == state else 0)
+
+
+def _txs_reply(req_id: int, result: ReadResult) -> bytes:
+    rows = [
+        [tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, digest]
+        for tx, digest in zip(result.txs, result.digests, strict=True)
+    ]
+    return pack(
+        "txs",
+        req_id,
+        result.stream,
+        result.prev_digest,
+        result.verified_seq,
+        result.earliest_seq,
+        result.lost,
+        rows,
+    )

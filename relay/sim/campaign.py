@@ -1,0 +1,46 @@
+"""Many simulator seeds in a row, with a summary (``relay sim``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from relay.sim.checker import InvariantViolation
+from relay.sim.cluster import run_seed
+
+
+@dataclass(slots=True)
+class CampaignSummary:
+    runs: int = 0
+    acked: int = 0
+    messages: int = 0
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        rate = self.runs / self.seconds if self.seconds else 0.0
+        return (
+            f"{self.runs} runs, {len(self.failures)} failed, {self.acked} acked publishes, "
+            f"{self.messages} mesh messages, {self.seconds:.1f} s ({rate:.1f} seeds/s)"
+        )
+
+
+def run_campaign(
+    seeds: Iterable[int], sizes: tuple[int, ...], echo: Callable[[str], None] = print
+) -> CampaignSummary:
+    summary = CampaignSummary()
+    started = time.monotonic()
+    for seed in seeds:
+        for nodes in sizes:
+            summary.runs += 1
+            try:
+                result = run_seed(seed, nodes)
+            except InvariantViolation as exc:
+                summary.failures.append(str(exc))
+                echo(f"FAIL {exc}")
+                continue
+            summary.acked += result.acked
+            summary.messages += result.messages
+    summary.seconds = time.monotonic() - started
+    return summary

@@ -1,0 +1,102 @@
+"""The client protocol on a node's client port (ZeroMQ ROUTER; clients use DEALER).
+
+Every frame is msgpack ``[version, kind, req_id, ...]``. Requests: ``pub``, ``fetch``,
+``status``. Replies: ``acks``, ``txs``, ``status``, ``redirect``, ``error``. A node answers
+a malformed request with an ``error`` reply (code ``bad_request``) when it can read a req_id,
+and with req_id 0 when it cannot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from relay.wire.mesh import MalformedFrame, _bytes, _int, _list, _str
+
+VERSION = 1
+REQUEST_BYTES_MAX = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PublishFrame:
+    req_id: int
+    stream: str
+    producer_id: str
+    items: tuple[tuple[int, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchFrame:
+    req_id: int
+    stream: str
+    after_seq: int
+    limit: int
+    wait_ms: int
+    strict: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StatusFrame:
+    req_id: int
+
+
+Request = PublishFrame | FetchFrame | StatusFrame
+
+
+class BadRequest(MalformedFrame):
+    def __init__(self, req_id: int, message: str) -> None:
+        super().__init__(message)
+        self.req_id = req_id
+
+
+def pack(*fields: Any) -> bytes:
+    body: bytes = msgpack.packb([VERSION, *fields])
+    return body
+
+
+def unpack(body: bytes) -> list[Any]:
+    try:
+        f = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise BadRequest(0, f"frame is not msgpack ({exc})") from None
+    if not isinstance(f, list) or len(f) < 3 or f[0] != VERSION:
+        raise BadRequest(0, "frame is not [1, kind, req_id, ...] (relay client protocol v1)")
+    return f
+
+
+def decode_request(body: bytes) -> Request:
+    if len(body) > REQUEST_BYTES_MAX:
+        raise BadRequest(0, f"request of {len(body)} bytes exceeds {REQUEST_BYTES_MAX}")
+    f = unpack(body)
+    kind = f[1]
+    req_id = f[2] if type(f[2]) is int and f[2] >= 0 else 0
+    try:
+        if kind == "pub" and len(f) == 6:
+            items = tuple((_int(m), _bytes(p)) for m, p in (_list(i) for i in _list(f[5])))
+            return PublishFrame(req_id, _str(f[3]), _str(f[4]), items)
+        if kind == "fetch" and len(f) == 8:
+            return FetchFrame(req_id, _str(f[3]), _int(f[4]), _int(f[5]), _int(f[6]), bool(f[7]))
+        if kind == "status" and len(f) == 3:
+            return StatusFrame(req_id)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(req_id, f"bad field in {kind!r} request: {exc}") from None
+    raise BadRequest(req_id, f"unknown request kind {kind!r} with {len(f)} fields")
+
+
+# --- requests, as clients build them -----------------------------------------------------
+
+
+def publish_request(req_id: int, stream: str, producer_id: str, items: list[list[Any]]) -> bytes:
+    return pack("pub", req_id, stream, producer_id, items)
+
+
+def fetch_request(
+    req_id: int, stream: str, after_seq: int, limit: int, wait_ms: int, strict: bool
+) -> bytes:
+    return pack("fetch", req_id, stream, after_seq, limit, wait_ms, strict)
+
+
+def status_request(req_id: int) -> bytes:
+    return pack("status", req_id)
