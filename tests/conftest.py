@@ -1,0 +1,31 @@
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from relay.runtime.local_cluster import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("c3"), nodes=3) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def cluster5(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("c5"), nodes=5) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        yield cluster
+
+
+@pytest.fixture
+def fresh_cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A cluster a test may break."""
+    with LocalCluster(tmp_path / "c", nodes=3) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        yield cluster

@@ -1,0 +1,168 @@
+"""Real node processes on 127.0.0.1, driven through the public client and the CLI."""
+
+import signal
+import subprocess
+import sys
+import threading
+
+import msgpack
+import pytest
+import zmq
+
+from relay import Consumer, Producer, RelayError
+from relay.client.producer import Ack
+from relay.runtime.local_cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+
+def produce_everywhere(cluster: LocalCluster, streams: list[str], per_node: int) -> list[Ack]:
+    """One producer thread per node and stream, all at once; every ack."""
+    acks: list[Ack] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(node_id: int, stream: str) -> None:
+        try:
+            with Producer(config=cluster.config_path, node=node_id, window=4, batch_max=16) as p:
+                futures = [p.send(stream, f"{node_id}:{i}".encode()) for i in range(per_node)]
+                p.flush()
+                got = [f.result() for f in futures]
+            with lock:
+                acks.extend(got)
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=(spec.id, s))
+        for spec in cluster.config.nodes
+        for s in streams
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not failures, failures
+    assert not any(t.is_alive() for t in threads)
+    return acks
+
+
+def read_all(
+    cluster: LocalCluster, stream: str, node_id: int, count: int
+) -> list[tuple[int, bytes]]:
+    with Consumer(stream, config=cluster.config_path, node=node_id) as consumer:
+        txs = consumer.take(count, timeout_s=30)
+    return [(tx.seq, tx.digest) for tx in txs]
+
+
+def check_agreement(
+    cluster: LocalCluster, acks: list[Ack], streams: list[str], nodes: dict[str, list[int]]
+) -> None:
+    for stream in streams:
+        acked = {a.seq: a.digest for a in acks if a.stream == stream}
+        views = [read_all(cluster, stream, n, len(acked)) for n in nodes[stream]]
+        for view in views:
+            assert view == views[0]  # same seqs, same order, same digests on every node
+        assert dict(views[0]) == acked  # every acknowledged seq, with its acked digest
+        seqs = [s for s, _ in views[0]]
+        assert seqs == sorted(set(seqs))
+
+
+def test_producers_on_every_node_consumers_on_every_node_agree(cluster3: LocalCluster) -> None:
+    streams = ["orders", "payments", "clicks"]
+    acks = produce_everywhere(cluster3, streams, per_node=150)
+    assert len(acks) == 3 * 3 * 150
+    check_agreement(cluster3, acks, streams, {s: [1, 2, 3] for s in streams})
+
+
+def test_five_nodes_partitioned_streams_and_redirects(cluster5: LocalCluster) -> None:
+    streams = ["orders.eu", "payments.eu", "events.web"]
+    acks = produce_everywhere(cluster5, streams, per_node=60)  # nodes 4, 5 redirect orders.*
+    assert len(acks) == 5 * 3 * 60
+    check_agreement(
+        cluster5,
+        acks,
+        streams,
+        {"orders.eu": [1, 2, 3], "payments.eu": [3, 4, 5], "events.web": [1, 2, 3, 4, 5]},
+    )
+    # a consumer that asks node 5 for orders.eu is redirected to a replica and served
+    with Consumer("orders.eu", config=cluster5.config_path, node=5) as consumer:
+        assert len(consumer.take(10, timeout_s=20)) == 10
+        assert consumer.node is not None and consumer.node.node_id in (1, 2, 3)
+
+
+def test_a_stream_no_node_replicates_gets_a_clear_error(cluster5: LocalCluster) -> None:
+    with Producer(config=cluster5.config_path) as producer, pytest.raises(RelayError) as info:
+        producer.publish("misc", b"x")
+    assert info.value.code == "no_replicas"
+    assert "misc" in info.value.message
+
+
+def test_a_malformed_frame_gets_an_error_and_the_node_keeps_serving(cluster3: LocalCluster) -> None:
+    spec = cluster3.config.node(2)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(spec.client_address)
+    try:
+        for junk in (b"\xc1\xc1junk", msgpack.packb([1, "pub", 7, "s"]), msgpack.packb({"a": 1})):
+            sock.send(junk)
+            assert sock.poll(5000), "no answer to a malformed frame"
+            reply = msgpack.unpackb(sock.recv(), raw=False)
+            assert reply[1] == "error" and reply[3] == "bad_request"
+        sock.send_multipart([b"two", b"frames"])
+        assert sock.poll(5000)
+        assert msgpack.unpackb(sock.recv(), raw=False)[3] == "bad_request"
+    finally:
+        sock.close()
+    with Producer(config=cluster3.config_path, node=2) as producer:
+        assert producer.publish("after-junk", b"ok").seq > 0
+
+
+def test_the_cli_publishes_consumes_and_shows_status(cluster3: LocalCluster) -> None:
+    cfg = str(cluster3.config_path)
+
+    def relay(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relay", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    out = relay("publish", "--config", cfg, "--stream", "cli", "--node", "3", "one", "two")
+    assert out.returncode == 0, out.stderr
+    seqs = [int(line.split()[0]) for line in out.stdout.splitlines()]
+    out = relay("publish", "--config", cfg, "--stream", "cli", stdin="three\nfour\n")
+    assert out.returncode == 0, out.stderr
+    seqs += [int(line.split()[0]) for line in out.stdout.splitlines()]
+    out = relay(
+        "consume", "--config", cfg, "--stream", "cli", "--node", "1", "--count", "4", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    import json
+
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["seq"] for r in rows] == seqs
+    assert [r["payload"] for r in rows] == ["one", "two", "three", "four"]
+    out = relay("cluster", "status", "--config", cfg)
+    assert out.returncode == 0 and "serving" in out.stdout and "cli" in out.stdout
+    out = relay("publish", "--config", cfg, "--stream", "bad stream", "x")
+    assert out.returncode != 0 and "bad_request" in out.stderr
+
+
+def test_with_one_node_stopped_publishes_still_succeed_and_fail_over(
+    fresh_cluster3: LocalCluster,
+) -> None:
+    cluster = fresh_cluster3
+    with Producer(config=cluster.config_path, node=1) as producer:
+        before = [producer.publish("s", f"before{i}".encode()) for i in range(20)]
+    cluster.stop(1, signal.SIGKILL)
+    after = []
+    for node_id in (2, 3, 1):  # node 1 is down: its producer must fail over by itself
+        with Producer(config=cluster.config_path, node=node_id, timeout_s=30) as producer:
+            after += [producer.publish("s", f"after{node_id}-{i}".encode()) for i in range(20)]
+    acked = {a.seq: a.digest for a in before + after}
+    for node_id in (2, 3):
+        view = read_all(cluster, "s", node_id, len(acked))
+        assert dict(view) == acked

@@ -1,0 +1,71 @@
+"""Config files: the example loads; every kind of mistake is refused, naming the key."""
+
+from pathlib import Path
+
+import pytest
+
+from relay.config import ConfigError, load, parse
+from relay.runtime.templates import cluster_toml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def raw(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+def test_the_example_config_loads() -> None:
+    config = load(ROOT / "cluster.example.toml")
+    assert [n.id for n in config.nodes] == [1, 2, 3]
+
+
+def test_init_writes_loadable_3_and_5_node_configs() -> None:
+    three = parse(raw(cluster_toml(3)))
+    five = parse(raw(cluster_toml(5)))
+    assert len(three.nodes) == 3
+    routing = five.routing()
+    assert routing.replicas_of("orders.eu") == (1, 2, 3)
+    assert routing.replicas_of("payments.eu") == (3, 4, 5)
+    assert routing.replicas_of("events.x") == (1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda t: t.replace("id = 2", "id = 1"), "node[1].id"),
+        (lambda t: t.replace("mesh_port = 7102", "mesh_port = 7101"), "node[1].mesh_port"),
+        (
+            lambda t: t.replace("heartbeat_ms = 100", "heartbeat_ms = 100\nhartbeat_ms = 1"),
+            "cluster.hartbeat_ms",
+        ),
+        (
+            lambda t: t.replace("heartbeat_ms = 100", 'heartbeat_ms = "fast"'),
+            "cluster.heartbeat_ms",
+        ),
+        (lambda t: t.replace("client_port = 7201", "client_port = 70000"), "node[0].client_port"),
+        (lambda t: t.replace('streams = ["*"]', 'streams = ["solo"]', 1), "node[1].streams"),
+        (lambda t: t.replace('host = "127.0.0.1"\n', "", 1), "node[0].host"),
+        (
+            lambda t: t.replace("[[node]]\nid = 1", "[[node]]\nid = 1\ncolour = 3", 1),
+            "node[0].colour",
+        ),
+    ],
+)
+def test_bad_configs_are_refused_naming_the_key(edit, key: str) -> None:
+    text = edit(cluster_toml(3))
+    with pytest.raises(ConfigError) as info:
+        parse(raw(text))
+    assert key in str(info.value)
+
+
+def test_small_replication_can_be_allowed_explicitly() -> None:
+    text = cluster_toml(3).replace('streams = ["*"]', 'streams = ["solo"]', 1)
+    text = text.replace("[cluster]\n", "[cluster]\nallow_small_replication = true\n")
+    assert parse(raw(text)).allow_small_replication
+
+
+def test_a_missing_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load(tmp_path / "nope.toml")

@@ -1,0 +1,101 @@
+"""Mesh and client frames: round trips, and garbage refused with MalformedFrame."""
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from relay.core.messages import (
+    Heartbeat,
+    OriginReport,
+    RepairData,
+    RepairRequest,
+    Replicate,
+    StreamAck,
+    Tx,
+)
+from relay.wire import client, mesh
+
+u64 = st.integers(0, 2**63 - 1)
+names = st.text(min_size=1, max_size=20)
+txs = st.builds(
+    Tx, u64, u64, st.integers(0, 1023), st.text(max_size=8), u64, st.binary(max_size=50)
+)
+messages = st.one_of(
+    st.builds(
+        Replicate, names, st.integers(0, 1023), u64, u64, st.lists(txs, max_size=5).map(tuple)
+    ),
+    st.builds(
+        StreamAck,
+        names,
+        st.integers(0, 1023),
+        u64,
+        u64,
+        u64,
+        u64,
+        st.binary(min_size=32, max_size=32),
+        st.lists(st.builds(OriginReport, st.integers(0, 1023), u64, u64), max_size=3).map(tuple),
+    ),
+    st.builds(
+        Heartbeat,
+        st.integers(0, 1023),
+        u64,
+        u64,
+        st.lists(st.tuples(names, u64), max_size=3).map(tuple),
+        st.lists(st.tuples(st.integers(0, 1023), u64), max_size=3).map(tuple),
+        st.booleans(),
+    ),
+    st.builds(RepairRequest, names, st.integers(0, 1023), st.integers(0, 1023), u64, u64, u64),
+    st.builds(
+        RepairData,
+        names,
+        st.integers(0, 1023),
+        st.integers(0, 1023),
+        u64,
+        st.lists(txs, max_size=5).map(tuple),
+    ),
+)
+
+
+@given(messages)
+def test_mesh_messages_round_trip(message) -> None:
+    topic, body = mesh.encode(message)
+    assert mesh.decode(body) == message
+    assert topic.split(b"|")[0] in (b"tx", b"ack", b"hb", b"ae")
+
+
+@given(st.binary(max_size=200))
+def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
+    try:
+        mesh.decode(body)
+    except mesh.MalformedFrame:
+        pass
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        msgpack.packb([1, 1, "s", 1, 1, 1, [[1, 2, 3, "p", 4]]]),  # a tx row one field short
+        msgpack.packb([1, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a negative id
+        msgpack.packb([2, 3]),  # another version
+        msgpack.packb({"kind": "replicate"}),
+    ],
+)
+def test_wrongly_shaped_mesh_frames_are_refused(body: bytes) -> None:
+    with pytest.raises(mesh.MalformedFrame):
+        mesh.decode(body)
+
+
+def test_client_requests_decode_and_bad_ones_keep_their_req_id() -> None:
+    frame = client.decode_request(client.publish_request(5, "s", "p", [[1, b"x"]]))
+    assert frame == client.PublishFrame(5, "s", "p", ((1, b"x"),))
+    with pytest.raises(client.BadRequest) as info:
+        client.decode_request(client.pack("pub", 9, "s", "p", [[1, "not bytes"]]))
+    assert info.value.req_id == 9
+    with pytest.raises(client.BadRequest):
+        client.decode_request(b"\xc1garbage")
+
+
+def test_topic_prefixes_cover_the_patterns() -> None:
+    prefixes = mesh.topic_prefixes(("orders.*", "payments.eu"))
+    assert b"tx|orders." in prefixes and b"ack|payments.eu" in prefixes and b"hb|" in prefixes
