@@ -11,7 +11,7 @@ BASE = 1 << 40
 
 def replica(self_id: int = 1) -> StreamReplica:
     r = StreamReplica("s", self_id, (1, 2, 3), 2, LIMITS)
-    for origin, lane in r.lanes.items():
+    for lane in r.lanes.values():
         lane.restart(7, LaneState.ACTIVE)
     return r
 
