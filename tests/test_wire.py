@@ -21,7 +21,13 @@ from relay.wire import client, mesh
 u64 = st.integers(0, 2**63 - 1)
 names = st.text(min_size=1, max_size=20)
 txs = st.builds(
-    Tx, u64, u64, st.integers(0, 1023), st.text(max_size=8), u64, st.binary(max_size=50)
+    lambda prev, step, origin, pid, mid, payload: Tx(prev + step, prev, origin, pid, mid, payload),
+    st.integers(0, 2**62),
+    st.integers(1, 2**20),
+    st.integers(0, 1023),
+    st.text(max_size=8),
+    u64,
+    st.binary(max_size=50),
 )
 messages = st.one_of(
     st.builds(

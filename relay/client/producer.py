@@ -154,8 +154,11 @@ class Producer:
         self._queue.append(
             _Item(stream, msg_id, bytes(payload), future, time.monotonic() + self.timeout_s)
         )
-        if len(self._inflight) >= self.window or len(self._queue) >= self.batch_max:
+        queued = len(self._queue)
+        if queued % self.batch_max == 0:  # a full batch is ready: send it if the window allows
             self._pump(0)
+            while len(self._queue) >= self.window * self.batch_max:  # backpressure
+                self._pump(10)
         return future
 
     def publish(self, stream: str, payload: bytes, msg_id: int | None = None) -> Ack:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Channel(Enum):
@@ -18,9 +19,12 @@ class Channel(Enum):
     HEARTBEAT = "hb"
 
 
-@dataclass(frozen=True, slots=True)
-class Tx:
-    """One transaction as it travels between replicas."""
+class Tx(NamedTuple):
+    """One transaction as it travels between replicas.
+
+    A named tuple rather than a dataclass: it is the one object made per transaction on the
+    hot path, it packs straight into msgpack, and the garbage collector can untrack it.
+    """
 
     seq: int
     prev: int  # the origin's previous seq in this stream and epoch; 0 for its first

@@ -70,16 +70,16 @@ class PendingPublish:
     req_id: int
     started_ms: int
     deadline_ms: int
+    seqs: list[int]  # per item: the seq it waits for
     results: list[Acked | Rejected | None]
-    remaining: int
     done: bool = False
 
 
 @dataclass(slots=True)
 class StreamWaiters:
-    """Publish items waiting for their seq to be verified: a heap of (seq, order, pending, i)."""
+    """Publish requests waiting for verification: a heap of (highest seq, order, pending)."""
 
-    heap: list[tuple[int, int, PendingPublish, int]] = field(default_factory=list)
+    heap: list[tuple[int, int, PendingPublish]] = field(default_factory=list)
 
 
 class NodeCore:
@@ -334,31 +334,34 @@ class NodeCore:
             req_id=req.req_id,
             started_ms=now_ms,
             deadline_ms=now_ms + self.params.publish_timeout_ms,
+            seqs=[],
             results=[None] * len(req.items),
-            remaining=len(req.items),
         )
         self.pending.append(pending)
-        waiters = self.waiters.setdefault(req.stream, StreamWaiters())
         outbox = self.outbox.setdefault(req.stream, [])
-        for i, (msg_id, payload) in enumerate(req.items):
-            seq = state.lookup_key(req.producer_id, msg_id) if req.producer_id else None
+        seqs = pending.seqs
+        producer_id = req.producer_id
+        prev = self.origin_last.get(req.stream, 0)
+        next_seq = self.clock.next_seq
+        take = state.take
+        for msg_id, payload in req.items:
+            seq = state.lookup_key(producer_id, msg_id) if producer_id else None
             if seq is None:
-                seq = self.clock.next_seq(now_ms)
-                tx = Tx(
-                    seq,
-                    self.origin_last.get(req.stream, 0),
-                    self.node_id,
-                    req.producer_id,
-                    msg_id,
-                    payload,
-                )
-                taken = state.take(tx)
+                seq = next_seq(now_ms)
+                tx = Tx(seq, prev, self.node_id, producer_id, msg_id, payload)
+                taken = take(tx)
                 assert taken, "a node's own txs always extend its lane"
-                self.origin_last[req.stream] = seq
+                prev = seq
                 outbox.append(tx)
-            self._order += 1
-            heapq.heappush(waiters.heap, (seq, self._order, pending, i))
+            seqs.append(seq)
+        self.origin_last[req.stream] = prev
+        self._wait(req.stream, pending)
         self.dirty[req.stream] = None
+
+    def _wait(self, stream: str, pending: PendingPublish) -> None:
+        self._order += 1
+        waiters = self.waiters.setdefault(stream, StreamWaiters())
+        heapq.heappush(waiters.heap, (max(pending.seqs), self._order, pending))
 
     def _publish_refusal(self, req: PublishRequested) -> Rejected | Redirect | None:
         problem = stream_name_problem(req.stream)
@@ -619,7 +622,7 @@ class NodeCore:
         self._resolve(now_ms, name, state)
 
     def _resolve(self, now_ms: int, name: str, state: StreamReplica) -> None:
-        """Answer the publish items whose seq is now verified."""
+        """Answer the publish requests whose seqs are all verified now."""
         verified = state.verified_seq
         waiters = self.waiters.get(name)
         if waiters is None:
@@ -627,22 +630,28 @@ class NodeCore:
         heap = waiters.heap
         timeline = state.timeline
         while heap and heap[0][0] <= verified:
-            seq, order, pending, i = heapq.heappop(heap)
+            pending = heapq.heappop(heap)[2]
             if pending.done:
                 continue
-            digest = timeline.digest_at(seq)
-            if digest is not None:
-                pending.results[i] = Acked(seq, digest)
-            elif seq in state.skipped:
-                heapq.heappush(heap, (state.skipped[seq][1], order, pending, i))
-                continue
+            results = pending.results
+            waiting = False
+            for i, seq in enumerate(pending.seqs):
+                if results[i] is not None:
+                    continue
+                digest = timeline.digest_at(seq)
+                if digest is not None:
+                    results[i] = Acked(seq, digest)
+                elif seq in state.skipped:  # a duplicate: answer with the original's seq
+                    pending.seqs[i] = state.skipped[seq][1]
+                    waiting = True
+                else:
+                    results[i] = Rejected(
+                        errors.NOT_COMMITTED,
+                        "the transaction's coordinator was cut before a quorum held it; retry",
+                    )
+            if waiting:
+                self._wait(name, pending)
             else:
-                pending.results[i] = Rejected(
-                    errors.NOT_COMMITTED,
-                    "the transaction's coordinator was cut before a quorum held it; retry",
-                )
-            pending.remaining -= 1
-            if pending.remaining == 0:
                 self._finish(now_ms, pending)
 
     def _finish(self, now_ms: int, pending: PendingPublish) -> None:

@@ -51,10 +51,6 @@ def topic_prefixes(patterns: tuple[str, ...]) -> list[bytes]:
     return sorted(set(prefixes))
 
 
-def _tx_row(tx: Tx) -> list[Any]:
-    return [tx.seq, tx.prev, tx.origin, tx.producer_id, tx.msg_id, tx.payload]
-
-
 def encode(message: MeshMessage) -> tuple[bytes, bytes]:
     """(topic, body) for one message."""
     m = message
@@ -66,7 +62,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.origin,
             m.epoch,
             m.floor,
-            [_tx_row(t) for t in m.txs],
+            m.txs,
         ]
         return topic(Channel.TX, m.stream), msgpack.packb(body)
     if isinstance(m, StreamAck):
@@ -115,7 +111,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
         m.sender,
         m.origin,
         m.origin_epoch,
-        [_tx_row(t) for t in m.txs],
+        m.txs,
     ]
     return topic(Channel.REPAIR, m.stream), msgpack.packb(body)
 
@@ -179,8 +175,22 @@ def _shape(f: list[Any], n: int) -> list[Any]:
 def _txs(rows: Any) -> tuple[Tx, ...]:
     out = []
     for row in _list(rows):
-        seq, prev, origin, pid, mid, payload = _shape(_list(row), 6)
-        out.append(Tx(_int(seq), _int(prev), _int(origin), _str(pid), _int(mid), _bytes(payload)))
+        if type(row) is not list or len(row) != 6:
+            raise ValueError("a tx row has 6 fields")
+        seq, prev, origin, pid, mid, payload = row
+        if not (
+            type(seq) is int
+            and type(prev) is int
+            and type(origin) is int
+            and type(mid) is int
+            and type(pid) is str
+            and type(payload) is bytes
+            and seq > prev >= 0
+            and 0 <= origin <= 1023
+            and mid >= 0
+        ):
+            raise ValueError(f"bad tx row {row!r:.80}")
+        out.append(Tx(seq, prev, origin, pid, mid, payload))
     return tuple(out)
 
 
