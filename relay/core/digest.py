@@ -8,6 +8,8 @@ from ``genesis(stream)``. Equal digests at ``s`` mean equal timelines up to and 
 
 from __future__ import annotations
 
+from struct import Struct
+
 from blake3 import blake3
 
 DIGEST_BYTES = 32
@@ -18,6 +20,9 @@ def genesis(stream: str) -> bytes:
     return blake3(b"relay/v1 genesis " + stream.encode()).digest()
 
 
+_HEADER = Struct(">QH").pack  # seq (8 bytes), origin (2 bytes), big-endian
+
+
 def fold(previous: bytes, seq: int, origin: int, payload: bytes) -> bytes:
     """The digest after appending one transaction to a timeline ending in ``previous``."""
-    return blake3(previous + seq.to_bytes(8, "big") + origin.to_bytes(2, "big") + payload).digest()
+    return blake3(previous + _HEADER(seq, origin) + payload).digest()

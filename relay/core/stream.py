@@ -128,28 +128,35 @@ class StreamReplica:
                 ready.append(queue.popleft())
         if not ready:
             return False
-        ready.sort(key=_seq_of)
+        if len(ready) > 1:
+            ready.sort(key=_seq_of)
         timeline = self.timeline
         head_seq = timeline.head_seq
         digest = timeline.head_digest
-        moved = False
+        folded: list[Tx] = []
+        digests: list[bytes] = []
+        pending_keys, dedup, dedup_order = self.pending_keys, self.dedup, self.dedup_order
         for tx in ready:
-            if tx.seq <= head_seq:
+            seq = tx.seq
+            if seq <= head_seq:
                 self.late_txs += 1  # an origin broke its promise; never reorder the past
                 continue
             if tx.producer_id:
                 key = (tx.producer_id, tx.msg_id)
-                self.pending_keys.pop(key, None)
-                original = self.dedup.get(key)
+                pending_keys.pop(key, None)
+                original = dedup.get(key)
                 if original is not None:
-                    self.skipped[tx.seq] = (tx, original)
+                    self.skipped[seq] = (tx, original)
                     continue
-                self.dedup[key] = tx.seq
-                self.dedup_order.append((tx.seq, key))
-            digest = fold(digest, tx.seq, tx.origin, tx.payload)
-            timeline.append(tx, digest)
-            head_seq = tx.seq
-            moved = True
+                dedup[key] = seq
+                dedup_order.append((seq, key))
+            digest = fold(digest, seq, tx.origin, tx.payload)
+            folded.append(tx)
+            digests.append(digest)
+            head_seq = seq
+        moved = bool(folded)
+        if moved:
+            timeline.extend(folded, digests)
         self._evict_dedup(head_seq)
         if moved:
             self.needs_ack = True

@@ -46,11 +46,12 @@ class Timeline:
     def head_digest(self) -> bytes:
         return self.digests[-1] if self.digests else self.trimmed_digest
 
-    def append(self, tx: Tx, digest: bytes) -> None:
-        assert tx.seq > self.head_seq, "a timeline only grows in seq order"
-        self.seqs.append(tx.seq)
-        self.digests.append(digest)
-        self.txs.append(tx)
+    def extend(self, txs: list[Tx], digests: list[bytes]) -> None:
+        """Append txs already in ascending seq order above the head, with their digests."""
+        assert txs[0].seq > self.head_seq, "a timeline only grows in seq order"
+        self.seqs.extend([tx.seq for tx in txs])
+        self.digests.extend(digests)
+        self.txs.extend(txs)
 
     def digest_at(self, seq: int) -> bytes | None:
         """The digest at ``seq`` if ``seq`` is a held entry (or the trimmed boundary)."""
