@@ -48,7 +48,8 @@ class FlakeClock:
 
     def next_seq(self, now_unix_ms: int) -> int:
         """A new seq, strictly above every seq this clock issued or observed."""
-        seq = max(make_seq(now_unix_ms, self.node_id), self._smallest_own_seq_above(self.floor))
+        now = make_seq(now_unix_ms, self.node_id)
+        seq = now if now > self.floor else self._smallest_own_seq_above(self.floor)
         self.floor = seq
         return seq
 

@@ -16,7 +16,7 @@ replica has admitted it.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -635,12 +635,17 @@ class NodeCore:
                 continue
             results = pending.results
             waiting = False
+            seqs = timeline.seqs
+            j = bisect_left(seqs, min(pending.seqs))
             for i, seq in enumerate(pending.seqs):
                 if results[i] is not None:
                     continue
-                digest = timeline.digest_at(seq)
-                if digest is not None:
-                    results[i] = Acked(seq, digest)
+                if j < len(seqs) and seqs[j] > seq:  # not ascending (a retried item): search
+                    j = bisect_left(seqs, seq)
+                while j < len(seqs) and seqs[j] < seq:  # ascending, as usual: walk
+                    j += 1
+                if j < len(seqs) and seqs[j] == seq:
+                    results[i] = Acked(seq, timeline.digests[j])
                 elif seq in state.skipped:  # a duplicate: answer with the original's seq
                     pending.seqs[i] = state.skipped[seq][1]
                     waiting = True

@@ -147,6 +147,8 @@ class NodeRuntime:
                 now = self.now_ms()
                 events: list[Event] = []
                 fetches: list[tuple[bytes, FetchFrame]] = []
+                if ready:
+                    self.metrics.loop_turns.inc()
                 if self.sub in ready:
                     self._drain_mesh(events)
                 if self.router in ready:
