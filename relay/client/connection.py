@@ -22,7 +22,7 @@ class Connection:
         self.sock.connect(address.endpoint)
 
     def send(self, body: bytes) -> None:
-        self.sock.send(body, copy=False)
+        self.sock.send(body)
 
     def recv(self, timeout_ms: int) -> list[Any] | None:
         """The next reply, decoded, or None if none came within ``timeout_ms``."""

@@ -25,7 +25,9 @@ class PublishRequested:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """Time passed; nothing else happened."""
+    """Time passed: check timers (heartbeats, suspicion, publish timeouts, cuts, repairs).
+
+    The shell sends one every few milliseconds; other events do not run the timers."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,6 +116,7 @@ class NodeCore:
     def handle(self, now_ms: int, events: Iterable[Event]) -> list[Effect]:
         if self.started_ms is None:
             self.started_ms = now_ms
+        upkeep = False
         for event in events:
             if isinstance(event, MeshReceived):
                 self._on_mesh(now_ms, event.message)
@@ -124,9 +125,11 @@ class NodeCore:
             elif isinstance(event, ShutdownRequested):
                 self.leaving = True
                 self.next_heartbeat_ms = now_ms
+                upkeep = True
             elif isinstance(event, Tick):
-                pass
-        self._maintain(now_ms)
+                upkeep = True
+        if upkeep:  # timers, cuts and repairs run on ticks, not on every message
+            self._maintain(now_ms)
         self._flush(now_ms)
         effects, self._effects = self._effects, []
         return effects

@@ -35,6 +35,7 @@ from relay.core.events import (
     Rejected,
     Reply,
     ShutdownRequested,
+    Tick,
     Verified,
 )
 from relay.core.node import NodeCore
@@ -153,12 +154,13 @@ class NodeRuntime:
                     self._drain_mesh(events)
                 if self.router in ready:
                     self._drain_clients(now, events, fetches)
+                if now >= next_tick:
+                    next_tick = now + TICK_MS
+                    events.append(Tick())
                 self._carry_out(now, self.core.handle(now, events))
                 for client, frame in fetches:
                     self._fetch(now, client, frame)
                 self._expire_fetches(now)
-                if now >= next_tick:
-                    next_tick = now + TICK_MS
                 if now >= next_gauge:
                     next_gauge = now + GAUGE_MS
                     self._gauge()
@@ -249,7 +251,7 @@ class NodeRuntime:
         for effect in effects:
             if isinstance(effect, Broadcast):
                 topic, body = mesh.encode(effect.message)
-                self.pub.send_multipart((topic, body), copy=False)
+                self.pub.send_multipart((topic, body))
                 self.metrics.mesh_frames.labels("out").inc()
             elif isinstance(effect, Reply):
                 self._reply(effect)
