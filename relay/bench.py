@@ -1,5 +1,10 @@
-"""``relay bench``: publish N transactions through one pipelined producer; report
-throughput and latency percentiles."""
+"""``relay bench``: publish N transactions through one producer; report throughput and
+ack latency percentiles.
+
+Three modes: one publish at a time (``--window 1 --batch 1``: the latency of a single
+publish in flight), pipelined as fast as acks come back (the default), and open loop at a
+fixed ``--rate`` (latency at a chosen load). Latency is measured from ``send`` to the ack.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,14 @@ class BenchSettings:
     rate: float | None
     node: int | None
 
+    @property
+    def mode(self) -> str:
+        if self.rate:
+            return f"open loop at {self.rate:,.0f} tx/s"
+        if self.window == 1 and self.batch == 1:
+            return "one publish in flight"
+        return "pipelined"
+
 
 @dataclass(frozen=True, slots=True)
 class BenchReport:
@@ -35,13 +48,13 @@ class BenchReport:
     max_ms: float
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {**asdict(self), "mode": self.settings.mode}
 
     def text(self) -> str:
         s = self.settings
         return (
-            f"settings: stream={s.stream} count={s.count} size={s.size}B window={s.window} "
-            f"batch={s.batch} rate={s.rate or 'max'} node={s.node or 'any'}\n"
+            f"settings: {s.mode}; stream={s.stream} count={s.count} size={s.size}B "
+            f"window={s.window} batch={s.batch} node={s.node or 'any'}\n"
             f"acked {self.acked}, failed {self.failed} in {self.seconds:.2f} s: "
             f"{self.tx_per_s:,.0f} tx/s\n"
             f"ack latency ms: p50 {self.p50_ms:.3f}  p99 {self.p99_ms:.3f}  "
@@ -51,26 +64,15 @@ class BenchReport:
 
 def run_bench(settings: BenchSettings, progress: bool = True) -> BenchReport:
     payload = b"x" * settings.size
-    latencies: list[float] = []
-    failed = 0
     with Producer(
         config=settings.config, node=settings.node, window=settings.window, batch_max=settings.batch
     ) as producer:
         producer.publish(settings.stream, payload)  # warm up: connect, create the stream
-        pending: list[tuple[float, PublishFuture]] = []
         started = time.perf_counter()
-        interval = 1.0 / settings.rate if settings.rate else 0.0
-        for i in range(settings.count):
-            if interval:
-                target = started + i * interval
-                while time.perf_counter() < target:
-                    producer.poll()
-            pending.append((time.perf_counter(), producer.send(settings.stream, payload)))
-            if len(pending) >= 4 * settings.batch * settings.window or i == settings.count - 1:
-                failed += _settle(producer, pending, latencies, final=i == settings.count - 1)
-            if progress and i % 5000 == 0:
-                _progress(i, settings.count, started)
-        failed += _settle(producer, pending, latencies, final=True)
+        if settings.mode == "one publish in flight":
+            latencies, failed = _one_at_a_time(producer, settings, payload, started, progress)
+        else:
+            latencies, failed = _pipelined(producer, settings, payload, started, progress)
         seconds = time.perf_counter() - started
     if progress:
         _progress(settings.count, settings.count, started)
@@ -89,22 +91,50 @@ def run_bench(settings: BenchSettings, progress: bool = True) -> BenchReport:
     )
 
 
-def _settle(
-    producer: Producer,
-    pending: list[tuple[float, PublishFuture]],
-    latencies: list[float],
-    final: bool,
-) -> int:
-    """Record finished publishes (all of them when ``final``); count failures."""
-    if final:
-        producer.flush()
+def _one_at_a_time(
+    producer: Producer, settings: BenchSettings, payload: bytes, started: float, progress: bool
+) -> tuple[list[float], int]:
+    latencies: list[float] = []
+    for i in range(settings.count):
+        sent = time.perf_counter()
+        producer.publish(settings.stream, payload)
+        latencies.append((time.perf_counter() - sent) * 1000)
+        if progress and i % 500 == 0:
+            _progress(i, settings.count, started)
+    return latencies, 0
+
+
+def _pipelined(
+    producer: Producer, settings: BenchSettings, payload: bytes, started: float, progress: bool
+) -> tuple[list[float], int]:
+    latencies: list[float] = []
+    failed = 0
+    pending: list[tuple[float, PublishFuture]] = []
+    interval = 1.0 / settings.rate if settings.rate else 0.0
+    settle_every = 4 * settings.batch * settings.window
+    for i in range(settings.count):
+        if interval:
+            due = started + i * interval
+            while time.perf_counter() < due:
+                producer.poll()
+        pending.append((time.perf_counter(), producer.send(settings.stream, payload)))
+        if len(pending) >= settle_every:
+            failed += _settle(pending, latencies)
+        if progress and i % 5000 == 0:
+            _progress(i, settings.count, started)
+    producer.flush()
+    failed += _settle(pending, latencies)
+    return latencies, failed
+
+
+def _settle(pending: list[tuple[float, PublishFuture]], latencies: list[float]) -> int:
+    """Record the finished publishes, keep the rest; count failures."""
     failed = 0
     keep = []
     for sent, future in pending:
         if not future.done():
             keep.append((sent, future))
-            continue
-        if future.failed():
+        elif future.failed():
             failed += 1
         else:
             latencies.append((future.done_at - sent) * 1000)

@@ -42,16 +42,21 @@ def run(cfg: str) -> None:
 
     def produce(node: int, stream: str) -> None:
         with Producer(config=cfg, node=node) as producer:
-            futures = [producer.send(stream, f'{{"node": {node}, "n": {i}, "amount": {i % 97}}}'
-                                     .encode()) for i in range(PER_PRODUCER)]
+            futures = [
+                producer.send(stream, f'{{"node": {node}, "n": {i}, "amount": {i % 97}}}'.encode())
+                for i in range(PER_PRODUCER)
+            ]
             producer.flush()
             with lock:
                 for f in futures:
                     ack = f.result()
                     acked[stream][ack.seq] = ack.digest
 
-    print(f"\npublishing {PER_PRODUCER} transactions from a producer on every node "
-          f"to each of {STREAMS} ...", flush=True)
+    print(
+        f"\npublishing {PER_PRODUCER} transactions from a producer on every node "
+        f"to each of {STREAMS} ...",
+        flush=True,
+    )
     started = time.monotonic()
     threads = [threading.Thread(target=produce, args=(n, s)) for n in nodes for s in STREAMS]
     for t in threads:
@@ -75,10 +80,15 @@ def run(cfg: str) -> None:
             agrees = view == reference and dict(view) == acked[stream]
             ok &= agrees
             last_seq, last_digest = view[-1] if view else (0, b"")
-            print(f"{stream:<10} {node:<5} {len(view):>9} {last_seq:>20} "
-                  f"{last_digest.hex()[:16]:<18} {'yes' if agrees else 'NO'}")
-    print("\nevery consumer saw every acknowledged transaction, in one order, with equal "
-          "digests" if ok else "\nMISMATCH: consumers disagree")
+            print(
+                f"{stream:<10} {node:<5} {len(view):>9} {last_seq:>20} "
+                f"{last_digest.hex()[:16]:<18} {'yes' if agrees else 'NO'}"
+            )
+    print(
+        "\nevery consumer saw every acknowledged transaction, in one order, with equal digests"
+        if ok
+        else "\nMISMATCH: consumers disagree"
+    )
     if not ok:
         sys.exit(1)
 

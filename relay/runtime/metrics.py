@@ -45,8 +45,9 @@ class NodeMetrics:
         self.mesh_frames = Counter(
             "relay_mesh_frames", "Mesh frames, by direction", ["direction"], registry=r
         )
-        self.loop_turns = Counter("relay_loop_turns", "Turns of the node's event loop that "
-                                  "handled input", registry=r)
+        self.loop_turns = Counter(
+            "relay_loop_turns", "Turns of the node's event loop that handled input", registry=r
+        )
         self.peers_up = Gauge(
             "relay_peers_up", "Peers heard within the suspect timeout", registry=r
         )

@@ -1,0 +1,140 @@
+"""Measure relay against NATS JetStream R3 in one run; print a markdown report.
+
+For a 3-node and a 5-node local cluster: pipelined acked tx/s from one producer (100-byte
+payloads), ack latency with one publish in flight and at half the measured peak, and each
+node's peak RSS. Then, if nats-server and the peer venv are there, ../shared/peers' JetStream
+R3 benchmark in the same run. Usage: scripts/bench.sh [--count N] [--skip-nats]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from relay.runtime.local_cluster import LocalCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER = ROOT.parent / "shared" / "peers" / "nats_jetstream_bench.py"
+PEER_PYTHON = Path("/tmp/peer-venv/bin/python")
+
+
+def bench(config: Path, *args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "relay", "bench", "--config", str(config), "--json", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    )
+    report: dict[str, Any] = json.loads(out.stdout)
+    return report
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def measure_relay(nodes: int, count: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp), nodes=nodes) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        cfg = cluster.config_path
+        stream = "events.bench" if nodes >= 5 else "bench"
+        peak = bench(cfg, "--stream", stream, "--count", str(count), "--node", "1")
+        single = bench(
+            cfg,
+            "--stream",
+            stream,
+            "--count",
+            "3000",
+            "--window",
+            "1",
+            "--batch",
+            "1",
+            "--node",
+            "1",
+        )
+        half = float(peak["tx_per_s"]) / 2
+        at_half = bench(
+            cfg,
+            "--stream",
+            stream,
+            "--count",
+            str(int(half * 10)),
+            "--rate",
+            str(int(half)),
+            "--node",
+            "1",
+        )
+        rss = [round(peak_rss_mb(p.pid), 1) for p in cluster.procs.values()]
+    return {"nodes": nodes, "peak": peak, "single": single, "half": at_half, "rss_mb": rss}
+
+
+def measure_nats() -> str | None:
+    if not PEER.exists() or not PEER_PYTHON.exists():
+        return None
+    out = subprocess.run(
+        [
+            str(PEER_PYTHON),
+            str(PEER),
+            "--uvloop",
+            "--storage",
+            "memory",
+            "file",
+            "--runs",
+            "1",
+            "--workdir",
+            tempfile.mkdtemp(prefix="nats-"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return out.stdout + out.stderr
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, default=300_000)
+    parser.add_argument("--skip-nats", action="store_true")
+    args = parser.parse_args()
+    cores = os.cpu_count()
+    print(f"# relay benchmark, {date.today()}, {platform.node()}, {cores} cores\n")
+    for nodes in (3, 5):
+        r: dict[str, Any] = measure_relay(nodes, args.count)
+        peak, single, half = r["peak"], r["single"], r["half"]
+        print(f"## {nodes} nodes\n")
+        print(
+            f"- pipelined: {peak['tx_per_s']:,.0f} acked tx/s ({peak['acked']} acked, "
+            f"{peak['failed']} failed, window 16 x batch 256)"
+        )
+        print(
+            f"- one in flight: p50 {single['p50_ms']:.3f} ms, p99 {single['p99_ms']:.3f} ms, "
+            f"p99.9 {single['p999_ms']:.3f} ms ({single['tx_per_s']:,.0f} tx/s)"
+        )
+        print(
+            f"- at half the peak ({half['settings']['rate']:,.0f} tx/s offered, "
+            f"{half['tx_per_s']:,.0f} acked): p50 {half['p50_ms']:.3f} ms, "
+            f"p99 {half['p99_ms']:.3f} ms"
+        )
+        print(f"- peak RSS per node (MB): {r['rss_mb']}\n")
+    if not args.skip_nats:
+        nats = measure_nats()
+        missing = "not run: install nats-server and /tmp/peer-venv (../shared/peers/README.md)"
+        print("## NATS JetStream R3 (../shared/peers), same run\n")
+        print("```\n" + (nats or missing) + "\n```")
+
+
+if __name__ == "__main__":
+    main()
