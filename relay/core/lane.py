@@ -37,7 +37,9 @@ class Lane:
         "closed",
         "contig",
         "cut_at",
+        "cut_final",
         "cut_reports",
+        "cut_since_ms",
         "early",
         "epoch",
         "gap_since_ms",
@@ -58,12 +60,18 @@ class Lane:
         self.early: dict[int, Tx] = {}  # prev -> tx, waiting for the gap before it
         self.cut_reports: dict[int, int] = {}  # reporter -> its contig, while CUTTING
         self.cut_at: int | None = None  # the agreed cut, once known
+        self.cut_since_ms: int | None = None
+        self.cut_final = False  # cut_at is decided (here or by a settled report)
         self.gap_since_ms: int | None = None
         self.closed: tuple[int, int] | None = None  # (epoch, cut) of the last closed epoch
 
     def restart(self, epoch: int, state: LaneState) -> None:
         """Forget the current epoch and follow a new one, remembering where a cut one ended."""
-        closed = (self.epoch, self.contig) if self.state is LaneState.CUT else self.closed
+        closed = (
+            (self.epoch, self.cut_at or self.contig)
+            if self.state is LaneState.CUT
+            else (self.closed)
+        )
         self.__init__(self.origin, epoch, state)  # type: ignore[misc]
         self.closed = closed
 
@@ -81,15 +89,22 @@ class Lane:
         if floor > self.promise:
             self.promise = floor
 
-    def accept(self, tx: Tx) -> bool:
-        """Take a tx of this lane's epoch; False if it was a duplicate or cannot be placed."""
-        if tx.seq <= self.contig:
+    def accept(self, tx: Tx, stable_head: int) -> bool:
+        """Take a tx of this lane's epoch; False if it was a duplicate or cannot be placed.
+
+        A tx chains when its ``prev`` is ``contig``, or when both are at or below the stable
+        head: an origin's chain is linear, so no tx of it lies between ``prev`` and this one,
+        and everything at or below the stable head is settled already. That rule is what lets
+        a replica that caught up from a snapshot follow every origin without knowing where
+        each one's chain was.
+        """
+        if tx.seq <= self.contig or tx.epoch != self.epoch or tx.seq <= stable_head:
             return False
         if self.cut_at is not None and tx.seq > self.cut_at:
             return False
         if self.state is LaneState.CUTTING and self.cut_at is None:
             return False  # frozen until the replicas agree where the epoch ends
-        if tx.prev != self.contig:
+        if tx.prev != self.contig and not (tx.prev <= stable_head and self.contig <= stable_head):
             if len(self.early) < EARLY_TXS_MAX:
                 self.early[tx.prev] = tx
             return False

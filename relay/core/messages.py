@@ -29,6 +29,7 @@ class Tx(NamedTuple):
     seq: int
     prev: int  # the origin's previous seq in this stream and epoch; 0 for its first
     origin: int
+    epoch: int  # the origin's epoch (incarnation) when it coordinated the tx
     producer_id: str  # "" when the producer named none
     msg_id: int
     payload: bytes
@@ -49,11 +50,13 @@ class Replicate:
 
 @dataclass(frozen=True, slots=True)
 class OriginReport:
-    """What a replica holds of a suspected origin's epoch: every tx up to ``contig``."""
+    """What a replica holds of a suspected origin's epoch: every tx up to ``contig``; or,
+    when ``settled``, where the epoch was cut (a decision others adopt as it is)."""
 
     origin: int
     epoch: int
     contig: int
+    settled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class StreamAck:
     origin_last: int
     head_seq: int
     head_digest: bytes
+    verified_seq: int
     reports: tuple[OriginReport, ...] = ()
 
     channel = Channel.ACK
@@ -123,4 +127,42 @@ class RepairData:
     channel = Channel.REPAIR
 
 
-MeshMessage = Replicate | StreamAck | Heartbeat | RepairRequest | RepairData
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    """Ask peers for their verified timeline after ``after_seq`` (anti-entropy catch-up).
+
+    Sent by a replica that restarted with empty memory, fell too far behind to repair
+    gaps, or whose digest disagrees with its peers.
+    """
+
+    stream: str
+    requester: int
+    after_seq: int
+
+    channel = Channel.REPAIR
+
+
+@dataclass(frozen=True, slots=True)
+class SyncData:
+    """A slice of the sender's verified timeline: ``txs`` follow ``base_seq``/``base_digest``.
+
+    When the sender no longer holds ``after_seq``, the slice starts at the oldest entry it
+    holds (a snapshot) and carries the dedup keys of the window before it, so the receiver's
+    dedup decisions stay identical to everyone else's.
+    """
+
+    stream: str
+    sender: int
+    requester: int
+    base_seq: int
+    base_digest: bytes
+    txs: tuple[Tx, ...]
+    digests: tuple[bytes, ...]
+    dedup: tuple[tuple[str, int, int], ...]  # (producer id, msg id, seq), snapshots only
+
+    channel = Channel.REPAIR
+
+
+MeshMessage = (
+    Replicate | StreamAck | Heartbeat | RepairRequest | RepairData | SyncRequest | SyncData
+)

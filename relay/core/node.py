@@ -39,6 +39,7 @@ from relay.core.events import (
     Tick,
     Verified,
 )
+from relay.core.fencing import FenceInput, NodeState, next_state, quorum_input
 from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, FlakeClock, make_seq
 from relay.core.lane import LaneState
 from relay.core.messages import (
@@ -48,6 +49,8 @@ from relay.core.messages import (
     RepairRequest,
     Replicate,
     StreamAck,
+    SyncData,
+    SyncRequest,
     Tx,
 )
 from relay.core.params import CoreConfig
@@ -103,6 +106,7 @@ class NodeCore:
         self.next_heartbeat_ms = 0
         self.repair_asked_ms: dict[tuple[str, int], int] = {}
         self.leaving = False
+        self.state = NodeState.FENCED  # until it hears a quorum of the cluster
         self._order = 0
         self._effects: list[Effect] = []
         self._limits = StreamLimits(
@@ -124,6 +128,7 @@ class NodeCore:
                 self._on_publish(now_ms, event)
             elif isinstance(event, ShutdownRequested):
                 self.leaving = True
+                self._fence_input(now_ms, FenceInput.SHUTDOWN)
                 self.next_heartbeat_ms = now_ms
                 upkeep = True
             elif isinstance(event, Tick):
@@ -149,9 +154,13 @@ class NodeCore:
         replicas = self.routing.replicas_of(stream)
         if self.node_id not in replicas:
             return self._redirect(stream, replicas)
+        if self.state is not NodeState.SERVING:
+            return self._unavailable(stream, f"this node is {self.state.value}")
         state = self.streams.get(stream)
         if state is None:
             return ReadResult(stream, (), (), b"", 0, 0, False)
+        if not state.synced:
+            return self._unavailable(stream, "this node is catching up with the stream")
         timeline = state.timeline
         lost = strict and after_seq < timeline.trimmed_seq
         start, indexes = timeline.read_verified(after_seq, limit)
@@ -199,16 +208,7 @@ class NodeCore:
         }
 
     def state_name(self) -> str:
-        if self.leaving:
-            return "leaving"
-        if 2 * len(self.up_nodes()) <= len(self.peers) + 1:
-            return "minority"
-        if any(
-            state.lanes[self.node_id].state is not LaneState.ACTIVE
-            for state in self.streams.values()
-        ):
-            return "rejoining"
-        return "serving"
+        return self.state.value
 
     # --- mesh ---------------------------------------------------------------------------
 
@@ -223,6 +223,10 @@ class NodeCore:
             self._on_repair_request(message)
         elif isinstance(message, RepairData):
             self._on_repair_data(message)
+        elif isinstance(message, SyncRequest):
+            self._on_sync_request(message)
+        elif isinstance(message, SyncData):
+            self._on_sync_data(now_ms, message)
 
     def _hear(self, now_ms: int, sender: int, epoch: int) -> PeerView | None:
         peer = self.peers.get(sender)
@@ -266,11 +270,13 @@ class NodeCore:
         lane = state.lanes.get(msg.origin)
         if lane is None or lane.epoch != msg.epoch:
             return
+        last = 0
         for tx in msg.txs:
-            if tx.origin == msg.origin:
+            if tx.origin == msg.origin and tx.epoch == msg.epoch:
                 state.take(tx)
+                last = tx.seq
         self.clock.observe(msg.txs[-1].seq)
-        lane.claim(msg.txs[-1].seq, msg.floor)
+        lane.claim(last, msg.floor)
         state.needs_ack = True
         self.dirty[msg.stream] = None
 
@@ -286,6 +292,7 @@ class NodeCore:
             lane.claim(ack.origin_last, ack.floor)
         for report in ack.reports:
             state.take_report(ack.sender, report)
+        state.peer_verified[ack.sender] = ack.verified_seq
         if state.take_vote(ack.sender, ack.head_seq, ack.head_digest):
             self._verified(now_ms, ack.stream, state)
         self.dirty[ack.stream] = None
@@ -351,7 +358,7 @@ class NodeCore:
             seq = state.lookup_key(producer_id, msg_id) if producer_id else None
             if seq is None:
                 seq = next_seq(now_ms)
-                tx = Tx(seq, prev, self.node_id, producer_id, msg_id, payload)
+                tx = Tx(seq, prev, self.node_id, self.epoch, producer_id, msg_id, payload)
                 taken = take(tx)
                 assert taken, "a node's own txs always extend its lane"
                 prev = seq
@@ -387,8 +394,13 @@ class NodeCore:
         replicas = self.routing.replicas_of(req.stream)
         if self.node_id not in replicas:
             return self._redirect(req.stream, replicas)
-        if self.leaving:
-            return self._unavailable(req.stream, "this node is shutting down")
+        if self.state is not NodeState.SERVING:
+            why = (
+                "fenced: it cannot hear a quorum of the cluster"
+                if (self.state is NodeState.FENCED)
+                else "shutting down"
+            )
+            return self._unavailable(req.stream, f"this node is {why}")
         state = self._stream(req.stream)
         if state is None:
             return self._unavailable(req.stream, "this node holds too many streams")
@@ -465,7 +477,7 @@ class NodeCore:
             lane.epoch = peer.epoch
             if peer.up:
                 lane.state = LaneState.ACTIVE
-        elif lane.state is LaneState.CUT:
+        elif lane.state is LaneState.CUT and not lane.queue:  # its last txs folded first
             lane.restart(peer.epoch, LaneState.WAITING)
         elif lane.state in (LaneState.ACTIVE, LaneState.WAITING):
             state.suspect(origin, lane.epoch)
@@ -485,14 +497,21 @@ class NodeCore:
         for origin, peer in self.peers.items():
             if peer.up and now_ms - peer.last_heard_ms > self.params.suspect_after_ms:
                 self._suspect(origin, f"was silent for {now_ms - peer.last_heard_ms} ms")
+        heard = 1 + sum(
+            1 for p in self.peers.values() if now_ms - p.last_heard_ms <= self.params.fence_after_ms
+        )
+        self._fence_input(now_ms, quorum_input(heard, len(self.peers) + 1))
         up = self.up_nodes()
         for name, state in self.streams.items():
-            for origin, epoch, after, upto in state.settle_cuts(up):
+            grace = self.params.suspect_after_ms
+            for origin, epoch, after, upto in state.settle_cuts(now_ms, up, grace):
                 self._ask_repair(now_ms, name, origin, epoch, after, upto)
+            if state.sync_wanted(now_ms, up, self.params.stuck_after_ms):
+                self._ask_sync(now_ms, name, state)
             for lane in state.lanes.values():
                 if lane.state is LaneState.CUT and lane.origin != self.node_id:
                     self._sync_lane(state, lane.origin)
-                if lane.state is LaneState.ACTIVE and lane.origin != self.node_id:
+                if lane.state is LaneState.ACTIVE and lane.origin != self.node_id and state.synced:
                     missing = lane.missing_range()
                     if missing is None:
                         lane.gap_since_ms = None
@@ -507,6 +526,84 @@ class NodeCore:
             self.next_heartbeat_ms = now_ms + self.params.heartbeat_ms
             self._heartbeat(now_ms)
         self._expire(now_ms)
+
+    def _fence_input(self, now_ms: int, event: FenceInput) -> None:
+        before = self.state
+        self.state = next_state(before, event)
+        if self.state is before:
+            return
+        self._effects.append(
+            Notice(
+                "state",
+                f"node {self.node_id}: {before.value} -> {self.state.value} ({event.value})",
+            )
+        )
+        if self.state is not NodeState.SERVING:
+            for pending in self.pending:  # they cannot be acknowledged from here any more
+                if not pending.done:
+                    for i, result in enumerate(pending.results):
+                        if result is None:
+                            pending.results[i] = Rejected(
+                                errors.UNAVAILABLE, f"node {self.node_id} is {self.state.value}"
+                            )
+                    self._finish(now_ms, pending)
+
+    def _ask_sync(self, now_ms: int, stream: str, state: StreamReplica) -> None:
+        key = (stream, -1)
+        if now_ms - self.repair_asked_ms.get(key, -(10**12)) < self.params.repair_after_ms:
+            return
+        self.repair_asked_ms[key] = now_ms
+        after = state.verified_seq if state.synced else 0
+        self._effects.append(Broadcast(SyncRequest(stream, self.node_id, after)))
+
+    def _on_sync_request(self, req: SyncRequest) -> None:
+        state = self.streams.get(req.stream)
+        if state is None or req.requester == self.node_id:
+            return
+        found = state.sync_slice(req.after_seq, self.params.repair_batch_txs_max)
+        if found is None:
+            return
+        base_seq, base_digest, indexes, snapshot = found
+        timeline = state.timeline
+        dedup = (
+            tuple((pid, mid, seq) for (seq, (pid, mid)) in state.dedup_order if seq <= base_seq)
+            if snapshot
+            else ()
+        )
+        self._effects.append(
+            Broadcast(
+                SyncData(
+                    req.stream,
+                    self.node_id,
+                    req.requester,
+                    base_seq,
+                    base_digest,
+                    tuple(timeline.txs[i] for i in indexes),
+                    tuple(timeline.digests[i] for i in indexes),
+                    dedup,
+                )
+            )
+        )
+
+    def _on_sync_data(self, now_ms: int, data: SyncData) -> None:
+        if data.requester != self.node_id:
+            return
+        state = self.streams.get(data.stream)
+        if state is None:
+            return
+        outcome = state.adopt(
+            now_ms, data.base_seq, data.base_digest, data.txs, data.digests, data.dedup
+        )
+        if outcome:
+            self._effects.append(
+                Notice("sync", f"{data.stream}: {outcome} from node {data.sender}")
+            )
+        if outcome.startswith("adopted"):
+            self._verified(now_ms, data.stream, state)
+            self.dirty[data.stream] = None
+            if len(data.txs) >= self.params.repair_batch_txs_max:
+                self.repair_asked_ms.pop((data.stream, -1), None)
+                self._ask_sync(now_ms, data.stream, state)
 
     def _ask_repair(
         self, now_ms: int, stream: str, origin: int, epoch: int, after: int, upto: int
@@ -524,10 +621,11 @@ class NodeCore:
         mine = [state.lanes[self.node_id] for state in self.streams.values()]
         if not any(lane.state is LaneState.CUT for lane in mine):
             return
-        if any(lane.state is LaneState.CUTTING for lane in mine):
-            return
+        if any(lane.state is LaneState.CUTTING or lane.queue for lane in mine):
+            return  # wait until every cut settled and the txs within it are folded
         self.epoch = max(now_ms, self.epoch + 1)
         self.origin_last.clear()
+        self.outbox.clear()  # txs of the cut epoch not sent yet: they can never commit
         for state in self.streams.values():
             state.lanes[self.node_id].restart(self.epoch, LaneState.ACTIVE)
             state.needs_ack = True
@@ -614,6 +712,7 @@ class NodeCore:
                             origin_last=self.origin_last.get(name, 0),
                             head_seq=timeline.head_seq,
                             head_digest=timeline.head_digest,
+                            verified_seq=timeline.verified_seq,
                             reports=state.reports(),
                         )
                     )
@@ -626,6 +725,8 @@ class NodeCore:
 
     def _resolve(self, now_ms: int, name: str, state: StreamReplica) -> None:
         """Answer the publish requests whose seqs are all verified now."""
+        if self.state is not NodeState.SERVING:
+            return  # a fenced node acknowledges nothing
         verified = state.verified_seq
         waiters = self.waiters.get(name)
         if waiters is None:

@@ -1,15 +1,18 @@
 """The invariants of DESIGN.md, checked over a simulated cluster after every step.
 
 How this works: for each stream the checker keeps one reference timeline, the longest
-verified prefix any replica has shown; every replica's verified prefix must be a prefix of
-it (one timeline, digest agreement), the reference must ascend and chain from genesis, and
-no (producer id, msg id) may appear twice in it. Acknowledged publishes are remembered and,
-once the cluster is quiet, each must be in every live replica's verified timeline at the
-acknowledged seq with the acknowledged digest.
+verified prefix any replica has shown. Every replica's verified entries must sit in it at
+consecutive positions (one timeline, digest agreement); the reference must ascend, chain from
+genesis, and hold no (producer id, msg id) twice. A replica that restarted with empty memory
+starts from a snapshot: its first entry must follow its snapshot's base in the reference.
+Acknowledged publishes are remembered; once the cluster is quiet each must be in the
+reference and in every live replica's verified timeline (unless trimmed from its buffer).
+A node never acknowledges a write while fenced.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from relay.core.digest import fold, genesis
@@ -27,36 +30,53 @@ class StreamReference:
     keys: set[tuple[str, int]] = field(default_factory=set)
     last_digest: bytes = b""
 
+    def index_of(self, seq: int, digest: bytes, where: str) -> int:
+        i = bisect_left(self.seqs, seq)
+        if i == len(self.seqs) or self.seqs[i] != seq or self.digests[i] != digest:
+            raise InvariantViolation(
+                f"one timeline: {where} starts from seq {seq}, which no "
+                "verified timeline holds with that digest"
+            )
+        return i
+
 
 @dataclass(slots=True)
 class InvariantChecker:
     references: dict[str, StreamReference] = field(default_factory=dict)
-    seen_upto: dict[tuple[int, str], int] = field(default_factory=dict)  # (node, stream) -> index
+    # (incarnation, stream) -> (last checked seq, its index in the reference)
+    checked: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
     last_seq_by_origin: dict[tuple[int, str], int] = field(default_factory=dict)
     acked: dict[tuple[str, str, int], tuple[int, bytes]] = field(default_factory=dict)
 
-    def check_node(self, node: NodeCore) -> None:
+    def check_node(self, node: NodeCore, incarnation: int) -> None:
         for name, state in node.streams.items():
             timeline = state.timeline
             ref = self.references.setdefault(name, StreamReference(last_digest=genesis(name)))
-            key = (node.node_id, name)
-            start = self.seen_upto.get(key, 0)
-            # entries of this replica not yet compared, up to its verified point
-            i = _index_after(timeline.seqs, ref.seqs[start - 1] if start else 0)
-            pos = start
-            while i < len(timeline.seqs) and timeline.seqs[i] <= timeline.verified_seq:
+            key = (incarnation, name)
+            where = f"node {node.node_id} in {name!r}"
+            last = self.checked.get(key)
+            if last is None:
+                if timeline.trimmed_seq == 0:
+                    last = (0, -1)
+                else:
+                    base = ref.index_of(timeline.trimmed_seq, timeline.trimmed_digest, where)
+                    last = (timeline.trimmed_seq, base)
+            last_seq, pos = last
+            i = bisect_right(timeline.seqs, last_seq)
+            end = bisect_right(timeline.seqs, timeline.verified_seq)
+            while i < end:
                 seq, digest, tx = timeline.seqs[i], timeline.digests[i], timeline.txs[i]
+                pos += 1
                 if pos < len(ref.seqs):
                     if ref.seqs[pos] != seq or ref.digests[pos] != digest:
                         raise InvariantViolation(
-                            f"one timeline: node {node.node_id} verified {seq} at position "
-                            f"{pos} of {name!r} where the reference has {ref.seqs[pos]}"
+                            f"one timeline: {where} verified seq {seq} at position {pos} where "
+                            f"the reference has seq {ref.seqs[pos]}"
                         )
                 else:
                     if ref.seqs and seq <= ref.seqs[-1]:
                         raise InvariantViolation(f"ascending seqs broken in {name!r} at {seq}")
-                    expect = fold(ref.last_digest, seq, tx.origin, tx.payload)
-                    if expect != digest:
+                    if fold(ref.last_digest, seq, tx.origin, tx.payload) != digest:
                         raise InvariantViolation(f"digest chain broken in {name!r} at {seq}")
                     if tx.producer_id:
                         k = (tx.producer_id, tx.msg_id)
@@ -66,9 +86,9 @@ class InvariantChecker:
                     ref.seqs.append(seq)
                     ref.digests.append(digest)
                     ref.last_digest = digest
-                pos += 1
+                last_seq = seq
                 i += 1
-            self.seen_upto[key] = pos
+            self.checked[key] = (last_seq, pos)
 
     def check_origin_seq(self, origin: int, stream: str, seq: int) -> None:
         last = self.last_seq_by_origin.get((origin, stream), 0)
@@ -77,8 +97,12 @@ class InvariantChecker:
         self.last_seq_by_origin[(origin, stream)] = seq
 
     def check_ack(
-        self, stream: str, producer_id: str, msg_id: int, seq: int, digest: bytes
+        self, node: NodeCore, stream: str, producer_id: str, msg_id: int, seq: int, digest: bytes
     ) -> None:
+        if node.state_name() == "fenced":
+            raise InvariantViolation(
+                f"fencing: node {node.node_id} acknowledged {seq} while fenced"
+            )
         key = (stream, producer_id, msg_id)
         earlier = self.acked.get(key)
         if earlier is not None and earlier[0] != seq:
@@ -89,10 +113,16 @@ class InvariantChecker:
 
     def check_no_acked_loss(self, live: list[NodeCore]) -> None:
         for (stream, pid, mid), (seq, digest) in self.acked.items():
+            ref = self.references.get(stream)
+            if ref is None:
+                raise InvariantViolation(f"acknowledged loss: nothing verified in {stream!r}")
+            ref.index_of(seq, digest, f"the ack of ({pid}, {mid}) in {stream!r}")
             for node in live:
                 if not node.replicates(stream):
                     continue
                 state = node.streams.get(stream)
+                if state is not None and seq <= state.timeline.trimmed_seq:
+                    continue  # held once, trimmed from the buffer since
                 got = state.timeline.digest_at(seq) if state else None
                 verified = state.verified_seq if state else 0
                 if got != digest or verified < seq:
@@ -100,9 +130,3 @@ class InvariantChecker:
                         f"acknowledged loss: {stream!r} seq {seq} ({pid}, {mid}) is not verified "
                         f"on node {node.node_id} (verified {verified})"
                     )
-
-
-def _index_after(seqs: list[int], seq: int) -> int:
-    from bisect import bisect_right
-
-    return bisect_right(seqs, seq)

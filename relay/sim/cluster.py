@@ -1,13 +1,17 @@
-"""A whole relay cluster on one thread: pure nodes, a seeded network, producers, a checker.
+"""A whole relay cluster on one thread: pure nodes, a seeded network, producers, faults, a
+checker.
 
 How this works: time advances in whole milliseconds to the next thing that happens (a
-message landing, a node's tick, a producer's publish). Every node gets everything that
-landed for it at that instant as one batch, as the real shell drains its sockets; after
-every batch the checker runs. The same seed always replays the same run.
+message landing, a node's tick, a publish, a fault starting or healing). Every node gets
+everything that landed for it at that instant as one batch, as the real shell drains its
+sockets; after every batch the checker runs. Once the publishing and the faults are over,
+everything heals and the run must go quiet: every publish answered, every live replica
+verified up to its head with equal digests. The same seed always replays the same run.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
 from dataclasses import dataclass, field
 
@@ -18,8 +22,6 @@ from relay.core.events import (
     MeshReceived,
     PublishRequested,
     PublishResults,
-    Redirect,
-    Rejected,
     Reply,
     ShutdownRequested,
     Tick,
@@ -29,10 +31,22 @@ from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Subscription
 from relay.sim.checker import InvariantChecker, InvariantViolation
-from relay.sim.network import NetworkFaults, SimNetwork
+from relay.sim.faults import Fault, FaultKind, draw_faults
+from relay.sim.network import LinkFaults, SimNetwork
 
 START_MS = 1_780_000_000_000
 TICK_MS = 10
+CLIENT_TIMEOUT_MS = 1500  # a producer that hears nothing this long retries elsewhere
+SETTLE_MS = 30_000  # how long a healed cluster may take to go quiet
+SIM_PARAMS = CoreParams(
+    heartbeat_ms=50,
+    suspect_after_ms=300,
+    fence_after_ms=450,
+    publish_timeout_ms=2000,
+    repair_after_ms=60,
+    stuck_after_ms=300,
+    buffer_txs_max=5000,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,25 +58,21 @@ class SimPlan:
     publish_ms: int
     publishes: int
     retry_rate: float
-    stop_node: int | None  # a node that stops mid-run, or None
-    stop_at_ms: int
-    graceful_stop: bool
-    network: NetworkFaults
+    delay_ms_max: int
+    faults: tuple[Fault, ...]
 
     @staticmethod
-    def draw(seed: int, nodes: int) -> SimPlan:
+    def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
         rng = random.Random(seed * 7919 + nodes)
-        stop = rng.random() < 0.3
+        publish_ms = rng.randint(200, 1500)
         return SimPlan(
             nodes=nodes,
             streams=tuple(f"s{i}" for i in range(rng.randint(1, 3))),
-            publish_ms=rng.randint(200, 600),
-            publishes=rng.randint(20, 120),
+            publish_ms=publish_ms,
+            publishes=rng.randint(20, 150),
             retry_rate=rng.choice([0.0, 0.1, 0.3]),
-            stop_node=rng.randint(1, nodes) if stop else None,
-            stop_at_ms=rng.randint(50, 400),
-            graceful_stop=rng.random() < 0.5,
-            network=NetworkFaults(delay_ms_max=rng.randint(0, 5)),
+            delay_ms_max=rng.randint(0, 5),
+            faults=draw_faults(rng, nodes, publish_ms) if with_faults else (),
         )
 
 
@@ -86,29 +96,42 @@ class Publish:
     attempts: int = 0
 
 
+@dataclass(slots=True)
+class Request:
+    node: int
+    publish: Publish
+    sent_ms: int
+
+
 class SimCluster:
-    def __init__(self, seed: int, plan: SimPlan, params: CoreParams | None = None) -> None:
+    def __init__(self, seed: int, plan: SimPlan, params: CoreParams = SIM_PARAMS) -> None:
         self.seed = seed
         self.plan = plan
         self.rng = random.Random(seed)
-        self.params = params or CoreParams(
-            heartbeat_ms=50, suspect_after_ms=300, publish_timeout_ms=2000
-        )
-        subs = tuple(Subscription(n, ("*",)) for n in range(1, plan.nodes + 1))
-        self.nodes: dict[int, NodeCore] = {
-            n: NodeCore(CoreConfig(n, subs, self.params), epoch=START_MS) for n in subs_ids(subs)
-        }
-        self.network = SimNetwork(self.rng, plan.network)
-        self.checker = InvariantChecker()
+        self.params = params
+        self.subs = tuple(Subscription(n, ("*",)) for n in range(1, plan.nodes + 1))
+        self.nodes: dict[int, NodeCore] = {}
+        self.incarnation: dict[int, int] = {}
+        self.offsets: dict[int, int] = {n: 0 for n in range(1, plan.nodes + 1)}
+        self.paused: set[int] = set()
+        self.backlog: dict[int, list[Event]] = {}
         self.now_ms = START_MS
-        self.next_tick: dict[int, int] = {n: START_MS for n in self.nodes}
-        self.requests: dict[int, tuple[int, Publish]] = {}  # req id -> (node, publish)
-        self.retry_queue: list[tuple[int, Publish]] = []
+        self.next_tick: dict[int, int] = {}
+        for n in range(1, plan.nodes + 1):
+            self._boot(n)
+        self.network = SimNetwork(self.rng, LinkFaults(delay_ms_max=plan.delay_ms_max))
+        self.checker = InvariantChecker()
+        self.requests: dict[int, Request] = {}
+        self.retry_queue: list[tuple[int, int, Publish]] = []
         self.req_ids = 0
         self.acked = 0
         self.rejected = 0
         self.trace: list[str] = []
         self._client_events: dict[int, list[Event]] = {}
+        self._actions: list[tuple[int, int, bool, Fault]] = []  # (at, order, is_start, fault)
+        for i, fault in enumerate(plan.faults):
+            heapq.heappush(self._actions, (START_MS + fault.start_ms, 2 * i, True, fault))
+            heapq.heappush(self._actions, (START_MS + fault.end_ms, 2 * i + 1, False, fault))
 
     # --- running ------------------------------------------------------------------------
 
@@ -118,13 +141,12 @@ class SimCluster:
             START_MS + self.rng.randint(100, 100 + plan.publish_ms) for _ in range(plan.publishes)
         )
         msg_ids: dict[str, int] = {}
-        stop_at = START_MS + plan.stop_at_ms if plan.stop_node else None
-        end_publish = START_MS + 100 + plan.publish_ms
-        deadline = end_publish + 20_000
+        calm_from = START_MS + 100 + max([plan.publish_ms] + [f.end_ms for f in plan.faults])
+        deadline = calm_from + SETTLE_MS
         while self.now_ms < deadline:
-            if stop_at is not None and self.now_ms >= stop_at:
-                self._stop(plan.stop_node or 0, plan.graceful_stop)
-                stop_at = None
+            while self._actions and self._actions[0][0] <= self.now_ms:
+                _, _, is_start, fault = heapq.heappop(self._actions)
+                self._fault(fault, is_start)
             while publish_times and publish_times[0] <= self.now_ms:
                 publish_times.pop(0)
                 stream = self.rng.choice(plan.streams)
@@ -133,19 +155,19 @@ class SimCluster:
                 payload = self.rng.randbytes(self.rng.randint(0, 40))
                 self._send(Publish(stream, pid, msg_ids[pid], payload))
             while self.retry_queue and self.retry_queue[0][0] <= self.now_ms:
-                self._send(self.retry_queue.pop(0)[1])
+                self._send(heapq.heappop(self.retry_queue)[2])
+            self._time_out_requests()
             self._step()
-            idle = not self.requests and not self.retry_queue
-            if self.now_ms > end_publish and idle and self._quiet():
+            idle = not self.requests and not self.retry_queue and not publish_times
+            if self.now_ms > calm_from and idle and self._quiet():
                 break
-            self.now_ms = self._next_time(publish_times, stop_at)
-        live = list(self.nodes.values())
-        if self.requests or not self._quiet():
+            self.now_ms = self._next_time(publish_times)
+        if self.requests or self.retry_queue or not self._quiet():
             raise InvariantViolation(
                 f"no quiescence by {self.now_ms - START_MS} ms: "
                 f"{len(self.requests)} publishes unanswered; {self._describe()}"
             )
-        self.checker.check_no_acked_loss(live)
+        self.checker.check_no_acked_loss(list(self.nodes.values()))
         return SimResult(
             self.seed,
             plan,
@@ -156,22 +178,18 @@ class SimCluster:
             self.trace,
         )
 
-    def _next_time(self, publish_times: list[int], stop_at: int | None) -> int:
-        candidates = [min(self.next_tick.values())]
-        landing = self.network.next_time()
-        if landing is not None:
-            candidates.append(landing)
-        if publish_times:
-            candidates.append(publish_times[0])
-        if self.retry_queue:
-            candidates.append(self.retry_queue[0][0])
-        if stop_at is not None:
-            candidates.append(stop_at)
-        return (
-            max(self.now_ms + 1, min(candidates))
-            if min(candidates) <= self.now_ms
-            else min(candidates)
-        )
+    def _next_time(self, publish_times: list[int]) -> int:
+        candidates = list(self.next_tick.values())
+        for t in (
+            self.network.next_time(),
+            publish_times[0] if publish_times else None,
+            self.retry_queue[0][0] if self.retry_queue else None,
+            self._actions[0][0] if self._actions else None,
+        ):
+            if t is not None:
+                candidates.append(t)
+        candidates += [r.sent_ms + CLIENT_TIMEOUT_MS for r in self.requests.values()]
+        return max(self.now_ms + 1, min(candidates))
 
     def _step(self) -> None:
         inbox: dict[int, list[Event]] = {}
@@ -179,95 +197,146 @@ class SimCluster:
             if dst in self.nodes:
                 inbox.setdefault(dst, []).append(MeshReceived(message))
         for n, events in self._client_events.items():
-            inbox.setdefault(n, []).extend(events)
+            if n in self.nodes:
+                inbox.setdefault(n, []).extend(events)
         self._client_events = {}
         for n in list(self.nodes):
-            if self.next_tick[n] <= self.now_ms:
+            if self.next_tick[n] <= self.now_ms and n not in self.paused:
                 self.next_tick[n] = self.now_ms + TICK_MS
                 inbox.setdefault(n, []).append(Tick())
         for n, events in sorted(inbox.items()):
-            node = self.nodes.get(n)
-            if node is None:
+            if n in self.paused:
+                self.backlog.setdefault(n, []).extend(e for e in events if not isinstance(e, Tick))
                 continue
-            for effect in node.handle(self.now_ms, events):
-                self._carry_out(n, effect)
-            self.checker.check_node(node)
+            self._handle(n, events)
 
-    def _carry_out(self, n: int, effect: object) -> None:
-        if isinstance(effect, Broadcast):
-            msg = effect.message
-            if isinstance(msg, Replicate):
-                for tx in msg.txs:
-                    self.checker.check_origin_seq(tx.origin, msg.stream, tx.seq)
-            for dst in self.nodes:
-                if dst != n:
-                    self.network.send(self.now_ms, n, dst, msg)
-        elif isinstance(effect, Reply):
-            self._on_reply(n, effect)
+    def _handle(self, n: int, events: list[Event]) -> None:
+        node = self.nodes[n]
+        for effect in node.handle(self.now_ms + self.offsets[n], events):
+            if isinstance(effect, Broadcast):
+                msg = effect.message
+                if isinstance(msg, Replicate):
+                    for tx in msg.txs:
+                        self.checker.check_origin_seq(tx.origin, msg.stream, tx.seq)
+                for dst in self.offsets:
+                    if dst != n:
+                        self.network.send(self.now_ms, n, dst, msg)
+            elif isinstance(effect, Reply):
+                self._on_reply(node, effect)
+        self.checker.check_node(node, self.incarnation[n])
+
+    def _boot(self, n: int) -> None:
+        """Start node ``n`` with empty memory (a new epoch from its own clock)."""
+        now = self.now_ms + self.offsets[n]
+        self.nodes[n] = NodeCore(CoreConfig(n, self.subs, self.params), epoch=now)
+        self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
+        self.next_tick[n] = self.now_ms
 
     # --- producers ----------------------------------------------------------------------
 
     def _send(self, pub: Publish, avoid: int | None = None) -> None:
-        choices = [n for n in self.nodes if n != avoid] or list(self.nodes)
+        choices = [n for n in self.offsets if n != avoid]
         node = self.rng.choice(choices)
         pub.attempts += 1
         self.req_ids += 1
-        self.requests[self.req_ids] = (node, pub)
+        self.requests[self.req_ids] = Request(node, pub, self.now_ms)
         event = PublishRequested(
             b"sim", self.req_ids, pub.stream, pub.producer_id, ((pub.msg_id, pub.payload),)
         )
-        self._client_events.setdefault(node, []).append(event)
-        if self.plan.retry_rate and self.rng.random() < self.plan.retry_rate:
+        if node in self.nodes:
+            self._client_events.setdefault(node, []).append(event)
+        if pub.attempts == 1 and self.plan.retry_rate and self.rng.random() < self.plan.retry_rate:
             # a producer that gives up waiting early and retries elsewhere: a duplicate
-            self.retry_queue.append(
-                (
-                    self.now_ms + self.rng.randint(0, 20),
-                    Publish(pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts),
-                )
-            )
-            self.retry_queue.sort(key=lambda item: item[0])
+            again = Publish(pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts)
+            self._retry(self.now_ms + self.rng.randint(0, 20), again)
 
-    def _on_reply(self, n: int, reply: Reply) -> None:
-        entry = self.requests.pop(reply.req_id, None)
-        if entry is None:
+    def _retry(self, at_ms: int, pub: Publish) -> None:
+        self.req_ids += 1  # only an order key for the heap
+        heapq.heappush(self.retry_queue, (at_ms, self.req_ids, pub))
+
+    def _time_out_requests(self) -> None:
+        for req_id, request in list(self.requests.items()):
+            if self.now_ms - request.sent_ms >= CLIENT_TIMEOUT_MS:
+                del self.requests[req_id]
+                self._retry(self.now_ms, request.publish)
+
+    def _on_reply(self, node: NodeCore, reply: Reply) -> None:
+        request = self.requests.pop(reply.req_id, None)
+        if request is None:
             return
-        _, pub = entry
+        pub = request.publish
         body = reply.body
-        if isinstance(body, PublishResults):
+        if isinstance(body, PublishResults) and isinstance(body.results[0], Acked):
             result = body.results[0]
-            if isinstance(result, Acked):
-                self.acked += 1
-                self.checker.check_ack(
-                    pub.stream, pub.producer_id, pub.msg_id, result.seq, result.digest
-                )
-                return
-            body = result
-        if isinstance(body, Redirect | Rejected) and pub.attempts < 20:
-            self.rejected += 1
-            self.retry_queue.append((self.now_ms + 20, pub))
-            self.retry_queue.sort(key=lambda item: item[0])
+            self.acked += 1
+            self.checker.check_ack(
+                node, pub.stream, pub.producer_id, pub.msg_id, result.seq, result.digest
+            )
+            return
+        self.rejected += 1
+        self._retry(self.now_ms + 20, pub)
 
     # --- faults -------------------------------------------------------------------------
 
-    def _stop(self, n: int, graceful: bool) -> None:
-        node = self.nodes[n]
-        self.trace.append(f"{self.now_ms - START_MS} ms: stop node {n} (graceful={graceful})")
+    def _fault(self, fault: Fault, start: bool) -> None:
+        self.trace.append(
+            f"{self.now_ms - START_MS} ms: {'start' if start else 'heal'} {fault.describe()}"
+        )
+        kind, f = fault.kind, self.network.faults
+        if kind in (FaultKind.CRASH, FaultKind.STOP):
+            for n in fault.nodes:
+                if start:
+                    self._kill(n, graceful=kind is FaultKind.STOP and fault.amount == 1)
+                elif kind is FaultKind.CRASH:
+                    self._boot(n)
+        elif kind is FaultKind.ISOLATE:
+            links = {(a, b) for a in fault.nodes for b in self.offsets if a != b}
+            links |= {(b, a) for a, b in links}
+            f.cut = f.cut | links if start else f.cut - links
+        elif kind is FaultKind.ONE_WAY:
+            link = {(fault.nodes[0], fault.nodes[1])}
+            f.cut = f.cut | link if start else f.cut - link
+        elif kind is FaultKind.PAUSE:
+            for n in fault.nodes:
+                if start:
+                    self.paused.add(n)
+                elif n in self.paused:
+                    self.paused.discard(n)
+                    if n in self.nodes:
+                        self._handle(n, [*self.backlog.pop(n, []), Tick()])
+        elif kind is FaultKind.CLOCK_STEP and start:
+            self.offsets[fault.nodes[0]] += fault.amount
+        elif kind is FaultKind.LOSS:
+            f.loss_per_mille = fault.amount if start else 0
+        elif kind is FaultKind.DUPLICATE:
+            f.duplicate_per_mille = fault.amount if start else 0
+        elif kind is FaultKind.REORDER:
+            f.reorder_per_mille = fault.amount if start else 0
+
+    def _kill(self, n: int, graceful: bool) -> None:
+        node = self.nodes.pop(n, None)
+        if node is None:
+            return
         if graceful:
-            for effect in node.handle(self.now_ms, [ShutdownRequested()]):
-                self._carry_out(n, effect)
-        del self.nodes[n]
+            self.nodes[n] = node
+            self._handle(n, [ShutdownRequested()])
+            del self.nodes[n]
         del self.next_tick[n]
-        for req_id, (target, pub) in list(self.requests.items()):
-            if target == n:  # the client sees its connection fail and retries elsewhere
+        self.paused.discard(n)
+        self.backlog.pop(n, None)
+        self.network.forget(n)
+        for req_id, request in list(self.requests.items()):
+            if request.node == n:  # the client sees its connection fail and retries elsewhere
                 del self.requests[req_id]
-                self.retry_queue.append((self.now_ms + 50, pub))
-        self.retry_queue.sort(key=lambda item: item[0])
+                self._retry(self.now_ms + 50, request.publish)
 
     def _quiet(self) -> bool:
-        if self.network.in_flight:
+        if self.network.in_flight or self.paused:
             return False
         heads: dict[str, set[bytes]] = {}
         for node in self.nodes.values():
+            if node.state_name() != "serving":
+                return False
             for name, state in node.streams.items():
                 if any(lane.queue for lane in state.lanes.values()):
                     return False
@@ -278,7 +347,7 @@ class SimCluster:
 
     def _describe(self) -> str:
         return "; ".join(
-            f"node {n}: "
+            f"node {n} ({node.state_name()}): "
             + ", ".join(
                 f"{name} head {s.timeline.head_seq} verified {s.verified_seq} lanes "
                 + ",".join(
@@ -290,12 +359,8 @@ class SimCluster:
         )
 
 
-def subs_ids(subs: tuple[Subscription, ...]) -> list[int]:
-    return [s.node_id for s in subs]
-
-
-def run_seed(seed: int, nodes: int = 3) -> SimResult:
-    cluster = SimCluster(seed, SimPlan.draw(seed, nodes))
+def run_seed(seed: int, nodes: int = 3, with_faults: bool = True) -> SimResult:
+    cluster = SimCluster(seed, SimPlan.draw(seed, nodes, with_faults))
     try:
         return cluster.run()
     except InvariantViolation as exc:

@@ -20,13 +20,15 @@ from relay.core.messages import (
     RepairRequest,
     Replicate,
     StreamAck,
+    SyncData,
+    SyncRequest,
     Tx,
 )
 
 VERSION = 1
 FRAME_BYTES_MAX = 64 << 20
 
-_REPLICATE, _ACK, _HEARTBEAT, _REPAIR_REQUEST, _REPAIR_DATA = 1, 2, 3, 4, 5
+_REPLICATE, _ACK, _HEARTBEAT, _REPAIR_REQUEST, _REPAIR_DATA, _SYNC_REQUEST, _SYNC_DATA = range(1, 8)
 
 
 class MalformedFrame(ValueError):
@@ -66,7 +68,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
         ]
         return topic(Channel.TX, m.stream), msgpack.packb(body)
     if isinstance(m, StreamAck):
-        reports = [[r.origin, r.epoch, r.contig] for r in m.reports]
+        reports = [[r.origin, r.epoch, r.contig, r.settled] for r in m.reports]
         body = [
             VERSION,
             _ACK,
@@ -77,6 +79,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.origin_last,
             m.head_seq,
             m.head_digest,
+            m.verified_seq,
             reports,
         ]
         return topic(Channel.ACK, m.stream), msgpack.packb(body)
@@ -102,6 +105,23 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.origin_epoch,
             m.after_seq,
             m.upto_seq,
+        ]
+        return topic(Channel.REPAIR, m.stream), msgpack.packb(body)
+    if isinstance(m, SyncRequest):
+        body = [VERSION, _SYNC_REQUEST, m.stream, m.requester, m.after_seq]
+        return topic(Channel.REPAIR, m.stream), msgpack.packb(body)
+    if isinstance(m, SyncData):
+        body = [
+            VERSION,
+            _SYNC_DATA,
+            m.stream,
+            m.sender,
+            m.requester,
+            m.base_seq,
+            m.base_digest,
+            m.txs,
+            m.digests,
+            m.dedup,
         ]
         return topic(Channel.REPAIR, m.stream), msgpack.packb(body)
     body = [
@@ -132,7 +152,9 @@ def decode(body: bytes) -> MeshMessage:
             _, _, stream, origin, epoch, floor, rows = _shape(f, 7)
             return Replicate(_str(stream), _int(origin), _int(epoch), _int(floor), _txs(rows))
         if kind == _ACK:
-            _, _, stream, sender, epoch, floor, last, head, digest, reports = _shape(f, 10)
+            _, _, stream, sender, epoch, floor, last, head, digest, verified, reports = _shape(
+                f, 11
+            )
             return StreamAck(
                 _str(stream),
                 _int(sender),
@@ -141,7 +163,11 @@ def decode(body: bytes) -> MeshMessage:
                 _int(last),
                 _int(head),
                 _bytes(digest),
-                tuple(OriginReport(_int(o), _int(e), _int(c)) for o, e, c in _list(reports)),
+                _int(verified),
+                tuple(
+                    OriginReport(_int(o), _int(e), _int(c), bool(s))
+                    for o, e, c, s in _list(reports)
+                ),
             )
         if kind == _HEARTBEAT:
             _, _, sender, epoch, floor, lasts, accepts, leaving = _shape(f, 8)
@@ -157,6 +183,26 @@ def decode(body: bytes) -> MeshMessage:
             _, _, stream, requester, origin, epoch, after, upto = _shape(f, 8)
             return RepairRequest(
                 _str(stream), _int(requester), _int(origin), _int(epoch), _int(after), _int(upto)
+            )
+        if kind == _SYNC_REQUEST:
+            _, _, stream, requester, after = _shape(f, 5)
+            return SyncRequest(_str(stream), _int(requester), _int(after))
+        if kind == _SYNC_DATA:
+            _, _, stream, sender, requester, base, base_digest, rows, digests, dedup = _shape(f, 10)
+            txs = _txs(rows)
+            found = tuple(_bytes(d) for d in _list(digests))
+            if len(found) != len(txs):
+                raise ValueError("a sync slice needs one digest per tx")
+            keys = tuple((_str(p), _int(m), _int(s)) for p, m, s in _list(dedup))
+            return SyncData(
+                _str(stream),
+                _int(sender),
+                _int(requester),
+                _int(base),
+                _bytes(base_digest),
+                txs,
+                found,
+                keys,
             )
         if kind == _REPAIR_DATA:
             _, _, stream, sender, origin, epoch, rows = _shape(f, 7)
@@ -175,22 +221,24 @@ def _shape(f: list[Any], n: int) -> list[Any]:
 def _txs(rows: Any) -> tuple[Tx, ...]:
     out = []
     for row in _list(rows):
-        if type(row) is not list or len(row) != 6:
-            raise ValueError("a tx row has 6 fields")
-        seq, prev, origin, pid, mid, payload = row
+        if type(row) is not list or len(row) != 7:
+            raise ValueError("a tx row has 7 fields")
+        seq, prev, origin, epoch, pid, mid, payload = row
         if not (
             type(seq) is int
             and type(prev) is int
             and type(origin) is int
+            and type(epoch) is int
             and type(mid) is int
             and type(pid) is str
             and type(payload) is bytes
             and seq > prev >= 0
             and 0 <= origin <= 1023
+            and epoch >= 0
             and mid >= 0
         ):
             raise ValueError(f"bad tx row {row!r:.80}")
-        out.append(Tx(seq, prev, origin, pid, mid, payload))
+        out.append(Tx(seq, prev, origin, epoch, pid, mid, payload))
     return tuple(out)
 
 

@@ -1,0 +1,85 @@
+"""The faults a simulated run injects, drawn from its seed.
+
+Each fault has a window ``[start_ms, end_ms)`` of simulated time after the cluster started.
+At most a minority of the nodes is down, paused or cut off at any moment, so a healthy
+quorum always exists and every run must end with all nodes agreeing once the faults heal.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import Enum
+
+
+class FaultKind(Enum):
+    CRASH = "crash"  # killed; restarted at end_ms with empty memory
+    STOP = "stop"  # stopped for good (graceful when amount == 1)
+    ISOLATE = "isolate"  # every link to and from the nodes is cut
+    ONE_WAY = "one-way"  # frames from nodes[0] to nodes[1] are lost
+    PAUSE = "pause"  # the node handles nothing (SIGSTOP), then catches up
+    CLOCK_STEP = "clock-step"  # the node's clock jumps by amount ms (either way)
+    LOSS = "loss"  # every link loses amount per mille of frames
+    DUPLICATE = "duplicate"  # every link delivers amount per mille of frames twice
+    REORDER = "reorder"  # amount per mille of frames may overtake others on their link
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: FaultKind
+    start_ms: int
+    end_ms: int
+    nodes: tuple[int, ...] = ()
+    amount: int = 0
+
+    def describe(self) -> str:
+        target = f" nodes {list(self.nodes)}" if self.nodes else ""
+        extra = f" amount {self.amount}" if self.amount else ""
+        return f"{self.kind.value}{target}{extra} from {self.start_ms} to {self.end_ms} ms"
+
+
+# Faults that take nodes out of the quorum; at most a minority may overlap.
+TAKES_NODES_OUT = {FaultKind.CRASH, FaultKind.STOP, FaultKind.ISOLATE, FaultKind.PAUSE}
+
+
+def _out_until(fault: Fault) -> int:
+    """A stopped node never comes back."""
+    return 1 << 40 if fault.kind is FaultKind.STOP else fault.end_ms
+
+
+def draw_faults(rng: random.Random, nodes: int, horizon_ms: int) -> tuple[Fault, ...]:
+    """Zero to four faults inside ``horizon_ms``, never more than a minority out at once."""
+    faults: list[Fault] = []
+    minority = (nodes - 1) // 2
+    for _ in range(rng.choice([0, 1, 1, 2, 2, 3, 4])):
+        kind = rng.choice(list(FaultKind))
+        start = rng.randint(50, max(60, horizon_ms - 100))
+        end = start + rng.randint(100, 1500)
+        if kind in TAKES_NODES_OUT:
+            busy = {
+                n
+                for f in faults
+                if f.kind in TAKES_NODES_OUT and f.start_ms < end and start < _out_until(f)
+                for n in f.nodes
+            }
+            free = [n for n in range(1, nodes + 1) if n not in busy]
+            room = minority - len(busy)
+            if kind is FaultKind.STOP:
+                room = minority - len(
+                    {n for f in faults if f.kind is FaultKind.STOP for n in f.nodes} | busy
+                )
+            if room <= 0 or not free:
+                continue
+            count = rng.randint(1, min(room, len(free)))
+            targets = tuple(sorted(rng.sample(free, count)))
+            amount = int(rng.random() < 0.5) if kind is FaultKind.STOP else 0
+            faults.append(Fault(kind, start, end, targets, amount))
+        elif kind is FaultKind.ONE_WAY:
+            a, b = rng.sample(range(1, nodes + 1), 2)
+            faults.append(Fault(kind, start, end, (a, b)))
+        elif kind is FaultKind.CLOCK_STEP:
+            step = rng.choice([-1, 1]) * rng.randint(5, 3000)
+            faults.append(Fault(kind, start, end, (rng.randint(1, nodes),), step))
+        else:
+            faults.append(Fault(kind, start, end, (), rng.randint(10, 150)))
+    return tuple(sorted(faults, key=lambda f: f.start_ms))
