@@ -40,8 +40,11 @@ def main() -> None:
 @CONFIG
 @click.option("--id", "node_id", required=True, type=int, help="Which [[node]] of the file.")
 @click.option("--clock-offset-ms", default=0, type=int, help="Skew this node's clock (testing).")
+@click.option("--admin-port", type=int, help="Enable fault injection on this port (testing).")
 @click.option("--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING"]))
-def node(config_path: str, node_id: int, clock_offset_ms: int, log_level: str) -> None:
+def node(
+    config_path: str, node_id: int, clock_offset_ms: int, admin_port: int | None, log_level: str
+) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from relay.runtime.node import NodeRuntime, StartupError
 
@@ -50,7 +53,9 @@ def node(config_path: str, node_id: int, clock_offset_ms: int, log_level: str) -
     )
     config = _load(config_path)
     try:
-        runtime = NodeRuntime(config, node_id, clock_offset_ms=clock_offset_ms)
+        runtime = NodeRuntime(
+            config, node_id, clock_offset_ms=clock_offset_ms, admin_port=admin_port
+        )
     except (StartupError, ConfigError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     runtime.run()
@@ -276,6 +281,48 @@ def consume(
 
 
 # --- tools ---------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--admin", "address", required=True, help="host:port of a node's --admin-port.")
+@click.option("--loss-in", type=float, help="Fraction of incoming mesh frames to drop.")
+@click.option("--loss-out", type=float, help="Fraction of outgoing mesh frames to drop.")
+@click.option("--block-from", help="Comma-separated node ids whose frames to drop (a cut).")
+@click.option("--delay-ms", type=int, help="Hold every incoming mesh frame this long.")
+@click.option("--clock-offset-ms", type=int, help="Shift the node's clock by this much.")
+@click.option("--clear", is_flag=True, help="Remove every fault (the clock offset stays).")
+def fault(
+    address: str,
+    loss_in: float | None,
+    loss_out: float | None,
+    block_from: str | None,
+    delay_ms: int | None,
+    clock_offset_ms: int | None,
+    clear: bool,
+) -> None:
+    """Inject faults into a node started with --admin-port; prints its fault status."""
+    from relay.runtime.admin import admin_call
+
+    settings: dict[str, object] = {}
+    for key, value in (
+        ("loss_in", loss_in),
+        ("loss_out", loss_out),
+        ("delay_ms", delay_ms),
+        ("clock_offset_ms", clock_offset_ms),
+    ):
+        if value is not None:
+            settings[key] = value
+    if block_from is not None:
+        settings["block_from"] = [int(n) for n in block_from.split(",") if n.strip()]
+    try:
+        if clear:
+            admin_call(address, "clear")
+        reply = admin_call(address, "set", settings) if settings else admin_call(address, "status")
+    except TimeoutError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not reply["ok"]:
+        raise click.ClickException(reply["error"])
+    click.echo(json.dumps(reply["faults"]))
 
 
 @main.command()

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from relay.config import ClusterConfig, load
+from relay.runtime.admin import admin_call
 from relay.runtime.launcher import query_status
 from relay.runtime.templates import cluster_toml
 
@@ -61,12 +62,18 @@ class LocalCluster:
         nodes: int = 3,
         overrides: dict[str, int] | None = None,
         node_args: dict[int, list[str]] | None = None,
+        admin: bool = False,
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.config_path = write_config(folder, nodes, overrides)
         self.config: ClusterConfig = load(self.config_path)
-        self.node_args = node_args or {}
+        self.node_args = {n: list(args) for n, args in (node_args or {}).items()}
+        self.admin_ports: dict[int, int] = {}
+        if admin:
+            for spec, port in zip(self.config.nodes, free_ports(nodes), strict=True):
+                self.admin_ports[spec.id] = port
+                self.node_args.setdefault(spec.id, []).extend(["--admin-port", str(port)])
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     # --- processes ----------------------------------------------------------------------
@@ -124,6 +131,17 @@ class LocalCluster:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def fault(self, node_id: int, **settings: object) -> dict[str, object]:
+        """Set fault hooks on a node started with an admin port (``admin=True``)."""
+        reply = admin_call(f"127.0.0.1:{self.admin_ports[node_id]}", "set", settings)
+        if not reply["ok"]:
+            raise ValueError(reply["error"])
+        return reply
+
+    def heal(self) -> None:
+        for node_id in self.procs:
+            admin_call(f"127.0.0.1:{self.admin_ports[node_id]}", "clear")
 
     # --- waiting ------------------------------------------------------------------------
 

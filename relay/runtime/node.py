@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+import msgpack
 import zmq
 
 from relay import errors
@@ -39,6 +40,7 @@ from relay.core.events import (
     Verified,
 )
 from relay.core.node import NodeCore
+from relay.runtime.faults import AdminError, FaultHooks
 from relay.runtime.metrics import NodeMetrics
 from relay.wire import mesh
 from relay.wire.client import (
@@ -79,10 +81,11 @@ class NodeRuntime:
         node_id: int,
         clock_offset_ms: int = 0,
         metrics: bool = True,
+        admin_port: int | None = None,
     ) -> None:
         self.config = config
         self.spec = config.node(node_id)
-        self.clock_offset_ms = clock_offset_ms
+        self.hooks = FaultHooks(clock_offset_ms=clock_offset_ms)
         self.core = NodeCore(config.core_config(node_id), epoch=self.now_ms())
         self.metrics = NodeMetrics(node_id)
         self.parked: dict[str, list[ParkedFetch]] = {}
@@ -96,9 +99,13 @@ class NodeRuntime:
             sock.setsockopt(zmq.SNDHWM, HWM_FRAMES)
             sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.admin = self.ctx.socket(zmq.REP) if admin_port is not None else None
         try:
             self._bind(self.pub, self.spec.mesh_port, "mesh_port")
             self._bind(self.router, self.spec.client_port, "client_port")
+            if self.admin is not None and admin_port is not None:
+                self.admin.setsockopt(zmq.LINGER, 0)
+                self._bind(self.admin, admin_port, "--admin-port")
             if metrics:
                 self.metrics.serve(self.spec.host, self.spec.metrics_port)
         except BaseException:
@@ -112,6 +119,8 @@ class NodeRuntime:
         self.poller = zmq.Poller()
         self.poller.register(self.sub, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
+        if self.admin is not None:
+            self.poller.register(self.admin, zmq.POLLIN)
 
     def _bind(self, sock: zmq.Socket[Any], port: int, key: str) -> None:
         try:
@@ -124,7 +133,7 @@ class NodeRuntime:
             ) from None
 
     def now_ms(self) -> int:
-        return int(time.time() * 1000) + self.clock_offset_ms
+        return int(time.time() * 1000) + self.hooks.clock_offset_ms
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -151,7 +160,10 @@ class NodeRuntime:
                 if ready:
                     self.metrics.loop_turns.inc()
                 if self.sub in ready:
-                    self._drain_mesh(events)
+                    self._drain_mesh(now, events)
+                events.extend(MeshReceived(m) for m in self.hooks.release(now))
+                if self.admin is not None and self.admin in ready:
+                    self._admin()
                 if self.router in ready:
                     self._drain_clients(now, events, fetches)
                 if now >= next_tick:
@@ -190,13 +202,37 @@ class NodeRuntime:
         log.info("node %d stopped", self.spec.id)
 
     def close(self) -> None:
-        for sock in (self.pub, self.sub, self.router):
-            sock.close()
+        for sock in (self.pub, self.sub, self.router, self.admin):
+            if sock is not None:
+                sock.close()
         self.ctx.term()
+
+    def _admin(self) -> None:
+        """One operator command on the admin socket: [command, argument]."""
+        assert self.admin is not None
+        try:
+            request = msgpack.unpackb(self.admin.recv(), raw=False)
+            command, argument = (
+                request if isinstance(request, list) and len(request) == 2 else (None, None)
+            )
+            if command == "set":
+                if not isinstance(argument, dict):
+                    raise AdminError("set takes a map of fault settings")
+                self.hooks.set(argument)
+                log.warning("fault hooks set: %s", argument)
+            elif command == "clear":
+                self.hooks.clear()
+                log.warning("fault hooks cleared")
+            elif command != "status":
+                raise AdminError("commands: [set, {...}], [clear, null], [status, null]")
+            reply = {"ok": True, "faults": self.hooks.status(), "node": self.core.status()}
+        except (AdminError, ValueError) as exc:
+            reply = {"ok": False, "error": str(exc)}
+        self.admin.send(msgpack.packb(reply))
 
     # --- input --------------------------------------------------------------------------
 
-    def _drain_mesh(self, events: list[Event]) -> None:
+    def _drain_mesh(self, now: int, events: list[Event]) -> None:
         for _ in range(DRAIN_FRAMES_MAX):
             try:
                 frames = self.sub.recv_multipart(zmq.NOBLOCK)
@@ -207,7 +243,9 @@ class NodeRuntime:
                 self.metrics.errors.labels("malformed_mesh_frame").inc()
                 continue
             try:
-                events.append(MeshReceived(mesh.decode(frames[1])))
+                message = self.hooks.admit(now, mesh.decode(frames[1]))
+                if message is not None:
+                    events.append(MeshReceived(message))
             except mesh.MalformedFrame as exc:
                 self.metrics.errors.labels("malformed_mesh_frame").inc()
                 log.warning("dropped a malformed mesh frame: %s", exc)
@@ -250,6 +288,8 @@ class NodeRuntime:
     def _carry_out(self, now: int, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, Broadcast):
+                if not self.hooks.keep_outgoing():
+                    continue
                 topic, body = mesh.encode(effect.message)
                 self.pub.send_multipart((topic, body))
                 self.metrics.mesh_frames.labels("out").inc()

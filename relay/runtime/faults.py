@@ -1,0 +1,105 @@
+"""Fault injection in the real shell, for chaos tests and operators: off unless the node was
+started with ``--admin-port``, and served on its own socket, never the client port.
+
+The hooks act on mesh frames as they arrive (drop from named peers, drop a fraction, delay)
+and as they leave (drop a fraction), and can offset the node's clock. A one-way partition
+A -> B is ``block_from=[A]`` on B; a symmetric one is that on both sides.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay.core.messages import MeshMessage
+
+ADMIN_KEYS = ("loss_in", "loss_out", "block_from", "delay_ms", "clock_offset_ms")
+
+
+class AdminError(ValueError):
+    pass
+
+
+@dataclass(slots=True)
+class FaultHooks:
+    loss_in: float = 0.0
+    loss_out: float = 0.0
+    block_from: frozenset[int] = frozenset()
+    delay_ms: int = 0
+    clock_offset_ms: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+    delayed: deque[tuple[int, MeshMessage]] = field(default_factory=deque)
+    dropped_in: int = 0
+    dropped_out: int = 0
+
+    def set(self, settings: dict[str, Any]) -> None:
+        """Replace the named settings; refuse unknown keys and bad values (no partial update)."""
+        unknown = set(settings) - set(ADMIN_KEYS)
+        if unknown:
+            raise AdminError(f"unknown fault setting {sorted(unknown)[0]!r}; known: {ADMIN_KEYS}")
+        for key in ("loss_in", "loss_out"):
+            if key in settings and not (
+                isinstance(settings[key], int | float) and 0 <= settings[key] <= 1
+            ):
+                raise AdminError(f"{key} must be a fraction from 0 to 1")
+        if "block_from" in settings and not (
+            isinstance(settings["block_from"], list)
+            and all(isinstance(n, int) for n in settings["block_from"])
+        ):
+            raise AdminError("block_from must be a list of node ids")
+        for key in ("delay_ms", "clock_offset_ms"):
+            if key in settings and not isinstance(settings[key], int):
+                raise AdminError(f"{key} must be an integer")
+        if settings.get("delay_ms", 0) < 0:
+            raise AdminError("delay_ms must not be negative")
+        for key, value in settings.items():
+            setattr(self, key, frozenset(value) if key == "block_from" else value)
+
+    def clear(self) -> None:
+        self.set({"loss_in": 0.0, "loss_out": 0.0, "block_from": [], "delay_ms": 0})
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "loss_in": self.loss_in,
+            "loss_out": self.loss_out,
+            "block_from": sorted(self.block_from),
+            "delay_ms": self.delay_ms,
+            "clock_offset_ms": self.clock_offset_ms,
+            "dropped_in": self.dropped_in,
+            "dropped_out": self.dropped_out,
+        }
+
+    def admit(self, now_ms: int, message: MeshMessage) -> MeshMessage | None:
+        """The message if it is to be handled now; None if dropped or held back."""
+        if sender_of(message) in self.block_from or (
+            self.loss_in and self.rng.random() < self.loss_in
+        ):
+            self.dropped_in += 1
+            return None
+        if self.delay_ms:
+            self.delayed.append((now_ms + self.delay_ms, message))
+            return None
+        return message
+
+    def release(self, now_ms: int) -> list[MeshMessage]:
+        """Held-back messages whose delay is over."""
+        out = []
+        while self.delayed and (self.delayed[0][0] <= now_ms or not self.delay_ms):
+            out.append(self.delayed.popleft()[1])
+        return out
+
+    def keep_outgoing(self) -> bool:
+        if self.loss_out and self.rng.random() < self.loss_out:
+            self.dropped_out += 1
+            return False
+        return True
+
+
+def sender_of(message: MeshMessage) -> int:
+    for name in ("sender", "requester", "origin"):
+        node = getattr(message, name, None)
+        if isinstance(node, int):
+            return node
+    raise AssertionError(f"a mesh message without a sender: {message!r}")
