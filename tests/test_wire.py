@@ -14,6 +14,8 @@ from relay.core.messages import (
     RepairRequest,
     Replicate,
     StreamAck,
+    SyncData,
+    SyncRequest,
     Tx,
 )
 from relay.wire import client, mesh
@@ -21,10 +23,13 @@ from relay.wire import client, mesh
 u64 = st.integers(0, 2**63 - 1)
 names = st.text(min_size=1, max_size=20)
 txs = st.builds(
-    lambda prev, step, origin, pid, mid, payload: Tx(prev + step, prev, origin, pid, mid, payload),
+    lambda prev, step, origin, epoch, pid, mid, payload: Tx(
+        prev + step, prev, origin, epoch, pid, mid, payload
+    ),
     st.integers(0, 2**62),
     st.integers(1, 2**20),
     st.integers(0, 1023),
+    u64,
     st.text(max_size=8),
     u64,
     st.binary(max_size=50),
@@ -42,7 +47,10 @@ messages = st.one_of(
         u64,
         u64,
         st.binary(min_size=32, max_size=32),
-        st.lists(st.builds(OriginReport, st.integers(0, 1023), u64, u64), max_size=3).map(tuple),
+        u64,
+        st.lists(
+            st.builds(OriginReport, st.integers(0, 1023), u64, u64, st.booleans()), max_size=3
+        ).map(tuple),
     ),
     st.builds(
         Heartbeat,
@@ -61,6 +69,20 @@ messages = st.one_of(
         st.integers(0, 1023),
         u64,
         st.lists(txs, max_size=5).map(tuple),
+    ),
+    st.builds(SyncRequest, names, st.integers(0, 1023), u64),
+    st.lists(txs, max_size=4).flatmap(
+        lambda rows: st.builds(
+            SyncData,
+            names,
+            st.integers(0, 1023),
+            st.integers(0, 1023),
+            u64,
+            st.binary(min_size=32, max_size=32),
+            st.just(tuple(rows)),
+            st.just(tuple(bytes(32) for _ in rows)),
+            st.lists(st.tuples(st.text(max_size=5), u64, u64), max_size=3).map(tuple),
+        )
     ),
 )
 
@@ -81,7 +103,7 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        msgpack.packb([1, 1, "s", 1, 1, 1, [[1, 2, 3, "p", 4]]]),  # a tx row one field short
+        msgpack.packb([1, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4]]]),  # a tx row one field short
         msgpack.packb([1, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a negative id
         msgpack.packb([2, 3]),  # another version
         msgpack.packb({"kind": "replicate"}),

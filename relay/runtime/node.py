@@ -396,7 +396,7 @@ class NodeRuntime:
         for name, info in streams.items():
             self.metrics.lag.labels(name).set(info["lag"])
         self.metrics.peers_up.set(len(status["peers_up"]))  # type: ignore[arg-type]
-        for state in ("serving", "rejoining", "minority", "leaving"):
+        for state in ("serving", "fenced", "leaving"):
             self.metrics.state.labels(state).set(1 if status["state"] == state else 0)
 
 
