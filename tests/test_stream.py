@@ -104,3 +104,68 @@ def test_the_buffer_trims_only_verified_txs() -> None:
     r.take_vote(2, r.timeline.head_seq, r.timeline.head_digest)
     assert len(r.timeline.seqs) <= 9
     assert r.timeline.trimmed_seq > 0
+
+
+def verified_replica(count: int) -> StreamReplica:
+    """A synced replica with ``count`` verified txs from origin 1."""
+    r = replica()
+    prev = 0
+    for i in range(1, count + 1):
+        r.take(Tx(BASE + i, prev, 1, 7, "p", i, bytes([i])))
+        prev = BASE + i
+    promise_all(r, BASE + 100)
+    r.stabilize(0)
+    r.take_vote(2, r.timeline.head_seq, r.timeline.head_digest)
+    assert r.verified_seq == BASE + count
+    return r
+
+
+def slice_of(r: StreamReplica, after: int) -> tuple:  # type: ignore[type-arg]
+    found = r.sync_slice(after, 1000)
+    assert found is not None
+    base_seq, base_digest, indexes, _snapshot = found
+    tl = r.timeline
+    return (
+        base_seq,
+        base_digest,
+        tuple(tl.txs[i] for i in indexes),
+        tuple(tl.digests[i] for i in indexes),
+    )
+
+
+def test_an_empty_replica_adopts_a_verified_slice_and_continues_the_chain() -> None:
+    source = verified_replica(5)
+    fresh = StreamReplica("s", 3, (1, 2, 3), 2, LIMITS)
+    for lane in fresh.lanes.values():
+        lane.restart(7, LaneState.ACTIVE)
+    outcome = fresh.adopt(0, *slice_of(source, 0), ())
+    assert outcome.startswith("adopted 5")
+    assert fresh.synced and fresh.verified_seq == BASE + 5
+    assert fresh.timeline.head_digest == source.timeline.head_digest
+    assert fresh.lookup_key("p", 3) == BASE + 3  # dedup index rebuilt from the slice
+    # the origin's next tx chains although this replica never saw its chain
+    assert fresh.take(Tx(BASE + 6, BASE + 5, 1, 7, "", 0, b"n"))
+
+
+def test_a_slice_that_does_not_chain_is_refused() -> None:
+    source = verified_replica(3)
+    base_seq, base_digest, txs, digests = slice_of(source, 0)
+    forged = (txs[0]._replace(payload=b"evil"), *txs[1:])
+    fresh = replica()
+    assert "refused" in fresh.adopt(0, base_seq, base_digest, forged, digests, ())
+    assert fresh.timeline.head_seq == 0
+
+
+def test_adopting_replaces_an_unverified_tail_and_keeps_later_txs() -> None:
+    source = verified_replica(4)
+    diverged = verified_replica(2)
+    # a stable but unverified tx of origin 2 that the verified chain does not have
+    diverged.take(Tx(BASE + 3, 0, 2, 7, "", 0, b"other"))
+    diverged.lanes[2].claim(BASE + 3, BASE + 100)
+    diverged.stabilize(0)
+    assert diverged.timeline.head_seq == BASE + 3
+    assert diverged.verified_seq == BASE + 2
+    outcome = diverged.adopt(0, *slice_of(source, BASE + 2), ())
+    assert outcome.startswith("adopted 2")
+    assert diverged.timeline.seqs == source.timeline.seqs
+    assert diverged.timeline.head_digest == source.timeline.head_digest
