@@ -111,6 +111,12 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     for key in ("heartbeat_ms", "suspect_after_ms", "publish_timeout_ms", "buffer_txs_max"):
         if params[key] == 0:
             raise ConfigError(f"{where}: 'cluster.{key}' must be greater than 0")
+    if params["fence_after_ms"] >= params["suspect_after_ms"]:
+        raise ConfigError(
+            f"{where}: 'cluster.fence_after_ms' must be less than "
+            "'cluster.suspect_after_ms', so that a cut-off node fences itself "
+            "before it starts cutting the others"
+        )
     if params["suspect_after_ms"] < 2 * params["heartbeat_ms"]:
         raise ConfigError(
             f"{where}: 'cluster.suspect_after_ms' must be at least twice "

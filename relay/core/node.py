@@ -494,13 +494,16 @@ class NodeCore:
     # --- upkeep -------------------------------------------------------------------------
 
     def _maintain(self, now_ms: int) -> None:
-        for origin, peer in self.peers.items():
-            if peer.up and now_ms - peer.last_heard_ms > self.params.suspect_after_ms:
-                self._suspect(origin, f"was silent for {now_ms - peer.last_heard_ms} ms")
         heard = 1 + sum(
             1 for p in self.peers.values() if now_ms - p.last_heard_ms <= self.params.fence_after_ms
         )
         self._fence_input(now_ms, quorum_input(heard, len(self.peers) + 1))
+        for origin, peer in self.peers.items():
+            silent_ms = now_ms - peer.last_heard_ms
+            # only a node that hears a quorum suspects: a fenced one is the likely culprit
+            suspect = peer.up and silent_ms > self.params.suspect_after_ms
+            if suspect and self.state is NodeState.SERVING:
+                self._suspect(origin, f"was silent for {silent_ms} ms")
         up = self.up_nodes()
         for name, state in self.streams.items():
             grace = self.params.suspect_after_ms

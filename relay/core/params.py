@@ -11,7 +11,7 @@ from relay.core.routing import Subscription
 class CoreParams:
     heartbeat_ms: int = 100
     suspect_after_ms: int = 1000  # a peer silent this long is suspected dead and cut
-    fence_after_ms: int = 1500  # hearing no quorum this long fences the node
+    fence_after_ms: int = 800  # hearing no quorum this long fences the node
     publish_timeout_ms: int = 5000
     repair_after_ms: int = 200  # a gap open this long triggers a repair request
     stuck_after_ms: int = 1000  # peers ahead and no progress this long: catch up by sync
