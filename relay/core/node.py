@@ -511,6 +511,15 @@ class NodeCore:
                 self._ask_repair(now_ms, name, origin, epoch, after, upto)
             if state.sync_wanted(now_ms, up, self.params.stuck_after_ms):
                 self._ask_sync(now_ms, name, state)
+            if state.rebuild_wanted(now_ms, up, self.params.stuck_after_ms):
+                count = state.rebuild(now_ms)
+                self._effects.append(
+                    Notice(
+                        "rebuild",
+                        f"{name}: no quorum agreed past seq "
+                        f"{state.verified_seq}; refolding {count} txs",
+                    )
+                )
             for lane in state.lanes.values():
                 if lane.state is LaneState.CUT and lane.origin != self.node_id:
                     self._sync_lane(state, lane.origin)

@@ -337,6 +337,32 @@ class StreamReplica:
             return False
         return now_ms - self.verified_moved_ms >= stuck_after_ms
 
+    def rebuild_wanted(self, now_ms: int, up: set[int], stuck_after_ms: int) -> bool:
+        """No quorum on a digest: peers hold other timelines past our verified seq, none of
+        them verified further, and nothing moved for twice ``stuck_after_ms``."""
+        if not self.synced or now_ms - self.verified_moved_ms < 2 * stuck_after_ms:
+            return False
+        peers = [r for r in self.replicas if r != self.self_id and r in up]
+        verified = self.timeline.verified_seq
+        if any(self.peer_verified.get(r, 0) > verified for r in peers):
+            return False  # someone can sync us
+        return any(self.peer_heads.get(r, 0) > verified for r in peers) or (
+            self.timeline.head_seq > verified
+        )
+
+    def rebuild(self, now_ms: int) -> int:
+        """Give up the stable but unverified tail: requeue it and fold again from the
+        verified seq, fetching what peers hold by gap repair, so that replicas that diverged
+        without a quorum converge on the same txs in the same order. Nothing unverified was
+        ever delivered or acknowledged. Returns how many txs were requeued."""
+        verified = self.timeline.verified_seq
+        dropped = self._truncate(verified, False, b"")
+        self._reposition_lanes(dropped)
+        self.disagrees = False
+        self.verified_moved_ms = now_ms
+        self.needs_ack = True
+        return len(dropped)
+
     def sync_slice(self, after_seq: int, limit: int) -> tuple[int, bytes, list[int], bool] | None:
         """What to answer a sync request: (base seq, base digest, indexes, is a snapshot)."""
         timeline = self.timeline

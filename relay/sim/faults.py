@@ -56,18 +56,15 @@ def draw_faults(rng: random.Random, nodes: int, horizon_ms: int) -> tuple[Fault,
         start = rng.randint(50, max(60, horizon_ms - 100))
         end = start + rng.randint(100, 1500)
         if kind in TAKES_NODES_OUT:
+            until = 1 << 40 if kind is FaultKind.STOP else end  # a stopped node stays down
             busy = {
                 n
                 for f in faults
-                if f.kind in TAKES_NODES_OUT and f.start_ms < end and start < _out_until(f)
+                if f.kind in TAKES_NODES_OUT and f.start_ms < until and start < _out_until(f)
                 for n in f.nodes
             }
             free = [n for n in range(1, nodes + 1) if n not in busy]
             room = minority - len(busy)
-            if kind is FaultKind.STOP:
-                room = minority - len(
-                    {n for f in faults if f.kind is FaultKind.STOP for n in f.nodes} | busy
-                )
             if room <= 0 or not free:
                 continue
             count = rng.randint(1, min(room, len(free)))
