@@ -7,6 +7,7 @@ SIGKILL for any that ignore SIGTERM.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,15 +23,24 @@ from relay.runtime.templates import cluster_toml
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports nothing listens on right now, all distinct."""
-    socks, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    """Ports nothing listens on right now, all distinct, chosen below the kernel's ephemeral
+    range so that no outgoing connection can take one before the node binds it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    ports: list[int] = []
+    rng = random.SystemRandom()
+    while len(ports) < count:
+        port = rng.randrange(10_000, max(10_001, low))
+        if port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
     return ports
 
 
