@@ -125,6 +125,6 @@ class Lane:
         upto = self.claimed_last
         if self.early:
             upto = max(upto, max(t.seq for t in self.early.values()))
-        if self.cut_at is not None:
-            upto = min(max(upto, self.cut_at), self.cut_at)
+        if self.cut_at is not None:  # a cut epoch: exactly up to the cut
+            upto = self.cut_at
         return (self.contig, upto) if upto > self.contig else None

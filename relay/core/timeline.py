@@ -62,10 +62,6 @@ class Timeline:
             return self.digests[i]
         return None
 
-    def holds(self, seq: int) -> bool:
-        i = bisect_left(self.seqs, seq)
-        return i < len(self.seqs) and self.seqs[i] == seq
-
     def verify_upto(self, seq: int) -> None:
         assert seq <= self.head_seq, "cannot verify beyond the stable head"
         if seq > self.verified_seq:
