@@ -104,8 +104,8 @@ class NodeCore:
         self.dirty: dict[str, None] = {}  # insertion-ordered: replays stay deterministic
         self.started_ms: int | None = None
         self.next_heartbeat_ms = 0
-        self.repair_asked_ms: dict[tuple[str, int], int] = {}
-        self.leaving = False
+        self.repair_asked_ms: dict[tuple[str, int], int] = {}  # (stream, origin) -> last ask
+        self.sync_asked_ms: dict[str, int] = {}  # stream -> last sync request
         self.state = NodeState.FENCED  # until it hears a quorum of the cluster
         self._order = 0
         self._effects: list[Effect] = []
@@ -127,7 +127,6 @@ class NodeCore:
             elif isinstance(event, PublishRequested):
                 self._on_publish(now_ms, event)
             elif isinstance(event, ShutdownRequested):
-                self.leaving = True
                 self._fence_input(now_ms, FenceInput.SHUTDOWN)
                 self.next_heartbeat_ms = now_ms
                 upkeep = True
@@ -561,10 +560,9 @@ class NodeCore:
                     self._finish(now_ms, pending)
 
     def _ask_sync(self, now_ms: int, stream: str, state: StreamReplica) -> None:
-        key = (stream, -1)
-        if now_ms - self.repair_asked_ms.get(key, -(10**12)) < self.params.repair_after_ms:
+        if now_ms - self.sync_asked_ms.get(stream, -(10**12)) < self.params.repair_after_ms:
             return
-        self.repair_asked_ms[key] = now_ms
+        self.sync_asked_ms[stream] = now_ms
         after = state.verified_seq if state.synced else 0
         self._effects.append(Broadcast(SyncRequest(stream, self.node_id, after)))
 
@@ -614,7 +612,7 @@ class NodeCore:
             self._verified(now_ms, data.stream, state)
             self.dirty[data.stream] = None
             if len(data.txs) >= self.params.repair_batch_txs_max:
-                self.repair_asked_ms.pop((data.stream, -1), None)
+                self.sync_asked_ms.pop(data.stream, None)
                 self._ask_sync(now_ms, data.stream, state)
 
     def _ask_repair(
@@ -663,7 +661,7 @@ class NodeCore:
                     floor=self.clock.floor,
                     origin_last=tuple(sorted(self.origin_last.items())),
                     accepts=tuple(accepts),
-                    leaving=self.leaving,
+                    leaving=self.state is NodeState.LEAVING,
                 )
             )
         )

@@ -13,7 +13,8 @@ from typing import Any
 
 import msgpack
 
-from relay.wire.mesh import MalformedFrame, _bytes, _int, _list, _str
+from relay.wire.fields import as_bytes, as_int, as_list, as_str
+from relay.wire.mesh import MalformedFrame
 
 VERSION = 1
 REQUEST_BYTES_MAX = 64 << 20
@@ -74,10 +75,12 @@ def decode_request(body: bytes) -> Request:
     req_id = f[2] if type(f[2]) is int and f[2] >= 0 else 0
     try:
         if kind == "pub" and len(f) == 6:
-            items = tuple((_int(m), _bytes(p)) for m, p in (_list(i) for i in _list(f[5])))
-            return PublishFrame(req_id, _str(f[3]), _str(f[4]), items)
+            items = tuple((as_int(m), as_bytes(p)) for m, p in (as_list(i) for i in as_list(f[5])))
+            return PublishFrame(req_id, as_str(f[3]), as_str(f[4]), items)
         if kind == "fetch" and len(f) == 8:
-            return FetchFrame(req_id, _str(f[3]), _int(f[4]), _int(f[5]), _int(f[6]), bool(f[7]))
+            return FetchFrame(
+                req_id, as_str(f[3]), as_int(f[4]), as_int(f[5]), as_int(f[6]), bool(f[7])
+            )
         if kind == "status" and len(f) == 3:
             return StatusFrame(req_id)
     except (TypeError, ValueError) as exc:

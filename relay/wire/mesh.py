@@ -24,6 +24,7 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
+from relay.wire.fields import as_bytes, as_int, as_list, as_str
 
 VERSION = 1
 FRAME_BYTES_MAX = 64 << 20
@@ -150,63 +151,72 @@ def decode(body: bytes) -> MeshMessage:
     try:
         if kind == _REPLICATE:
             _, _, stream, origin, epoch, floor, rows = _shape(f, 7)
-            return Replicate(_str(stream), _int(origin), _int(epoch), _int(floor), _txs(rows))
+            return Replicate(
+                as_str(stream), as_int(origin), as_int(epoch), as_int(floor), _txs(rows)
+            )
         if kind == _ACK:
             _, _, stream, sender, epoch, floor, last, head, digest, verified, reports = _shape(
                 f, 11
             )
             return StreamAck(
-                _str(stream),
-                _int(sender),
-                _int(epoch),
-                _int(floor),
-                _int(last),
-                _int(head),
-                _bytes(digest),
-                _int(verified),
+                as_str(stream),
+                as_int(sender),
+                as_int(epoch),
+                as_int(floor),
+                as_int(last),
+                as_int(head),
+                as_bytes(digest),
+                as_int(verified),
                 tuple(
-                    OriginReport(_int(o), _int(e), _int(c), bool(s))
-                    for o, e, c, s in _list(reports)
+                    OriginReport(as_int(o), as_int(e), as_int(c), bool(s))
+                    for o, e, c, s in as_list(reports)
                 ),
             )
         if kind == _HEARTBEAT:
             _, _, sender, epoch, floor, lasts, accepts, leaving = _shape(f, 8)
             return Heartbeat(
-                _int(sender),
-                _int(epoch),
-                _int(floor),
-                tuple((_str(s), _int(q)) for s, q in _list(lasts)),
-                tuple((_int(n), _int(e)) for n, e in _list(accepts)),
+                as_int(sender),
+                as_int(epoch),
+                as_int(floor),
+                tuple((as_str(s), as_int(q)) for s, q in as_list(lasts)),
+                tuple((as_int(n), as_int(e)) for n, e in as_list(accepts)),
                 bool(leaving),
             )
         if kind == _REPAIR_REQUEST:
             _, _, stream, requester, origin, epoch, after, upto = _shape(f, 8)
             return RepairRequest(
-                _str(stream), _int(requester), _int(origin), _int(epoch), _int(after), _int(upto)
+                as_str(stream),
+                as_int(requester),
+                as_int(origin),
+                as_int(epoch),
+                as_int(after),
+                as_int(upto),
             )
         if kind == _SYNC_REQUEST:
             _, _, stream, requester, after = _shape(f, 5)
-            return SyncRequest(_str(stream), _int(requester), _int(after))
+            return SyncRequest(as_str(stream), as_int(requester), as_int(after))
         if kind == _SYNC_DATA:
             _, _, stream, sender, requester, base, base_digest, rows, digests, dedup = _shape(f, 10)
             txs = _txs(rows)
-            found = tuple(_bytes(d) for d in _list(digests))
+            found = tuple(as_bytes(d) for d in as_list(digests))
             if len(found) != len(txs):
                 raise ValueError("a sync slice needs one digest per tx")
-            keys = tuple((_str(p), _int(m), _int(s)) for p, m, s in _list(dedup))
+            keys = tuple((as_str(p), as_int(m), as_int(s)) for p, m, s in as_list(dedup))
             return SyncData(
-                _str(stream),
-                _int(sender),
-                _int(requester),
-                _int(base),
-                _bytes(base_digest),
+                as_str(stream),
+                as_int(sender),
+                as_int(requester),
+                as_int(base),
+                as_bytes(base_digest),
                 txs,
                 found,
                 keys,
             )
         if kind == _REPAIR_DATA:
             _, _, stream, sender, origin, epoch, rows = _shape(f, 7)
-            return RepairData(_str(stream), _int(sender), _int(origin), _int(epoch), _txs(rows))
+            return RepairData(
+                as_str(stream), as_int(sender), as_int(origin), as_int(epoch), _txs(rows)
+            )
     except (TypeError, ValueError) as exc:
         raise MalformedFrame(f"bad field in mesh frame of kind {kind}: {exc}") from None
     raise MalformedFrame(f"unknown mesh frame kind {kind!r}")
@@ -220,7 +230,7 @@ def _shape(f: list[Any], n: int) -> list[Any]:
 
 def _txs(rows: Any) -> tuple[Tx, ...]:
     out = []
-    for row in _list(rows):
+    for row in as_list(rows):
         if type(row) is not list or len(row) != 7:
             raise ValueError("a tx row has 7 fields")
         seq, prev, origin, epoch, pid, mid, payload = row
@@ -240,27 +250,3 @@ def _txs(rows: Any) -> tuple[Tx, ...]:
             raise ValueError(f"bad tx row {row!r:.80}")
         out.append(Tx(seq, prev, origin, epoch, pid, mid, payload))
     return tuple(out)
-
-
-def _int(v: Any) -> int:
-    if type(v) is not int or v < 0:
-        raise ValueError(f"expected a non-negative integer, got {v!r:.40}")
-    return v
-
-
-def _str(v: Any) -> str:
-    if type(v) is not str:
-        raise ValueError(f"expected a string, got {v!r:.40}")
-    return v
-
-
-def _bytes(v: Any) -> bytes:
-    if type(v) is not bytes:
-        raise ValueError(f"expected bytes, got {type(v).__name__}")
-    return v
-
-
-def _list(v: Any) -> list[Any]:
-    if type(v) is not list:
-        raise ValueError(f"expected a list, got {type(v).__name__}")
-    return v
