@@ -291,6 +291,12 @@ def consume(
 @click.option("--delay-ms", type=int, help="Hold every incoming mesh frame this long.")
 @click.option("--clock-offset-ms", type=int, help="Shift the node's clock by this much.")
 @click.option("--clear", is_flag=True, help="Remove every fault (the clock offset stays).")
+@click.option(
+    "--tamper",
+    metavar="STREAM[:SEQ]",
+    help="Corrupt the payload the node holds at SEQ (default: its last verified tx), keeping "
+    "the digest, to check that readers notice.",
+)
 def fault(
     address: str,
     loss_in: float | None,
@@ -299,6 +305,7 @@ def fault(
     delay_ms: int | None,
     clock_offset_ms: int | None,
     clear: bool,
+    tamper: str | None,
 ) -> None:
     """Inject faults into a node started with --admin-port; prints its fault status."""
     from relay.runtime.admin import admin_call
@@ -317,6 +324,15 @@ def fault(
     try:
         if clear:
             admin_call(address, "clear")
+        if tamper is not None:
+            stream, _, seq = tamper.partition(":")
+            if seq and not seq.isdigit():
+                raise click.BadParameter(
+                    f"{tamper!r} is not STREAM or STREAM:SEQ", param_hint="--tamper"
+                )
+            done = admin_call(address, "tamper", {"stream": stream, "seq": int(seq or 0)})
+            if not done["ok"]:
+                raise click.ClickException(done["error"])
         reply = admin_call(address, "set", settings) if settings else admin_call(address, "status")
     except TimeoutError as exc:
         raise click.ClickException(str(exc)) from None

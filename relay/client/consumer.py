@@ -15,14 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from relay import errors
 from relay.client.directory import NodeAddress, resolve
-from relay.client.pool import ConnectionPool
+from relay.client.fetcher import Fetcher
 from relay.core.digest import fold
 from relay.core.flake import make_seq, seq_unix_ms
-from relay.wire.client import fetch_request
 
 Start = str | int | datetime
 
@@ -60,14 +58,10 @@ class Consumer:
         self.wait_ms = wait_ms
         self.reply_timeout_s = reply_timeout_s
         self.verify = verify
-        self._order = resolve(config, nodes, node)
-        self._current = 0
-        self._pool = ConnectionPool()
+        self._fetcher = Fetcher(stream, resolve(config, nodes, node), reply_timeout_s)
         self._buffer: deque[Transaction] = deque()
-        self._req_id = 0
         self.position = 0  # the last seq yielded; the next fetch asks for txs after it
         self.last_digest: bytes | None = None
-        self.node: NodeAddress | None = None  # the node that served the last batch
         self._start = start
         self._started = False
         self._strict = False
@@ -101,8 +95,13 @@ class Consumer:
             out.extend(self.poll(deadline - time.monotonic(), max_txs=count - len(out)))
         return out
 
+    @property
+    def node(self) -> NodeAddress | None:
+        """The node that served the last batch."""
+        return self._fetcher.node
+
     def close(self) -> None:
-        self._pool.close()
+        self._fetcher.close()
 
     def __enter__(self) -> Consumer:
         return self
@@ -117,33 +116,33 @@ class Consumer:
             self._begin()
             return
         after = self._buffer[-1].seq if self._buffer else self.position
-        reply = self._ask(after, self.batch_max, wait_ms)
+        reply = self._fetcher.fetch(after, self.batch_max, wait_ms, self._strict)
         if reply is None:
             return
-        _, _, _, stream, prev_digest, _verified, earliest, lost, rows = reply
-        if lost:
+        if reply.lost:
             raise errors.DataLossError(
                 "data_loss",
                 f"{self.stream!r}: the txs after seq {after} were trimmed from every buffer "
-                f"this consumer reached; the earliest held is {earliest}",
+                f"this consumer reached; the earliest held is {reply.earliest_seq}",
             )
-        if not rows:
+        if not reply.rows:
             return
         if self._buffer:
             chain = self._buffer[-1].digest
         elif self._strict and self.last_digest is not None:
             chain = self.last_digest
         else:
-            chain = prev_digest
-        for seq, origin, pid, mid, payload, digest in rows:
+            chain = reply.prev_digest
+        for seq, origin, pid, mid, payload, digest in reply.rows:
             if self.verify and fold(chain, seq, origin, payload) != digest:
                 raise errors.DigestMismatchError(
                     "digest_mismatch",
-                    f"{stream!r} seq {seq} from {self.node} does not chain to the digest before "
-                    "it; the node served a timeline that differs from what this consumer holds",
+                    f"{self.stream!r} seq {seq} from {self.node} does not chain to the digest "
+                    "before it; the node served a timeline that differs from what this consumer "
+                    "holds",
                 )
             chain = digest
-            self._buffer.append(Transaction(stream, seq, origin, payload, digest, pid, mid))
+            self._buffer.append(Transaction(self.stream, seq, origin, payload, digest, pid, mid))
         self._strict = True
 
     def _begin(self) -> None:
@@ -151,10 +150,10 @@ class Consumer:
         if start == "earliest":
             self.position = 0
         elif start == "latest":
-            reply = self._ask(0, 0, 0)
+            reply = self._fetcher.fetch(0, 0, 0, False)
             if reply is None:
                 return
-            self.position = reply[6]
+            self.position = reply.verified_seq
         elif isinstance(start, datetime):
             self.position = max(0, make_seq(int(start.timestamp() * 1000), 0, 0) - 1)
         elif isinstance(start, int) and start >= 0:
@@ -162,45 +161,3 @@ class Consumer:
         else:
             raise ValueError(f"start must be 'earliest', 'latest', a seq or a datetime: {start!r}")
         self._started = True
-
-    def _ask(self, after: int, limit: int, wait_ms: int) -> list[Any] | None:
-        """One fetch, answered or failed over; None if this node did not serve it."""
-        address = self._order[self._current]
-        self._req_id += 1
-        conn = self._pool.get(address)
-        conn.send(fetch_request(self._req_id, self.stream, after, limit, wait_ms, self._strict))
-        deadline = time.monotonic() + wait_ms / 1000 + self.reply_timeout_s
-        while True:
-            for _, reply in self._pool.receive(50):
-                if reply[2] != self._req_id:
-                    continue  # a late answer to an earlier request
-                return self._answer(address, reply)
-            if address in self._pool.disconnected() or time.monotonic() > deadline:
-                self._next_node(address)
-                return None
-
-    def _answer(self, address: NodeAddress, reply: list[Any]) -> list[Any] | None:
-        kind = reply[1]
-        if kind == "txs":
-            self.node = address
-            return reply
-        if kind == "redirect":
-            self._go_to([NodeAddress(int(n), str(h), int(p)) for n, h, p in reply[4]])
-            return None
-        code, message = reply[3], reply[4]
-        if code in errors.RETRYABLE:
-            self._next_node(address)
-            time.sleep(0.05)
-            return None
-        raise errors.RelayError(code, message)
-
-    def _go_to(self, addresses: list[NodeAddress]) -> None:
-        for address in addresses:
-            if address not in self._order:
-                self._order.append(address)
-        if addresses:
-            self._current = self._order.index(addresses[0])
-
-    def _next_node(self, address: NodeAddress) -> None:
-        self._pool.drop(address)
-        self._current = (self._current + 1) % len(self._order)

@@ -78,6 +78,22 @@ class ReadResult:
     lost: bool  # the reader asked for txs already trimmed from the buffer
 
 
+@dataclass(frozen=True, slots=True)
+class SpanResult:
+    """Where a range of verified txs can be cut into parts, without the txs themselves.
+
+    ``bounds`` holds one ``(seq, digest, count)`` per part, in order: the part's last seq, the
+    rolling digest there and how many txs it holds. Readers plan with it (a Spark batch) and
+    check what they fetch against the digests.
+    """
+
+    stream: str
+    bounds: tuple[tuple[int, bytes, int], ...]
+    verified_seq: int
+    earliest_seq: int
+    lost: bool
+
+
 # --- effects -----------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from relay import errors
 from relay.core.events import (
@@ -36,6 +37,7 @@ from relay.core.events import (
     Rejected,
     Reply,
     ShutdownRequested,
+    SpanResult,
     Tick,
     Verified,
 )
@@ -56,6 +58,7 @@ from relay.core.messages import (
 from relay.core.params import CoreConfig
 from relay.core.routing import Routing, stream_name_problem
 from relay.core.stream import StreamLimits, StreamReplica
+from relay.core.timeline import Timeline
 
 
 @dataclass(slots=True)
@@ -147,6 +150,53 @@ class NodeCore:
 
         ``strict``: the caller already holds ``after_seq``, so a trimmed range is data loss.
         """
+        timeline = self._readable(stream)
+        if not isinstance(timeline, Timeline):
+            return timeline
+        start, indexes = timeline.read_verified(after_seq, limit)
+        return ReadResult(
+            stream=stream,
+            txs=tuple(timeline.txs[i] for i in indexes),
+            digests=tuple(timeline.digests[i] for i in indexes),
+            prev_digest=timeline.digest_before(start),
+            verified_seq=timeline.verified_seq,
+            earliest_seq=timeline.earliest_seq(),
+            lost=strict and after_seq < timeline.trimmed_seq,
+        )
+
+    def span(
+        self, stream: str, after_seq: int, upto_seq: int, max_txs: int, parts: int, strict: bool
+    ) -> SpanResult | Redirect | Rejected:
+        """The verified txs in (``after_seq``, ``upto_seq``], at most ``max_txs`` of them, cut
+        into at most ``parts`` parts of near-equal size. 0 means no bound for ``upto_seq`` and
+        ``max_txs``.
+        """
+        timeline = self._readable(stream)
+        if not isinstance(timeline, Timeline):
+            return timeline
+        upto = timeline.verified_seq if upto_seq <= 0 else min(upto_seq, timeline.verified_seq)
+        start = bisect_right(timeline.seqs, after_seq)
+        end = max(start, bisect_right(timeline.seqs, upto))
+        if max_txs > 0:
+            end = min(end, start + max_txs)
+        total = end - start
+        count = max(1, min(parts, total))
+        cuts = [start + (total * k) // count for k in range(count + 1)]
+        bounds = tuple(
+            (timeline.seqs[b - 1], timeline.digests[b - 1], b - a)
+            for a, b in pairwise(cuts)
+            if b > a
+        )
+        return SpanResult(
+            stream=stream,
+            bounds=bounds,
+            verified_seq=timeline.verified_seq,
+            earliest_seq=timeline.earliest_seq(),
+            lost=strict and after_seq < timeline.trimmed_seq,
+        )
+
+    def _readable(self, stream: str) -> Timeline | Redirect | Rejected:
+        """The stream's timeline if this node may serve reads of it; else the answer to give."""
         problem = stream_name_problem(stream)
         if problem:
             return Rejected(errors.BAD_REQUEST, problem)
@@ -157,21 +207,10 @@ class NodeCore:
             return self._unavailable(stream, f"this node is {self.state.value}")
         state = self.streams.get(stream)
         if state is None:
-            return ReadResult(stream, (), (), b"", 0, 0, False)
+            return Timeline(stream, 1)  # a stream nobody published to yet: empty
         if not state.synced:
             return self._unavailable(stream, "this node is catching up with the stream")
-        timeline = state.timeline
-        lost = strict and after_seq < timeline.trimmed_seq
-        start, indexes = timeline.read_verified(after_seq, limit)
-        return ReadResult(
-            stream=stream,
-            txs=tuple(timeline.txs[i] for i in indexes),
-            digests=tuple(timeline.digests[i] for i in indexes),
-            prev_digest=timeline.digest_before(start),
-            verified_seq=timeline.verified_seq,
-            earliest_seq=timeline.earliest_seq(),
-            lost=lost,
-        )
+        return state.timeline
 
     def replicates(self, stream: str) -> bool:
         return self.node_id in self.routing.replicas_of(stream)

@@ -3,17 +3,21 @@ started with ``--admin-port``, and served on its own socket, never the client po
 
 The hooks act on mesh frames as they arrive (drop from named peers, drop a fraction, delay)
 and as they leave (drop a fraction), and can offset the node's clock. A one-way partition
-A -> B is ``block_from=[A]`` on B; a symmetric one is that on both sides.
+A -> B is ``block_from=[A]`` on B; a symmetric one is that on both sides. ``tamper_payload``
+corrupts one stored transaction the way bit rot would: its payload changes, its digest does not,
+so only a reader that re-computes the digest chain can tell.
 """
 
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from relay.core.messages import MeshMessage
+from relay.core.timeline import Timeline
 
 ADMIN_KEYS = ("loss_in", "loss_out", "block_from", "delay_ms", "clock_offset_ms")
 
@@ -103,3 +107,16 @@ def sender_of(message: MeshMessage) -> int:
         if isinstance(node, int):
             return node
     raise AssertionError(f"a mesh message without a sender: {message!r}")
+
+
+def tamper_payload(timeline: Timeline, seq: int) -> int:
+    """Flip the first byte of the payload held at ``seq`` (0: the last verified tx); its seq."""
+    if seq == 0:
+        seq = timeline.verified_seq
+    index = bisect_left(timeline.seqs, seq)
+    if index >= len(timeline.seqs) or timeline.seqs[index] != seq:
+        raise AdminError(f"this node holds no tx with seq {seq}")
+    tx = timeline.txs[index]
+    payload = bytes([tx.payload[0] ^ 0xFF]) + tx.payload[1:] if tx.payload else b"\x00"
+    timeline.txs[index] = tx._replace(payload=payload)
+    return seq

@@ -149,6 +149,13 @@ class LocalCluster:
             raise ValueError(reply["error"])
         return reply
 
+    def tamper(self, node_id: int, stream: str, seq: int = 0) -> None:
+        """Corrupt the payload a node holds at ``seq`` (0: its last verified tx)."""
+        address = f"127.0.0.1:{self.admin_ports[node_id]}"
+        reply = admin_call(address, "tamper", {"stream": stream, "seq": seq})
+        if not reply["ok"]:
+            raise ValueError(reply["error"])
+
     def heal(self) -> None:
         for node_id in self.procs:
             admin_call(f"127.0.0.1:{self.admin_ports[node_id]}", "clear")

@@ -40,7 +40,7 @@ from relay.core.events import (
     Verified,
 )
 from relay.core.node import NodeCore
-from relay.runtime.faults import AdminError, FaultHooks
+from relay.runtime.faults import AdminError, FaultHooks, tamper_payload
 from relay.runtime.metrics import NodeMetrics
 from relay.wire import mesh
 from relay.wire.client import (
@@ -48,6 +48,7 @@ from relay.wire.client import (
     FetchFrame,
     PublishFrame,
     Request,
+    SpanFrame,
     StatusFrame,
     decode_request,
     pack,
@@ -223,8 +224,18 @@ class NodeRuntime:
             elif command == "clear":
                 self.hooks.clear()
                 log.warning("fault hooks cleared")
+            elif command == "tamper":
+                if not isinstance(argument, dict) or not isinstance(argument.get("stream"), str):
+                    raise AdminError("tamper takes {stream: name, seq: n (0: the last verified)}")
+                state = self.core.streams.get(argument["stream"])
+                if state is None:
+                    raise AdminError(f"this node holds no stream {argument['stream']!r}")
+                seq = tamper_payload(state.timeline, int(argument.get("seq", 0)))
+                log.warning("tampered with the payload of %s seq %d", argument["stream"], seq)
             elif command != "status":
-                raise AdminError("commands: [set, {...}], [clear, null], [status, null]")
+                raise AdminError(
+                    "commands: [set, {...}], [clear, null], [tamper, {...}], [status, null]"
+                )
             reply = {"ok": True, "faults": self.hooks.status(), "node": self.core.status()}
         except (AdminError, ValueError) as exc:
             reply = {"ok": False, "error": str(exc)}
@@ -280,6 +291,8 @@ class NodeRuntime:
                 )
             elif isinstance(request, FetchFrame):
                 fetches.append((client, request))
+            elif isinstance(request, SpanFrame):
+                self._span(client, request)
             elif isinstance(request, StatusFrame):
                 self._send(client, pack("status", request.req_id, self.core.status()))
 
@@ -376,6 +389,29 @@ class NodeRuntime:
             self.parked.setdefault(frame.stream, []).append(ParkedFetch(client, frame, deadline))
             return
         self._send(client, _txs_reply(frame.req_id, result))
+
+    def _span(self, client: bytes, frame: SpanFrame) -> None:
+        result = self.core.span(
+            frame.stream, frame.after_seq, frame.upto_seq, frame.max_txs, frame.parts, frame.strict
+        )
+        if isinstance(result, Redirect):
+            self._redirect(client, frame.req_id, result)
+        elif isinstance(result, Rejected):
+            self._error(client, frame.req_id, result)
+        else:
+            bounds = [list(bound) for bound in result.bounds]
+            self._send(
+                client,
+                pack(
+                    "span",
+                    frame.req_id,
+                    result.stream,
+                    result.verified_seq,
+                    result.earliest_seq,
+                    result.lost,
+                    bounds,
+                ),
+            )
 
     def _expire_fetches(self, now: int) -> None:
         for stream in list(self.parked):

@@ -1,7 +1,8 @@
 """The client protocol on a node's client port (ZeroMQ ROUTER; clients use DEALER).
 
 Every frame is msgpack ``[version, kind, req_id, ...]``. Requests: ``pub``, ``fetch``,
-``status``. Replies: ``acks``, ``txs``, ``status``, ``redirect``, ``error``. A node answers
+``span`` (plan a range read: where to cut it and the digests there), ``status``. Replies:
+``acks``, ``txs``, ``span``, ``status``, ``redirect``, ``error``. A node answers
 a malformed request with an ``error`` reply (code ``bad_request``) when it can read a req_id,
 and with req_id 0 when it cannot.
 """
@@ -39,11 +40,22 @@ class FetchFrame:
 
 
 @dataclass(frozen=True, slots=True)
+class SpanFrame:
+    req_id: int
+    stream: str
+    after_seq: int
+    upto_seq: int
+    max_txs: int
+    parts: int
+    strict: bool
+
+
+@dataclass(frozen=True, slots=True)
 class StatusFrame:
     req_id: int
 
 
-Request = PublishFrame | FetchFrame | StatusFrame
+Request = PublishFrame | FetchFrame | SpanFrame | StatusFrame
 
 
 class BadRequest(MalformedFrame):
@@ -81,6 +93,11 @@ def decode_request(body: bytes) -> Request:
             return FetchFrame(
                 req_id, as_str(f[3]), as_int(f[4]), as_int(f[5]), as_int(f[6]), bool(f[7])
             )
+        if kind == "span" and len(f) == 9:
+            after, upto, max_txs, parts = (as_int(v) for v in f[4:8])
+            if parts < 1:
+                raise ValueError("parts must be at least 1")
+            return SpanFrame(req_id, as_str(f[3]), after, upto, max_txs, parts, bool(f[8]))
         if kind == "status" and len(f) == 3:
             return StatusFrame(req_id)
     except (TypeError, ValueError) as exc:
@@ -99,6 +116,12 @@ def fetch_request(
     req_id: int, stream: str, after_seq: int, limit: int, wait_ms: int, strict: bool
 ) -> bytes:
     return pack("fetch", req_id, stream, after_seq, limit, wait_ms, strict)
+
+
+def span_request(
+    req_id: int, stream: str, after_seq: int, upto_seq: int, max_txs: int, parts: int, strict: bool
+) -> bytes:
+    return pack("span", req_id, stream, after_seq, upto_seq, max_txs, parts, strict)
 
 
 def status_request(req_id: int) -> bytes:

@@ -1,0 +1,119 @@
+"""Reads of one stream's verified timeline, asked of whichever node can answer.
+
+How this works: requests go to the current node. A reply that redirects moves the fetcher to
+a replica that was named; a retryable error, a broken connection or silence past the reply
+timeout moves it to the next node in order. Such a request returns None, and the caller asks
+again (the consumer on its next poll, a Spark task until its deadline).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from relay import errors
+from relay.client.directory import NodeAddress
+from relay.client.pool import ConnectionPool
+from relay.wire.client import fetch_request, span_request
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """A ``txs`` reply: rows ``[seq, origin, producer_id, msg_id, payload, digest]``."""
+
+    prev_digest: bytes  # the digest just before the first row
+    verified_seq: int
+    earliest_seq: int
+    lost: bool
+    rows: list[list[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Spanned:
+    """A ``span`` reply: one ``(last seq, digest there, tx count)`` per part of the range."""
+
+    verified_seq: int
+    earliest_seq: int
+    lost: bool
+    bounds: list[tuple[int, bytes, int]]
+
+
+class Fetcher:
+    def __init__(self, stream: str, order: list[NodeAddress], reply_timeout_s: float = 3.0) -> None:
+        if not order:
+            raise ValueError("a fetcher needs at least one node address")
+        self.stream = stream
+        self.reply_timeout_s = reply_timeout_s
+        self.order = list(order)
+        self.node: NodeAddress | None = None  # the node that answered last
+        self._current = 0
+        self._pool = ConnectionPool()
+        self._req_id = 0
+
+    def fetch(self, after: int, limit: int, wait_ms: int, strict: bool) -> Fetched | None:
+        """Up to ``limit`` verified txs after seq ``after``, waiting up to ``wait_ms`` for some.
+
+        ``strict``: the caller holds ``after``, so a trimmed range is reported as ``lost``.
+        """
+        self._req_id += 1
+        request = fetch_request(self._req_id, self.stream, after, limit, wait_ms, strict)
+        reply = self._ask(request, "txs", wait_ms)
+        if reply is None:
+            return None
+        return Fetched(reply[4], reply[5], reply[6], reply[7], reply[8])
+
+    def span(self, after: int, upto: int, max_txs: int, parts: int, strict: bool) -> Spanned | None:
+        """Where to cut the verified txs in (``after``, ``upto``] into ``parts`` (0: no bound)."""
+        self._req_id += 1
+        request = span_request(self._req_id, self.stream, after, upto, max_txs, parts, strict)
+        reply = self._ask(request, "span", 0)
+        if reply is None:
+            return None
+        bounds = [(int(seq), bytes(digest), int(count)) for seq, digest, count in reply[7]]
+        return Spanned(reply[4], reply[5], reply[6], bounds)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # --- the engine ---------------------------------------------------------------------
+
+    def _ask(self, request: bytes, kind: str, wait_ms: int) -> list[Any] | None:
+        """One request, answered or failed over; None if this node did not serve it."""
+        address = self.order[self._current]
+        conn = self._pool.get(address)
+        conn.send(request)
+        deadline = time.monotonic() + wait_ms / 1000 + self.reply_timeout_s
+        while True:
+            for _, reply in self._pool.receive(50):
+                if reply[2] != self._req_id:
+                    continue  # a late answer to an earlier request
+                return self._answer(address, reply, kind)
+            if address in self._pool.disconnected() or time.monotonic() > deadline:
+                self._next_node(address)
+                return None
+
+    def _answer(self, address: NodeAddress, reply: list[Any], kind: str) -> list[Any] | None:
+        if reply[1] == kind:
+            self.node = address
+            return reply
+        if reply[1] == "redirect":
+            self._go_to([NodeAddress(int(n), str(h), int(p)) for n, h, p in reply[4]])
+            return None
+        code, message = reply[3], reply[4]
+        if code in errors.RETRYABLE:
+            self._next_node(address)
+            time.sleep(0.05)
+            return None
+        raise errors.RelayError(code, message)
+
+    def _go_to(self, addresses: list[NodeAddress]) -> None:
+        for address in addresses:
+            if address not in self.order:
+                self.order.append(address)
+        if addresses:
+            self._current = self.order.index(addresses[0])
+
+    def _next_node(self, address: NodeAddress) -> None:
+        self._pool.drop(address)
+        self._current = (self._current + 1) % len(self.order)

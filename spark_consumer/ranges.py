@@ -1,0 +1,185 @@
+"""Closed seq ranges of a stream: planned from a node's span answer, read and proven.
+
+How this works: the planner asks a node where to cut (after, upto] into parts and gets, for
+each part, its last seq, the rolling digest there and its tx count. A reader fetches the part
+from any node, re-computes the digest chain from the digest before the part's first tx and
+checks it ends at the planned digest with the planned count. A tx whose payload changed, a
+missing or extra tx, or a node serving another timeline all break that check. Seqs never
+change once verified, so the same range planned twice gives the same parts: a replayed
+micro-batch reads exactly what it read before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from relay import errors
+from relay.client.fetcher import Fetcher, Spanned
+from relay.core.digest import fold
+from spark_consumer.options import SourceOptions
+
+log = logging.getLogger("spark_consumer")
+
+POLL_WAIT_MS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class SeqRange:
+    """The verified txs in (``after``, ``upto``]: ``count`` of them, the digest at ``upto``."""
+
+    index: int
+    after: int
+    upto: int
+    count: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Rows read from one fetch: ``[seq, origin, producer_id, msg_id, payload, digest]``, each
+    with whether it chained to the digest before it."""
+
+    rows: list[list[Any]]
+    verified: list[bool]
+
+
+class Unreachable(errors.RelayError):
+    """No node answered within the read timeout."""
+
+
+def resolve_start(fetcher: Fetcher, starting: str | int, deadline_s: float) -> int:
+    """The seq after which a read starts: the tx before the earliest held, the latest
+    verified, or the seq given."""
+    if isinstance(starting, int):
+        return starting
+    spanned = ask_span(fetcher, 0, 0, 1, 1, False, deadline_s)
+    if starting == "latest":
+        return spanned.verified_seq
+    return max(0, spanned.earliest_seq - 1)
+
+
+def ask_span(
+    fetcher: Fetcher,
+    after: int,
+    upto: int,
+    max_txs: int,
+    parts: int,
+    strict: bool,
+    timeout_s: float,
+) -> Spanned:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        spanned = fetcher.span(after, upto, max_txs, parts, strict)
+        if spanned is not None:
+            return spanned
+        _check_deadline(fetcher, deadline, timeout_s)
+
+
+def plan(
+    fetcher: Fetcher, after: int, upto: int, options: SourceOptions, exact: bool
+) -> list[SeqRange]:
+    """Cut (``after``, ``upto``] into ranges (``upto`` 0: up to the latest verified).
+
+    ``exact``: ``upto`` is a seq the cluster verified (a streaming end offset), so wait for a
+    lagging node to verify it too rather than plan a shorter range.
+    """
+    deadline = time.monotonic() + options.read_timeout_s
+    while True:
+        spanned = ask_span(
+            fetcher, after, upto, 0, options.min_partitions, True, options.read_timeout_s
+        )
+        if not exact or spanned.verified_seq >= upto:
+            break
+        _check_deadline(fetcher, deadline, options.read_timeout_s)
+        time.sleep(0.05)
+    if spanned.lost:
+        _data_loss(options, after, spanned.earliest_seq)
+    ranges = []
+    start = after
+    for index, (seq, digest, count) in enumerate(spanned.bounds):
+        ranges.append(SeqRange(index, start, seq, count, digest))
+        start = seq
+    if exact and ranges and ranges[-1].upto != upto:
+        raise errors.DigestMismatchError(
+            "digest_mismatch",
+            f"{options.stream!r}: {fetcher.node} holds no verified tx at seq {upto}, the end of "
+            "this batch; the node serves a different timeline",
+        )
+    return ranges
+
+
+def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[Chunk]:
+    """The txs of ``part`` in seq order, each checked against the digest chain; at the end,
+    the chain must reach ``part.digest`` after exactly ``part.count`` txs."""
+    after, seen, chain, lost = part.after, 0, b"", False
+    timeout = options.read_timeout_s
+    deadline = time.monotonic() + timeout
+    while after < part.upto:
+        want = options.fetch_rows if lost else min(options.fetch_rows, part.count - seen)
+        reply = fetcher.fetch(after, max(1, want), POLL_WAIT_MS, True)
+        if reply is None:
+            _check_deadline(fetcher, deadline, timeout)
+            continue
+        if reply.lost:
+            _data_loss(options, after, reply.earliest_seq)
+            lost = True
+        if not chain or reply.lost:
+            chain = reply.prev_digest
+        rows = [row for row in reply.rows if row[0] <= part.upto]
+        if not rows:
+            if reply.verified_seq >= part.upto:
+                break  # this node holds nothing more in the range (trimmed, or other seqs)
+            _check_deadline(fetcher, deadline, timeout)
+            continue
+        verified = []
+        for seq, origin, _pid, _mid, payload, digest in rows:
+            ok = fold(chain, seq, origin, payload) == digest
+            if not ok and not options.flag_mismatches:
+                raise errors.DigestMismatchError(
+                    "digest_mismatch",
+                    f"{options.stream!r} seq {seq} from {fetcher.node}: the payload does not "
+                    "hash to the digest the cluster verified; this replica's copy is corrupt. "
+                    "The read fails, so no sink commits these rows. Repair or replace the node, "
+                    "or set verification=flag to read the rows marked verified=false",
+                )
+            verified.append(ok)
+            chain = digest
+        seen += len(rows)
+        after = rows[-1][0]
+        deadline = time.monotonic() + timeout
+        yield Chunk(rows, verified)
+    if lost:
+        return
+    if seen != part.count or chain != part.digest:
+        raise errors.DigestMismatchError(
+            "digest_mismatch",
+            f"{options.stream!r} ({part.after}, {part.upto}]: {fetcher.node} served {seen} txs "
+            f"whose digest chain ends at {chain.hex()[:16]}; the cluster verified {part.count} "
+            f"txs ending at {part.digest.hex()[:16]}. The read fails, so no sink commits them",
+        )
+
+
+def _data_loss(options: SourceOptions, after: int, earliest: int) -> None:
+    message = (
+        f"{options.stream!r}: the txs after seq {after} are no longer held by any node reached "
+        f"(the earliest held is {earliest}); they were trimmed from the buffers"
+    )
+    if options.fail_on_data_loss:
+        raise errors.DataLossError(
+            "data_loss", message + ". Set failOnDataLoss=false to skip them with a warning"
+        )
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+
+
+def _check_deadline(fetcher: Fetcher, deadline: float, timeout_s: float) -> None:
+    if time.monotonic() > deadline:
+        tried = ", ".join(str(a) for a in fetcher.order)
+        raise Unreachable(
+            errors.UNAVAILABLE,
+            f"{fetcher.stream!r}: no relay node answered within {timeout_s:g} s (tried {tried}); "
+            "start the nodes or check the 'config'/'nodes' option",
+        )
