@@ -1,20 +1,29 @@
 """The main job: a local 3-node cluster, producers on every node, consumers on every node
-agreeing on one verified timeline, a summary, and everything stopped at the end."""
+agreeing on one verified timeline, the Spark job (``spark_consumer.job``) keeping per-minute
+totals of ``orders`` in Parquet while it is written, a summary, and everything stopped at the
+end."""
 
 from __future__ import annotations
 
+import json
+import queue
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from relay import Consumer, Producer
 from relay.runtime.local_cluster import write_config
 
 STREAMS = ["orders", "payments"]
 PER_PRODUCER = 2000
+WAVE = 200
+SPARK_STREAM = "orders"
+SPARK_NOISE = ("WARNING", "Using Spark", "Setting default log level", "To adjust logging")
+END = "\0"
 
 
 def relay(*args: str) -> None:
@@ -28,24 +37,91 @@ def main() -> None:
     cfg = str(config)
     relay("cluster", "up", "--config", cfg)
     try:
-        run(cfg)
+        spark_job, spark_lines = start_spark_job(cfg, folder / "spark")
+        try:
+            spark_output(spark_lines, "query started", 180)
+            acked = run(cfg)
+            check_spark_job(spark_job, spark_lines, len(acked[SPARK_STREAM]))
+        finally:
+            if spark_job.poll() is None:
+                spark_job.kill()
         relay("cluster", "status", "--config", cfg)
     finally:
         relay("cluster", "down", "--config", cfg)
     print(f"(config and node logs kept in {folder})")
 
 
-def run(cfg: str) -> None:
+def start_spark_job(cfg: str, out: Path) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """The Spark job in the background; its output lines arrive on the queue."""
+    args = ["--config", cfg, "--stream", SPARK_STREAM, "--out", str(out), "--until-idle", "8"]
+    print(f"$ python -m spark_consumer.job {' '.join(args)} &", flush=True)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "spark_consumer.job", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert job.stdout is not None
+        for line in job.stdout:
+            lines.put(line.rstrip())
+        lines.put(END)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return job, lines
+
+
+def spark_output(lines: queue.Queue[str], until: str, timeout_s: float) -> dict[str, Any]:
+    """Print the job's lines until one starts with ``until``; the summary if it printed one."""
+    deadline = time.monotonic() + timeout_s
+    summary: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if line == END:
+            return summary
+        if line.startswith("summary "):
+            summary = json.loads(line.removeprefix("summary "))
+        elif not line.startswith(SPARK_NOISE) and " WARN " not in line:
+            print(f"  spark | {line}", flush=True)
+        if line.startswith(until):
+            return summary
+    sys.exit(f"the Spark job printed no {until!r} line within {timeout_s:.0f} s")
+
+
+def check_spark_job(job: subprocess.Popen[str], lines: queue.Queue[str], acked: int) -> None:
+    print("\nthe Spark job reads until it is idle, then prints its per-minute totals:", flush=True)
+    summary = spark_output(lines, END, 600)
+    job.wait(timeout=60)
+    if job.returncode != 0 or not summary:
+        sys.exit(f"the Spark job failed (exit {job.returncode})")
+    exact = summary["txs"] == acked and summary["bad"] == 0
+    print(
+        f"Spark counted {summary['txs']} {SPARK_STREAM!r} txs (acknowledged: {acked}), "
+        f"amount total {summary['total']:,.0f}: {'exactly once' if exact else 'MISMATCH'}"
+    )
+    if not exact:
+        sys.exit(1)
+
+
+def run(cfg: str) -> dict[str, dict[int, bytes]]:
     nodes = [1, 2, 3]
     acked: dict[str, dict[int, bytes]] = {s: {} for s in STREAMS}
     lock = threading.Lock()
 
     def produce(node: int, stream: str) -> None:
         with Producer(config=cfg, node=node) as producer:
-            futures = [
-                producer.send(stream, f'{{"node": {node}, "n": {i}, "amount": {i % 97}}}'.encode())
-                for i in range(PER_PRODUCER)
-            ]
+            futures = []
+            for i in range(PER_PRODUCER):
+                payload = f'{{"node": {node}, "n": {i}, "amount": {i % 97}}}'.encode()
+                futures.append(producer.send(stream, payload))
+                if i % WAVE == WAVE - 1:  # in waves, so Spark reads while producers write
+                    producer.flush()
+                    time.sleep(0.25)
             producer.flush()
             with lock:
                 for f in futures:
@@ -65,7 +141,7 @@ def run(cfg: str) -> None:
         t.join()
     took = time.monotonic() - started
     total = sum(len(v) for v in acked.values())
-    print(f"acknowledged {total} transactions in {took:.1f} s ({total / took:,.0f} tx/s)\n")
+    print(f"acknowledged {total} transactions in {took:.1f} s, in waves\n")
 
     print(f"{'stream':<10} {'node':<5} {'received':>9} {'last seq':>20} {'digest':<18} agrees")
     ok = True
@@ -91,6 +167,7 @@ def run(cfg: str) -> None:
     )
     if not ok:
         sys.exit(1)
+    return acked
 
 
 if __name__ == "__main__":
