@@ -108,6 +108,7 @@ def wait_idle(query: StreamingQuery, idle_s: float, limit_s: float) -> None:
 def session(master: str | None, app: str) -> SparkSession:
     builder = SparkSession.builder.appName(app)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we pick the master
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need relay installed
         master = master or "local[2]"
         builder = builder.master(master)
         if master.startswith("local"):

@@ -10,6 +10,8 @@ import pytest
 import zmq
 
 from relay import Consumer, Producer, RelayError
+from relay.client.directory import resolve
+from relay.client.fetcher import Fetcher
 from relay.client.producer import Ack
 from relay.runtime.local_cluster import LocalCluster
 
@@ -166,3 +168,34 @@ def test_with_one_node_stopped_publishes_still_succeed_and_fail_over(
     for node_id in (2, 3):
         view = read_all(cluster, "s", node_id, len(acked))
         assert dict(view) == acked
+
+
+def test_span_cuts_a_range_at_the_digests_consumers_see(cluster3: LocalCluster) -> None:
+    with Producer(config=cluster3.config_path) as producer:
+        futures = [producer.send("orders.span", b"%d" % i) for i in range(1000)]
+        producer.flush()
+    seqs = sorted(f.result().seq for f in futures)
+    with Consumer("orders.span", config=cluster3.config_path) as consumer:
+        digest_at = {tx.seq: tx.digest for tx in consumer.take(1000, timeout_s=30)}
+    fetcher = Fetcher("orders.span", resolve(config=cluster3.config_path))
+    try:
+        whole = fetcher.span(0, 0, 0, 3, False)
+        assert whole is not None and not whole.lost
+        assert [count for _, _, count in whole.bounds] == [333, 333, 334]
+        assert all(digest_at[seq] == digest for seq, digest, _ in whole.bounds)
+        assert whole.bounds[-1][0] == seqs[-1] == whole.verified_seq
+        assert whole.earliest_seq == seqs[0]
+
+        capped = fetcher.span(seqs[99], 0, 10, 1, True)
+        assert capped is not None and capped.bounds == [(seqs[109], digest_at[seqs[109]], 10)]
+
+        bounded = fetcher.span(seqs[99], seqs[499], 0, 4, True)
+        assert bounded is not None and sum(c for _, _, c in bounded.bounds) == 400
+        assert bounded.bounds[-1][0] == seqs[499]
+
+        past_the_end = fetcher.span(seqs[-1], 0, 0, 2, True)
+        assert past_the_end is not None and past_the_end.bounds == []
+        with pytest.raises(RelayError, match="parts must be at least 1"):
+            fetcher.span(0, 0, 0, 0, False)
+    finally:
+        fetcher.close()
