@@ -1,6 +1,7 @@
 """StreamReplica: stability, votes that must agree on the digest, dedup."""
 
 from relay.core.digest import fold, genesis
+from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
 from relay.core.messages import Tx
 from relay.core.stream import StreamLimits, StreamReplica
@@ -102,8 +103,11 @@ def test_the_buffer_trims_only_verified_txs() -> None:
     r.stabilize(0)
     assert len(r.timeline.seqs) == 30  # nothing verified yet: nothing may go
     r.take_vote(2, r.timeline.head_seq, r.timeline.head_digest)
+    r.timeline.trim(keep_from=BASE + 5)  # a publish still waits for the answer about BASE + 5
+    assert r.timeline.seqs[0] == BASE + 5 and r.timeline.trimmed_seq == BASE + 4
+    r.timeline.trim(keep_from=SEQ_MAX)
     assert len(r.timeline.seqs) <= 9
-    assert r.timeline.trimmed_seq > 0
+    assert r.timeline.trimmed_seq > BASE + 4
 
 
 def verified_replica(count: int) -> StreamReplica:

@@ -32,6 +32,7 @@ class Ack:
     seq: int
     digest: bytes
     msg_id: int
+    node: int | None = None  # the id of the node that answered (None if not in a config)
 
     @property
     def timestamp_ms(self) -> int:
@@ -238,7 +239,8 @@ class Producer:
         if kind == "acks":
             for item, row in zip(request.items, reply[3], strict=True):
                 if row[0] == 0:
-                    item.future._resolve(Ack(item.stream, row[1], row[2], item.msg_id), None)
+                    ack = Ack(item.stream, row[1], row[2], item.msg_id, address.node_id)
+                    item.future._resolve(ack, None)
                 elif row[1] in errors.RETRYABLE:
                     item.last_error = f"{row[1]}: {row[2]}"
                     self._queue.appendleft(item)

@@ -42,7 +42,7 @@ from relay.core.events import (
     Verified,
 )
 from relay.core.fencing import FenceInput, NodeState, next_state, quorum_input
-from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, FlakeClock, make_seq
+from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, SEQ_MAX, FlakeClock, make_seq
 from relay.core.lane import LaneState
 from relay.core.messages import (
     Heartbeat,
@@ -771,6 +771,14 @@ class NodeCore:
     def _verified(self, now_ms: int, name: str, state: StreamReplica) -> None:
         self._effects.append(Verified(name, state.verified_seq))
         self._resolve(now_ms, name, state)
+        if state.timeline.over_capacity():
+            state.timeline.trim(self._oldest_awaited(name))
+
+    def _oldest_awaited(self, name: str) -> int:
+        """The lowest seq a waiting publish request of this stream still has to answer with."""
+        waiters = self.waiters.get(name)
+        pending = [p for _, _, p in waiters.heap if not p.done] if waiters else []
+        return min((min(p.seqs) for p in pending), default=SEQ_MAX)
 
     def _resolve(self, now_ms: int, name: str, state: StreamReplica) -> None:
         """Answer the publish requests whose seqs are all verified now."""

@@ -1,10 +1,11 @@
 """A stream's stable timeline: seq-ordered transactions with the rolling digest at each.
 
 How this works: three parallel lists (seqs, digests, txs) grow at the tail as transactions
-become stable and are trimmed at the head, in chunks, once they are verified and the list
-holds more than ``capacity`` entries. ``verified_seq`` marks how far a quorum agreed; readers
-see only that prefix. The digest of the last trimmed entry is kept so a reader starting at
-the head of the buffer can still check the chain.
+become stable and are trimmed at the head, in chunks, once they are verified, the list holds
+more than ``capacity`` entries and no publish is still waiting to be answered with them.
+``verified_seq`` marks how far a quorum agreed; readers see only that prefix. The digest of
+the last trimmed entry is kept so a reader starting at the head of the buffer can still check
+the chain.
 """
 
 from __future__ import annotations
@@ -64,9 +65,7 @@ class Timeline:
 
     def verify_upto(self, seq: int) -> None:
         assert seq <= self.head_seq, "cannot verify beyond the stable head"
-        if seq > self.verified_seq:
-            self.verified_seq = seq
-            self._trim()
+        self.verified_seq = max(self.verified_seq, seq)
 
     def read_verified(self, after_seq: int, limit: int) -> tuple[int, list[int]]:
         """Indexes of up to ``limit`` verified entries after ``after_seq``; (start, [i...])."""
@@ -85,11 +84,20 @@ class Timeline:
     def earliest_seq(self) -> int:
         return self.seqs[0] if self.seqs else 0
 
-    def _trim(self) -> None:
-        excess = len(self.seqs) - self.capacity
-        if excess <= max(1, self.capacity // 8):
+    def over_capacity(self) -> bool:
+        return len(self.seqs) - self.capacity > max(1, self.capacity // 8)
+
+    def trim(self, keep_from: int) -> None:
+        """Drop the oldest verified entries beyond ``capacity``, none at or above
+        ``keep_from`` (a seq someone still needs: a publish waiting for its answer)."""
+        if not self.over_capacity():
             return
-        cut = min(excess, bisect_right(self.seqs, self.verified_seq))
+        excess = len(self.seqs) - self.capacity
+        cut = min(
+            excess,
+            bisect_right(self.seqs, self.verified_seq),
+            bisect_left(self.seqs, keep_from),
+        )
         if cut <= 0:
             return
         self.trimmed_seq = self.seqs[cut - 1]
