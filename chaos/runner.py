@@ -1,0 +1,158 @@
+"""One chaos run: a fresh local cluster, the workload, the seeded faults, the final state.
+
+Order of events: start the cluster (with admin hooks); start consumers, producers and the state
+observer; let the nemesis play the schedule; at ``duration`` stop the producers, heal every
+fault, wait until every replica serves with equal digests (the settle); wait until every
+consumer has the whole timeline; record each replica's final head and one full timeline per
+stream; stop every process. An interrupt (Ctrl-C) still heals and stops everything.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from chaos.nemesis import Nemesis
+from chaos.schedule import Fault
+from chaos.workload import History, Workload
+from relay import Consumer
+from relay.runtime.launcher import query_status
+from relay.runtime.local_cluster import LocalCluster
+
+STREAMS = ["orders.chaos", "payments.chaos", "events.chaos"]
+SETTLE_TIMEOUT_S = 90.0
+
+
+def run(
+    out: Path,
+    nodes: int,
+    duration_s: float,
+    faults: list[Fault],
+    rate: float,
+    settings: dict[str, Any],
+    say: Any = print,
+) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run.json").write_text(
+        json.dumps(
+            {**settings, "streams": STREAMS, "schedule": [f.to_json() for f in faults]}, indent=1
+        )
+    )
+    history = History(out)
+    origin = time.perf_counter()
+
+    def clock() -> float:
+        return time.perf_counter() - origin
+
+    with LocalCluster(out / "cluster", nodes=nodes, admin=True) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        origin = time.perf_counter()
+        workload = Workload(cluster, STREAMS, rate, history, clock)
+        nemesis = Nemesis(cluster, faults, clock, history.writer("faults"))
+        try:
+            workload.start()
+            nemesis.start()
+            say(f"running {duration_s:.0f} s with {len(faults)} faults ...")
+            while clock() < duration_s:
+                time.sleep(0.2)
+            say("stopping the producers, healing every fault ...")
+            workload.finish_producing()
+        finally:
+            nemesis.join()
+            nemesis.heal_all()
+        try:
+            settled, heads = settle(cluster, STREAMS, clock)
+            say(f"settled {settled:.1f} s after the heal")
+            timelines = read_timelines(cluster, heads)
+            wait_consumers(workload, {s: len(t) for s, t in timelines.items()})
+        finally:
+            workload.finish_consuming()
+            history.close()
+        write_final(out, heads, timelines)
+        for problem in nemesis.errors + workload.errors:
+            say(f"note: {problem}")
+
+
+Heads = dict[str, dict[int, tuple[int, str]]]  # stream -> node -> (verified seq, digest)
+
+
+def settle(cluster: LocalCluster, streams: list[str], clock: Any) -> tuple[float, Heads]:
+    """Wait until every node serves and each stream has one verified head everywhere."""
+    started = clock()
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        heads = final_heads(cluster, streams)
+        if heads is not None and all(len(set(h.values())) <= 1 for h in heads.values()):
+            return float(clock() - started), heads
+        time.sleep(0.2)
+    raise RuntimeError(f"the cluster did not settle within {SETTLE_TIMEOUT_S:.0f} s of the heal")
+
+
+def final_heads(cluster: LocalCluster, streams: list[str]) -> Heads | None:
+    """Each replica's verified head per stream, or None while a node is not serving or lags."""
+    heads: Heads = {s: {} for s in streams}
+    for spec in cluster.config.nodes:
+        status = query_status(spec, 1000)
+        if status is None or status["state"] != "serving":
+            return None
+        info: Any = status["streams"]
+        for s in streams:
+            if s not in info:
+                continue
+            if info[s]["lag"]:
+                return None
+            heads[s][spec.id] = (info[s]["verified_seq"], info[s]["digest"])
+    return heads
+
+
+def read_timelines(cluster: LocalCluster, heads: Heads) -> dict[str, list[list[Any]]]:
+    """Each stream's whole verified timeline, read (and digest-checked) from one replica:
+    rows ``[seq, digest, producer, msg_id, payload]``."""
+    timelines = {}
+    for stream, per_node in heads.items():
+        if not per_node:
+            continue
+        node = min(per_node)
+        last = per_node[node][0]
+        rows: list[list[Any]] = []
+        with Consumer(stream, config=cluster.config_path, node=node) as consumer:
+            while not rows or rows[-1][0] < last:
+                txs = consumer.poll(timeout_s=5)
+                if not txs:
+                    raise RuntimeError(f"could not read {stream} to its end from node {node}")
+                rows += [
+                    [t.seq, t.digest.hex(), t.producer_id, t.msg_id, t.payload.decode()]
+                    for t in txs
+                ]
+        timelines[stream] = rows
+    return timelines
+
+
+def wait_consumers(workload: Workload, lengths: dict[str, int], timeout_s: float = 60.0) -> None:
+    """Until every consumer received its stream's whole timeline (or the timeout passed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(n >= lengths.get(c.split("@")[0], 0) for c, n in workload.delivered.items()):
+            return
+        time.sleep(0.2)
+
+
+def write_final(out: Path, heads: Heads, timelines: dict[str, list[list[Any]]]) -> None:
+    with (out / "final.jsonl").open("w") as f:
+        for stream, per_node in heads.items():
+            for node, (seq, digest) in sorted(per_node.items()):
+                row = {"stream": stream, "node": node, "verified_seq": seq, "digest": digest}
+                f.write(json.dumps(row) + "\n")
+            if stream in timelines:
+                timeline = timelines[stream]
+                head = {
+                    "stream": stream,
+                    "node": min(per_node),
+                    "verified_seq": timeline[-1][0],
+                    "digest": timeline[-1][1],
+                    "timeline": timeline,
+                }
+                f.write(json.dumps(head) + "\n")
