@@ -19,9 +19,11 @@ Input: the run folder (``run.json``, ``ops.jsonl``, ``deliveries.jsonl``, ``faul
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,8 @@ class FaultImpact:
     started: float
     ended: float
     worst_latency_s: float  # the slowest publish that was in flight during the window
-    longest_gap_s: float  # the longest stretch without any acknowledgement touching the window
+    longest_gap_s: float  # the longest stretch of a stream without an ack, touching the window
+    stream: str  # the stream that went longest without one
 
 
 @dataclass
@@ -209,7 +212,12 @@ def _at_most_once(timelines: dict[str, Any]) -> Verdict:
 def _impacts(folder: Path, ops: list[dict[str, Any]]) -> list[FaultImpact]:
     starts: dict[tuple[str, float], float] = {}
     impacts = []
-    acks = sorted(op["t1"] for op in ops if op["outcome"] == "ok")
+    acks: dict[str, list[float]] = defaultdict(list)
+    for op in ops:
+        if op["outcome"] == "ok":
+            acks[op["stream"]].append(op["t1"])
+    for times in acks.values():
+        times.sort()
     for event in rows(folder, "faults"):
         fault = Fault.from_json(event)
         key = (fault.kind, fault.start_s)
@@ -218,15 +226,20 @@ def _impacts(folder: Path, ops: list[dict[str, Any]]) -> list[FaultImpact]:
             continue
         started, ended = starts.pop(key, fault.start_s), event["t"]
         in_flight = [op["t1"] - op["t0"] for op in ops if op["t0"] <= ended and op["t1"] >= started]
-        gap, before = 0.0, None
-        for t in acks:
-            if before is not None and t >= started and before <= ended:
-                gap = max(gap, t - before)
-            before = t
-            if t > ended + 30:
-                break
-        impacts.append(FaultImpact(fault, started, ended, max(in_flight, default=0.0), gap))
+        gap, stream = max(
+            ((_longest_gap(times, started, ended), name) for name, times in acks.items()),
+            default=(0.0, ""),
+        )
+        impacts.append(FaultImpact(fault, started, ended, max(in_flight, default=0.0), gap, stream))
     return impacts
+
+
+def _longest_gap(times: list[float], started: float, ended: float) -> float:
+    """The longest stretch between two acks (sorted times) that overlaps [started, ended]."""
+    lo = max(0, bisect_left(times, started) - 1)
+    hi = bisect_right(times, ended) + 1
+    window = times[lo:hi]
+    return max((b - a for a, b in pairwise(window)), default=ended - started)
 
 
 def render(analysis: Analysis) -> str:
@@ -246,13 +259,14 @@ def render(analysis: Analysis) -> str:
     if analysis.impacts:
         lines += [
             "",
-            f"{'fault':<40} {'window (s)':>13} {'worst publish':>14} {'longest no-ack':>15}",
+            f"{'fault':<40} {'window (s)':>13} {'worst publish':>14} {'longest no-ack':>15}"
+            " (stream)",
         ]
         for i in analysis.impacts:
             window = f"{i.started:.1f}-{i.ended:.1f}"
             lines.append(
                 f"{i.fault.label():<40} {window:>13} {i.worst_latency_s:>12.2f} s "
-                f"{i.longest_gap_s:>13.2f} s"
+                f"{i.longest_gap_s:>13.2f} s ({i.stream})"
             )
     lines += ["", "verdict: " + ("every invariant held" if analysis.ok else "VIOLATIONS FOUND")]
     return "\n".join(lines)
