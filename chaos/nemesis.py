@@ -40,7 +40,8 @@ class Nemesis:
 
     def join(self) -> None:
         self.stop.set()
-        self._thread.join(30)
+        if self._thread.is_alive():
+            self._thread.join(30)
 
     def heal_all(self) -> None:
         for fault in list(self.active):

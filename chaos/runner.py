@@ -60,15 +60,16 @@ def run(
                 time.sleep(0.2)
             say("stopping the producers, healing every fault ...")
             workload.finish_producing()
-        finally:
             nemesis.join()
             nemesis.heal_all()
-        try:
             settled, heads = settle(cluster, STREAMS, clock)
             say(f"settled {settled:.1f} s after the heal")
             timelines = read_timelines(cluster, heads)
             wait_consumers(workload, {s: len(t) for s, t in timelines.items()})
-        finally:
+        finally:  # also on an interrupt: undo the faults, stop the clients, keep the history
+            nemesis.join()
+            nemesis.heal_all()
+            workload.finish_producing()
             workload.finish_consuming()
             history.close()
         write_final(out, heads, timelines)

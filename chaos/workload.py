@@ -76,14 +76,20 @@ class Workload:
         self.interval = len(pairs) * PER_ROUND / rate  # seconds between one producer's rounds
         self.delivered: dict[str, int] = {}  # consumer name -> txs received
         self.producers = [
-            threading.Thread(target=self._produce, args=(n, s), name=f"produce-{s}@{n}")
+            threading.Thread(
+                target=self._produce, args=(n, s), name=f"produce-{s}@{n}", daemon=True
+            )
             for n, s in pairs
         ]
         self.consumers = [
-            threading.Thread(target=self._consume, args=(n, s), name=f"consume-{s}@{n}")
+            threading.Thread(
+                target=self._consume, args=(n, s), name=f"consume-{s}@{n}", daemon=True
+            )
             for n, s in pairs
         ]
-        self.observer = threading.Thread(target=self._observe, args=(node_ids,), name="observe")
+        self.observer = threading.Thread(
+            target=self._observe, args=(node_ids,), name="observe", daemon=True
+        )
 
     def start(self) -> None:
         for t in [*self.consumers, *self.producers, self.observer]:
@@ -92,12 +98,14 @@ class Workload:
     def finish_producing(self) -> None:
         self.stop_producing.set()
         for t in self.producers:
-            t.join(PUBLISH_TIMEOUT_S + 30)
+            if t.is_alive():
+                t.join(PUBLISH_TIMEOUT_S + 30)
 
     def finish_consuming(self) -> None:
         self.stop_consuming.set()
         for t in [*self.consumers, self.observer]:
-            t.join(30)
+            if t.is_alive():
+                t.join(30)
 
     # --- producers ----------------------------------------------------------------------
 
