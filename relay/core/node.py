@@ -110,6 +110,7 @@ class NodeCore:
         self.repair_asked_ms: dict[tuple[str, int], int] = {}  # (stream, origin) -> last ask
         self.sync_asked_ms: dict[str, int] = {}  # stream -> last sync request
         self.state = NodeState.FENCED  # until it hears a quorum of the cluster
+        self.serving_since_ms = 0  # when it last began serving: silence before it is not counted
         self._order = 0
         self._effects: list[Effect] = []
         self._limits = StreamLimits(
@@ -537,8 +538,11 @@ class NodeCore:
         )
         self._fence_input(now_ms, quorum_input(heard, len(self.peers) + 1))
         for origin, peer in self.peers.items():
-            silent_ms = now_ms - peer.last_heard_ms
-            # only a node that hears a quorum suspects: a fenced one is the likely culprit
+            # Only a node that hears a quorum suspects: a fenced one is the likely culprit. Nor
+            # does time it spent fenced count as a peer's silence: a node whose clock jumped, or
+            # that was paused or cut off, first hears some peers again, then the others; it
+            # gives them ``suspect_after_ms`` from the moment it serves again.
+            silent_ms = now_ms - max(peer.last_heard_ms, self.serving_since_ms)
             suspect = peer.up and silent_ms > self.params.suspect_after_ms
             if suspect and self.state is NodeState.SERVING:
                 self._suspect(origin, f"was silent for {silent_ms} ms")
@@ -582,6 +586,8 @@ class NodeCore:
         self.state = next_state(before, event)
         if self.state is before:
             return
+        if self.state is NodeState.SERVING:
+            self.serving_since_ms = now_ms
         self._effects.append(
             Notice(
                 "state",
