@@ -1,7 +1,16 @@
 """NodeCore decisions that need no network: redirects, refusals, reads."""
 
 from relay import errors
-from relay.core.events import PublishRequested, Redirect, Rejected, Reply, Tick
+from relay.core.events import (
+    MeshReceived,
+    Notice,
+    PublishRequested,
+    Redirect,
+    Rejected,
+    Reply,
+    Tick,
+)
+from relay.core.messages import Heartbeat
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Subscription
@@ -68,3 +77,26 @@ def test_a_node_that_hears_no_quorum_is_fenced_and_serves_nothing() -> None:
     assert "fenced" in result.message
     body = publish(node, "payments.x")
     assert isinstance(body, Rejected) and "fenced" in body.message
+
+
+def heartbeat(sender: int) -> MeshReceived:
+    return MeshReceived(Heartbeat(sender, NOW + sender, 0, (), ()))
+
+
+def test_time_spent_fenced_does_not_count_as_a_peers_silence() -> None:
+    """A clock that jumps forward fences the node; when it hears some peers again it must not
+    cut the ones whose heartbeats have not arrived yet."""
+    node = core(2)
+    node.handle(NOW, [heartbeat(1), heartbeat(3), heartbeat(4), Tick()])
+    assert node.state_name() == "serving"
+    jumped = NOW + 1500  # the node's clock steps forward past suspect_after_ms
+    node.handle(jumped, [Tick()])
+    assert node.state_name() == "fenced"
+    effects = node.handle(jumped + 20, [heartbeat(1), heartbeat(3), Tick()])
+    assert node.state_name() == "serving"
+    downs = [e for e in effects if isinstance(e, Notice) and e.kind == "peer_down"]
+    assert downs == [] and node.peers[4].up
+    effects = node.handle(jumped + 1100, [heartbeat(1), heartbeat(3), Tick()])  # 4 stays silent
+    assert [e.text for e in effects if isinstance(e, Notice) and e.kind == "peer_down"] == [
+        "node 4 was silent for 1080 ms; cutting its epoch"
+    ]
