@@ -10,8 +10,8 @@ Input: the run folder (``run.json``, ``ops.jsonl``, ``deliveries.jsonl``, ``faul
   same digests, nothing skipped).
 - replicas-agree: at the end every replica of a stream is at the same verified seq with the same
   digest, and that digest is the final timeline's.
-- no-ack-while-fenced: no publish was acknowledged by a node that was seen fenced from before
-  the request was sent until after its answer arrived.
+- no-ack-while-fenced: no publish was acknowledged by a node that was seen fenced before the
+  request was sent and, without a sighting of it serving in between, still after the answer.
 - unknown-at-most-once: no (producer, message id) is in a timeline twice; a publish that timed
   out is there at most once (and so is every other).
 """
@@ -174,26 +174,34 @@ def _replicas_agree(finals: list[dict[str, Any]], timelines: dict[str, Any]) -> 
 
 
 def _no_ack_while_fenced(ops: list[dict[str, Any]], states: list[dict[str, Any]]) -> Verdict:
+    """An ack is a violation when its node was seen fenced before the request was sent and
+    again, in the same unbroken run of fenced sightings, by a question asked after the answer
+    arrived. Sightings are samples: a node that served between two of them is given the
+    benefit of the doubt only if a sighting in between shows it."""
     v = Verdict("no-ack-while-fenced")
-    fenced: dict[int, list[tuple[float, float]]] = defaultdict(list)  # node -> [(seen, until)]
-    opened: dict[int, float] = {}
+    runs: dict[int, list[tuple[float, float]]] = defaultdict(list)  # node -> [(seen, still)]
+    current: dict[int, list[float]] = {}
     for s in sorted(states, key=lambda s: s["t"]):
+        node = s["node"]
         if s["state"] == "fenced":
-            opened.setdefault(s["node"], s["t"])
-        elif s["node"] in opened:
-            fenced[s["node"]].append((opened.pop(s["node"]), s["t"]))
-    for node, since in opened.items():
-        fenced[node].append((since, float("inf")))
+            if node in current:
+                current[node][1] = s.get("asked", s["t"])
+            else:
+                current[node] = [s["t"], s.get("asked", s["t"])]
+        elif node in current:
+            runs[node].append((current[node][0], current[node][1]))
+            del current[node]
+    for node, (seen, still) in current.items():
+        runs[node].append((seen, still))
     for op in ops:
         if op["outcome"] != "ok" or op.get("acked_by") is None:
             continue
         v.checked += 1
-        for seen, until in fenced.get(op["acked_by"], []):
-            # strictly inside: the node was fenced before the request and until after the answer
-            if seen < op["t0"] and op["t1"] < until:
+        for seen, still in runs.get(op["acked_by"], []):
+            if seen <= op["t0"] and op["t1"] <= still:
                 v.fail(
                     f"node {op['acked_by']} acknowledged {op['stream']} seq {op['seq']} at "
-                    f"{op['t1']:.2f} s while fenced ({seen:.2f}-{until:.2f} s)"
+                    f"{op['t1']:.2f} s while fenced (seen fenced {seen:.2f}-{still:.2f} s)"
                 )
     return v
 

@@ -5,7 +5,8 @@ client) publish at a steady total rate and record each message's outcome: ``ok``
 and the node that acknowledged it, ``fail`` when the cluster refused it for good, ``unknown``
 when it timed out (it may or may not be in the stream). Consumers (one per node and stream,
 from the earliest tx) record every tx they receive. An observer records each node's state
-(serving, fenced, leaving, or unreachable) whenever it changes.
+(serving, fenced, leaving, or unreachable) whenever it changes, and every sighting of a fenced
+node.
 """
 
 from __future__ import annotations
@@ -216,12 +217,16 @@ class Workload:
     # --- node states --------------------------------------------------------------------
 
     def _observe(self, node_ids: list[int]) -> None:
+        """Each node's state: a row when it changes, and every sighting of a fenced node, with
+        when the question was asked and when the answer came (the state held in between)."""
         last: dict[int, str] = {}
         while not self.stop_consuming.is_set():
             for n in node_ids:
+                asked = self.clock()
                 status = query_status(self.cluster.config.node(n), 150)
                 state = str(status["state"]) if status else "unreachable"
-                if last.get(n) != state:
+                if last.get(n) != state or state == "fenced":
                     last[n] = state
-                    self.states({"node": n, "t": round(self.clock(), 4), "state": state})
+                    t = round(self.clock(), 4)
+                    self.states({"node": n, "asked": round(asked, 4), "t": t, "state": state})
             self.stop_consuming.wait(0.05)

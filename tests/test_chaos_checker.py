@@ -115,16 +115,23 @@ def test_an_ack_from_a_node_seen_fenced_throughout_the_request_is_a_violation(
     tmp_path: Path,
 ) -> None:
     states = [
-        {"node": 2, "t": 0.0, "state": "serving"},
-        {"node": 2, "t": 0.9, "state": "fenced"},
-        {"node": 2, "t": 3.0, "state": "serving"},
+        {"node": 2, "asked": 0.0, "t": 0.0, "state": "serving"},
+        {"node": 2, "asked": 0.89, "t": 0.9, "state": "fenced"},
+        {"node": 2, "asked": 2.0, "t": 2.01, "state": "fenced"},
+        {"node": 2, "asked": 2.94, "t": 2.95, "state": "fenced"},
+        {"node": 2, "asked": 3.0, "t": 3.01, "state": "serving"},
+        {"node": 2, "asked": 4.0, "t": 4.01, "state": "fenced"},
     ]
     ops = [
         ok(10, 1, 0.1, 0.2, node=2),  # before the fence
         ok(20, 2, 1.0, 1.1, node=2),  # inside it: a violation
-        ok(30, 3, 2.9, 3.1, node=2),  # answered as the fence lifted: not provably fenced
+        ok(30, 3, 2.9, 3.1, node=2),  # answered after the last fenced sighting: not provable
+        ok(40, 4, 4.05, 4.2, node=2),  # one sighting only, before the request: not provable
     ]
-    found = failures(history(tmp_path, ops=ops, states=states))
+    timeline = [*TIMELINE, tx(40, 4)]
+    final = [{"stream": S, "node": 1, "verified_seq": 40, "digest": "d40", "timeline": timeline}]
+    deliveries = [delivered(f"{S}@1", s) for s in (10, 20, 30, 40)]
+    found = failures(history(tmp_path, ops=ops, states=states, final=final, deliveries=deliveries))
     assert list(found) == ["no-ack-while-fenced"]
     assert len(found["no-ack-while-fenced"]) == 1 and "seq 20" in found["no-ack-while-fenced"][0]
 
