@@ -62,7 +62,7 @@ def run(
             workload.finish_producing()
             nemesis.join()
             nemesis.heal_all()
-            settled, heads = settle(cluster, STREAMS, clock)
+            settled, heads = settle(cluster, STREAMS, clock, out)
             say(f"settled {settled:.1f} s after the heal")
             timelines = read_timelines(cluster, heads)
             wait_consumers(workload, {s: len(t) for s, t in timelines.items()})
@@ -80,8 +80,9 @@ def run(
 Heads = dict[str, dict[int, tuple[int, str]]]  # stream -> node -> (verified seq, digest)
 
 
-def settle(cluster: LocalCluster, streams: list[str], clock: Any) -> tuple[float, Heads]:
-    """Wait until every node serves and each stream has one verified head everywhere."""
+def settle(cluster: LocalCluster, streams: list[str], clock: Any, out: Path) -> tuple[float, Heads]:
+    """Wait until every node serves and each stream has one verified head everywhere; if it
+    does not, keep every node's status in ``unsettled.json`` and fail."""
     started = clock()
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -89,7 +90,12 @@ def settle(cluster: LocalCluster, streams: list[str], clock: Any) -> tuple[float
         if heads is not None and all(len(set(h.values())) <= 1 for h in heads.values()):
             return float(clock() - started), heads
         time.sleep(0.2)
-    raise RuntimeError(f"the cluster did not settle within {SETTLE_TIMEOUT_S:.0f} s of the heal")
+    statuses = {spec.id: query_status(spec, 1000) for spec in cluster.config.nodes}
+    (out / "unsettled.json").write_text(json.dumps(statuses, indent=1))
+    raise RuntimeError(
+        f"the cluster did not settle within {SETTLE_TIMEOUT_S:.0f} s of the heal; "
+        f"node statuses are in {out / 'unsettled.json'}"
+    )
 
 
 def final_heads(cluster: LocalCluster, streams: list[str]) -> Heads | None:
