@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from relay.config import load
 
@@ -43,6 +44,11 @@ def resolve(
             raise ValueError(f"no node with id {node}; the config has {ids}")
         found = first + [a for a in found if a.node_id != node]
     return found
+
+
+def addresses_of(rows: list[list[Any]]) -> list[NodeAddress]:
+    """Node addresses as a node names them in a redirect or an error: ``[[id, host, port]]``."""
+    return [NodeAddress(int(n), str(h), int(p)) for n, h, p in rows]
 
 
 def parse_address(text: str) -> NodeAddress:

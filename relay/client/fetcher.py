@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay import errors
-from relay.client.directory import NodeAddress
+from relay.client.directory import NodeAddress, addresses_of
 from relay.client.pool import ConnectionPool
 from relay.wire.client import fetch_request, span_request
 
@@ -98,7 +98,7 @@ class Fetcher:
             self.node = address
             return reply
         if reply[1] == "redirect":
-            self._go_to([NodeAddress(int(n), str(h), int(p)) for n, h, p in reply[4]])
+            self._go_to(addresses_of(reply[4]))
             return None
         code, message = reply[3], reply[4]
         if code in errors.RETRYABLE:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from relay import errors
-from relay.client.directory import NodeAddress, resolve
+from relay.client.directory import NodeAddress, addresses_of, resolve
 from relay.client.pool import ConnectionPool
 from relay.core.flake import seq_unix_ms
 from relay.wire.client import publish_request
@@ -247,13 +247,13 @@ class Producer:
                 else:
                     self._fail(item, errors.RelayError(row[1], row[2]))
         elif kind == "redirect":
-            self._routes.prefer(request.stream, _addresses(reply[4]))
+            self._routes.prefer(request.stream, addresses_of(reply[4]))
             self._requeue(request, f"redirected from {address}")
         elif kind == "error":
             code, message = reply[3], reply[4]
             if code in errors.RETRYABLE:
                 self._routes.avoid(address, now, 0.5)
-                self._routes.prefer(request.stream, _addresses(reply[5]))
+                self._routes.prefer(request.stream, addresses_of(reply[5]))
                 self._requeue(request, f"{code} at {address}: {message}")
             else:
                 for item in request.items:
@@ -276,10 +276,6 @@ class Producer:
 
     def _fail(self, item: _Item, error: errors.RelayError) -> None:
         item.future._resolve(None, error)
-
-
-def _addresses(rows: list[list[Any]]) -> list[NodeAddress]:
-    return [NodeAddress(int(n), str(h), int(p)) for n, h, p in rows]
 
 
 __all__ = ["Ack", "Producer", "PublishFuture"]

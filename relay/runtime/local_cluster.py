@@ -144,21 +144,23 @@ class LocalCluster:
 
     def fault(self, node_id: int, **settings: object) -> dict[str, object]:
         """Set fault hooks on a node started with an admin port (``admin=True``)."""
-        reply = admin_call(f"127.0.0.1:{self.admin_ports[node_id]}", "set", settings)
-        if not reply["ok"]:
-            raise ValueError(reply["error"])
-        return reply
+        return self._admin(node_id, "set", settings)
 
     def tamper(self, node_id: int, stream: str, seq: int = 0) -> None:
         """Corrupt the payload a node holds at ``seq`` (0: its last verified tx)."""
-        address = f"127.0.0.1:{self.admin_ports[node_id]}"
-        reply = admin_call(address, "tamper", {"stream": stream, "seq": seq})
-        if not reply["ok"]:
-            raise ValueError(reply["error"])
+        self._admin(node_id, "tamper", {"stream": stream, "seq": seq})
 
     def heal(self) -> None:
         for node_id in self.procs:
-            admin_call(f"127.0.0.1:{self.admin_ports[node_id]}", "clear")
+            self._admin(node_id, "clear", None)
+
+    def _admin(self, node_id: int, command: str, argument: object) -> dict[str, object]:
+        reply: dict[str, object] = admin_call(
+            f"127.0.0.1:{self.admin_ports[node_id]}", command, argument
+        )
+        if not reply["ok"]:
+            raise ValueError(reply["error"])
+        return reply
 
     # --- waiting ------------------------------------------------------------------------
 
