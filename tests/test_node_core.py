@@ -2,6 +2,7 @@
 
 from relay import errors
 from relay.core.events import (
+    Broadcast,
     MeshReceived,
     Notice,
     PublishRequested,
@@ -14,6 +15,7 @@ from relay.core.messages import Heartbeat
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Subscription
+from relay.core.timer import Now
 
 NOW = 1_795_000_000_000
 SUBS = (
@@ -24,12 +26,17 @@ SUBS = (
 )
 
 
+def at(elapsed_ms: int, wall_step_ms: int = 0) -> Now:
+    """``elapsed_ms`` after the test began, on a wall clock stepped by ``wall_step_ms``."""
+    return Now(NOW + elapsed_ms + wall_step_ms, elapsed_ms)
+
+
 def core(node_id: int = 1, **params: int) -> NodeCore:
     return NodeCore(CoreConfig(node_id, SUBS, CoreParams(**params)), epoch=NOW)
 
 
 def publish(node: NodeCore, stream: str, payload: bytes = b"x") -> object:
-    effects = node.handle(NOW, [PublishRequested(b"c", 1, stream, "", ((1, payload),))])
+    effects = node.handle(at(0), [PublishRequested(b"c", 1, stream, "", ((1, payload),))])
     replies = [e for e in effects if isinstance(e, Reply)]
     assert len(replies) == 1
     return replies[0].body
@@ -57,7 +64,7 @@ def test_bad_stream_names_and_oversized_payloads_are_bad_requests() -> None:
 
 def test_without_a_quorum_up_a_publish_is_unavailable_and_names_other_nodes() -> None:
     node = core(1)
-    node.handle(NOW, [Tick()])
+    node.handle(at(0), [Tick()])
     body = publish(node, "orders.x")
     assert isinstance(body, Rejected) and body.code == errors.UNAVAILABLE
     assert set(body.try_nodes) == {2, 3}
@@ -70,7 +77,7 @@ def test_reads_redirect_too() -> None:
 
 def test_a_node_that_hears_no_quorum_is_fenced_and_serves_nothing() -> None:
     node = core(4)
-    node.handle(NOW, [Tick()])
+    node.handle(at(0), [Tick()])
     assert node.state_name() == "fenced"
     result = node.read("payments.x", 0, 10, False)
     assert isinstance(result, Rejected) and result.code == errors.UNAVAILABLE
@@ -84,19 +91,54 @@ def heartbeat(sender: int) -> MeshReceived:
 
 
 def test_time_spent_fenced_does_not_count_as_a_peers_silence() -> None:
-    """A clock that jumps forward fences the node; when it hears some peers again it must not
-    cut the ones whose heartbeats have not arrived yet."""
+    """A node that was paused fences itself; when it hears some peers again it must not cut
+    the ones whose heartbeats have not arrived yet."""
     node = core(2)
-    node.handle(NOW, [heartbeat(1), heartbeat(3), heartbeat(4), Tick()])
+    node.handle(at(0), [heartbeat(1), heartbeat(3), heartbeat(4), Tick()])
     assert node.state_name() == "serving"
-    jumped = NOW + 1500  # the node's clock steps forward past suspect_after_ms
-    node.handle(jumped, [Tick()])
+    node.handle(at(1500), [Tick()])  # paused past suspect_after_ms
     assert node.state_name() == "fenced"
-    effects = node.handle(jumped + 20, [heartbeat(1), heartbeat(3), Tick()])
+    effects = node.handle(at(1520), [heartbeat(1), heartbeat(3), Tick()])
     assert node.state_name() == "serving"
     downs = [e for e in effects if isinstance(e, Notice) and e.kind == "peer_down"]
-    assert downs == [] and node.peers[4].up
-    effects = node.handle(jumped + 1100, [heartbeat(1), heartbeat(3), Tick()])  # 4 stays silent
+    assert downs == [] and node.peers.by_id[4].up
+    effects = node.handle(at(2620), [heartbeat(1), heartbeat(3), Tick()])  # 4 stays silent
     assert [e.text for e in effects if isinstance(e, Notice) and e.kind == "peer_down"] == [
-        "node 4 was silent for 1080 ms; cutting its epoch"
+        "node 4 was silent for 1100 ms; cutting its epoch"
     ]
+
+
+def test_wall_clock_steps_neither_fence_nor_cut() -> None:
+    """Timers run on elapsed time: a step of the wall clock either way changes nothing."""
+    for step_ms in (-5000, 5000, -(10**6)):
+        node = core(2)
+        for t in range(0, 3000, 50):
+            step = step_ms if t >= 1000 else 0
+            effects = node.handle(at(t, step), [heartbeat(1), heartbeat(3), heartbeat(4), Tick()])
+            assert node.state_name() == "serving" or t == 0
+            assert not [e for e in effects if isinstance(e, Notice) and e.kind == "peer_down"]
+        kinds = {e.kind for e in effects if isinstance(e, Notice)}
+        assert "peer_down" not in kinds
+
+
+def test_a_wall_clock_step_back_does_not_delay_fencing() -> None:
+    node = core(2, fence_after_ms=800)
+    node.handle(at(0), [heartbeat(1), heartbeat(3), heartbeat(4), Tick()])
+    node.handle(at(100, -5000), [heartbeat(1), heartbeat(3), heartbeat(4), Tick()])
+    fenced_at = next(
+        t
+        for t in range(100, 6000, 10)
+        if node.handle(at(t, -5000), [Tick()]) is not None and node.state_name() == "fenced"
+    )
+    assert fenced_at <= 100 + 800 + 10
+
+
+def test_heartbeats_keep_their_pace_when_the_wall_clock_steps_back() -> None:
+    node = core(2, heartbeat_ms=100)
+    sent = 0
+    for t in range(0, 2000, 10):
+        effects = node.handle(at(t, -2000 if t >= 500 else 0), [Tick()])
+        sent += sum(
+            1 for e in effects if isinstance(e, Broadcast) and isinstance(e.message, Heartbeat)
+        )
+    assert 19 <= sent <= 21

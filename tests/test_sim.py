@@ -66,10 +66,10 @@ def test_a_replay_is_identical() -> None:
 
 
 def test_the_checker_catches_a_broken_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
-    from relay.core import stream
+    from relay.core import ordering
 
     # a replica that ignores other origins' promises folds txs in arrival order
-    monkeypatch.setattr(stream.StreamReplica, "watermark", lambda self: 2**63)
+    monkeypatch.setattr(ordering, "watermark", lambda lanes, head, floors: (2**63, 0))
     with pytest.raises(InvariantViolation):
         for seed in range(10):
             run_seed(seed, 3, with_faults=False)
@@ -81,4 +81,27 @@ def test_the_checker_catches_an_ack_while_fenced(monkeypatch: pytest.MonkeyPatch
     # nodes that acknowledge while they report themselves fenced
     monkeypatch.setattr(node.NodeCore, "state_name", lambda self: "fenced")
     with pytest.raises(InvariantViolation, match="fencing"):
+        run_seed(1, 3, with_faults=False)
+
+
+def test_every_verified_advance_is_announced() -> None:
+    """Parked fetches wake on the announcement: an advance without one leaves them waiting.
+    (Before the votes became the one owner of verification, a third went unannounced.)"""
+    for seed in range(10):
+        run_seed(seed, 3, with_faults=False)
+
+
+def test_the_checker_catches_an_unannounced_advance(monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay.core import stream
+
+    real = stream.StreamReplica.verify
+    calls = [0]
+
+    def forgetful(self: stream.StreamReplica, elapsed_ms: int) -> bool:
+        calls[0] += 1
+        moved = real(self, elapsed_ms)
+        return moved and calls[0] % 3 != 0  # drops every third answer
+
+    monkeypatch.setattr(stream.StreamReplica, "verify", forgetful)
+    with pytest.raises(InvariantViolation, match="without announcing"):
         run_seed(1, 3, with_faults=False)

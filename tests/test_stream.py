@@ -1,21 +1,36 @@
 """StreamReplica: stability, votes that must agree on the digest, dedup."""
 
+from relay.core.catchup import CatchupInput
 from relay.core.digest import fold, genesis
 from relay.core.flake import SEQ_MAX
-from relay.core.lane import LaneState
-from relay.core.messages import Tx
+from relay.core.lane import LaneInput
+from relay.core.messages import StreamAck, Tx
 from relay.core.stream import StreamLimits, StreamReplica
 
 LIMITS = StreamLimits(buffer_txs_max=100, dedup_window_ms=60_000, dedup_keys_max=1000)
 BASE = 1 << 40
 
 
-def replica(self_id: int = 1) -> StreamReplica:
-    r = StreamReplica("s", self_id, (1, 2, 3), 2, LIMITS)
-    r.synced = True  # a new stream: every peer reported nothing verified
-    for lane in r.lanes.values():
-        lane.restart(7, LaneState.ACTIVE)
+def follow_all(r: StreamReplica) -> None:
+    for origin, lane in r.lanes.items():
+        r.lanes[origin] = lane.apply(LaneInput.NEWER_EPOCH, 7)
+
+
+def replica(self_id: int = 1, limits: StreamLimits = LIMITS) -> StreamReplica:
+    r = StreamReplica("s", self_id, (1, 2, 3), 2, limits)
+    r.catchup.apply(CatchupInput.GENESIS_AGREED, 0)  # every peer reported nothing verified
+    follow_all(r)
     return r
+
+
+def stabilize(r: StreamReplica) -> bool:
+    return r.stabilize({}, 0)
+
+
+def take_vote(r: StreamReplica, sender: int, seq: int, digest: bytes) -> bool:
+    """A peer's vote arrives and the node flushes: True if the verified seq moved."""
+    r.take_ack(StreamAck("s", sender, 7, 0, 0, seq, digest, 0), 0)
+    return r.verify(0)
 
 
 def promise_all(r: StreamReplica, floor: int) -> None:
@@ -28,10 +43,10 @@ def test_nothing_is_stable_until_every_origin_promised_past_it() -> None:
     r.take(Tx(BASE + 10, 0, 2, 7, "", 0, b"a"))
     r.lanes[2].claim(BASE + 10, BASE + 10)
     r.lanes[1].claim(0, BASE + 50)
-    assert not r.stabilize(0)  # origin 3 has promised nothing: a lower seq may still come
+    assert not stabilize(r)  # origin 3 has promised nothing: a lower seq may still come
     r.take(Tx(BASE + 5, 0, 3, 7, "", 0, b"b"))
     r.lanes[3].claim(BASE + 5, BASE + 20)
-    assert r.stabilize(0)
+    assert stabilize(r)
     assert r.timeline.seqs == [BASE + 5, BASE + 10]  # seq order, not arrival order
 
 
@@ -42,18 +57,18 @@ def test_a_gap_holds_the_origin_back_at_what_it_holds() -> None:
     r.lanes[2].claim(BASE + 3, BASE + 9)
     r.lanes[1].claim(0, BASE + 9)
     r.lanes[3].claim(0, BASE + 9)
-    r.stabilize(0)
+    stabilize(r)
     assert r.timeline.seqs == [BASE + 1]
     assert r.lanes[2].missing_range() == (BASE + 1, BASE + 3)
     r.take(Tx(BASE + 2, BASE + 1, 2, 7, "", 0, b"b"))
-    r.stabilize(0)
+    stabilize(r)
     assert r.timeline.seqs == [BASE + 1, BASE + 2, BASE + 3]
 
 
 def stable_one(r: StreamReplica) -> bytes:
     r.take(Tx(BASE + 1, 0, 1, 7, "", 0, b"x"))
     promise_all(r, BASE + 5)
-    r.stabilize(0)
+    stabilize(r)
     return fold(genesis("s"), BASE + 1, 1, b"x")
 
 
@@ -61,19 +76,21 @@ def test_a_quorum_must_agree_on_the_digest_to_verify() -> None:
     r = replica()
     digest = stable_one(r)
     assert r.verified_seq == 0  # our own vote alone is not a quorum
-    assert not r.take_vote(2, BASE + 1, b"\x00" * 32)  # disagrees
-    assert r.verified_seq == 0 and r.mismatches == 1
-    assert r.take_vote(3, BASE + 1, digest)
+    assert not take_vote(r, 2, BASE + 1, b"\x00" * 32)  # disagrees
+    assert r.verified_seq == 0 and r.votes.mismatches == 1
+    assert take_vote(r, 3, BASE + 1, digest)
     assert r.verified_seq == BASE + 1
 
 
 def test_a_vote_ahead_of_us_counts_once_we_catch_up() -> None:
     r = replica()
     digest = fold(genesis("s"), BASE + 1, 1, b"x")
-    r.take_vote(2, BASE + 1, digest)
+    take_vote(r, 2, BASE + 1, digest)
     assert r.verified_seq == 0
     stable_one(r)
+    assert r.verify(0), "the advance is reported to the one caller that announces it"
     assert r.verified_seq == BASE + 1
+    assert not r.verify(0)
 
 
 def test_a_retried_message_is_folded_once_wherever_it_was_coordinated() -> None:
@@ -82,27 +99,22 @@ def test_a_retried_message_is_folded_once_wherever_it_was_coordinated() -> None:
     r.take(Tx(BASE + 2, 0, 3, 7, "p", 9, b"x"))  # the same message retried on node 3
     assert r.lookup_key("p", 9) == BASE + 2 or r.lookup_key("p", 9) == BASE + 1
     promise_all(r, BASE + 5)
-    r.stabilize(0)
+    stabilize(r)
     assert r.timeline.seqs == [BASE + 1]
-    assert r.skipped[BASE + 2][1] == BASE + 1
+    assert r.dedup.original_of(BASE + 2) == BASE + 1
     assert r.lookup_key("p", 9) == BASE + 1
 
 
 def test_the_buffer_trims_only_verified_txs() -> None:
-    r = StreamReplica(
-        "s", 1, (1, 2, 3), 2, StreamLimits(buffer_txs_max=8, dedup_window_ms=1, dedup_keys_max=10)
-    )
-    r.synced = True
-    for lane in r.lanes.values():
-        lane.restart(7, LaneState.ACTIVE)
+    r = replica(limits=StreamLimits(buffer_txs_max=8, dedup_window_ms=1, dedup_keys_max=10))
     prev = 0
     for i in range(1, 31):
         r.take(Tx(BASE + i, prev, 1, 7, "", 0, b"x"))
         prev = BASE + i
     promise_all(r, BASE + 100)
-    r.stabilize(0)
+    stabilize(r)
     assert len(r.timeline.seqs) == 30  # nothing verified yet: nothing may go
-    r.take_vote(2, r.timeline.head_seq, r.timeline.head_digest)
+    take_vote(r, 2, r.timeline.head_seq, r.timeline.head_digest)
     r.timeline.trim(keep_from=BASE + 5)  # a publish still waits for the answer about BASE + 5
     assert r.timeline.seqs[0] == BASE + 5 and r.timeline.trimmed_seq == BASE + 4
     r.timeline.trim(keep_from=SEQ_MAX)
@@ -118,8 +130,8 @@ def verified_replica(count: int) -> StreamReplica:
         r.take(Tx(BASE + i, prev, 1, 7, "p", i, bytes([i])))
         prev = BASE + i
     promise_all(r, BASE + 100)
-    r.stabilize(0)
-    r.take_vote(2, r.timeline.head_seq, r.timeline.head_digest)
+    stabilize(r)
+    take_vote(r, 2, r.timeline.head_seq, r.timeline.head_digest)
     assert r.verified_seq == BASE + count
     return r
 
@@ -140,11 +152,10 @@ def slice_of(r: StreamReplica, after: int) -> tuple:  # type: ignore[type-arg]
 def test_an_empty_replica_adopts_a_verified_slice_and_continues_the_chain() -> None:
     source = verified_replica(5)
     fresh = StreamReplica("s", 3, (1, 2, 3), 2, LIMITS)
-    for lane in fresh.lanes.values():
-        lane.restart(7, LaneState.ACTIVE)
+    follow_all(fresh)
     outcome = fresh.adopt(0, *slice_of(source, 0), ())
     assert outcome.startswith("adopted 5")
-    assert fresh.synced and fresh.verified_seq == BASE + 5
+    assert fresh.catchup.synced and fresh.verified_seq == BASE + 5
     assert fresh.timeline.head_digest == source.timeline.head_digest
     assert fresh.lookup_key("p", 3) == BASE + 3  # dedup index rebuilt from the slice
     # the origin's next tx chains although this replica never saw its chain
@@ -166,7 +177,7 @@ def test_adopting_replaces_an_unverified_tail_and_keeps_later_txs() -> None:
     # a stable but unverified tx of origin 2 that the verified chain does not have
     diverged.take(Tx(BASE + 3, 0, 2, 7, "", 0, b"other"))
     diverged.lanes[2].claim(BASE + 3, BASE + 100)
-    diverged.stabilize(0)
+    stabilize(diverged)
     assert diverged.timeline.head_seq == BASE + 3
     assert diverged.verified_seq == BASE + 2
     outcome = diverged.adopt(0, *slice_of(source, BASE + 2), ())

@@ -24,6 +24,20 @@ class PublishRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class FetchRequested:
+    """A consumer asks for verified txs after ``after_seq``; with ``wait_ms`` > 0 the answer
+    waits (long poll) until there is something new or the wait runs out."""
+
+    client: bytes
+    req_id: int
+    stream: str
+    after_seq: int
+    limit: int
+    wait_ms: int
+    strict: bool  # the consumer already holds after_seq: a trimmed range is data loss
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed: check timers (heartbeats, suspicion, publish timeouts, cuts, repairs).
 
@@ -35,7 +49,7 @@ class ShutdownRequested:
     """The node is stopping: tell the peers so they cut it at once."""
 
 
-Event = MeshReceived | PublishRequested | Tick | ShutdownRequested
+Event = MeshReceived | PublishRequested | FetchRequested | Tick | ShutdownRequested
 
 
 # --- outcomes the core returns to clients ------------------------------------------------
@@ -111,6 +125,13 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadReply:
+    client: bytes
+    req_id: int
+    body: ReadResult | Redirect | Rejected
+
+
+@dataclass(frozen=True, slots=True)
 class Verified:
     stream: str
     seq: int
@@ -124,4 +145,4 @@ class Notice:
     text: str
 
 
-Effect = Broadcast | Reply | Verified | Notice
+Effect = Broadcast | Reply | ReadReply | Verified | Notice

@@ -1,4 +1,4 @@
-"""One origin's lane in one stream, as one replica sees it.
+"""One origin's lane in one stream, as one replica sees it, and the table that moves it.
 
 How this works: an origin chains its transactions in a stream with ``prev`` links, so a
 replica knows it holds every tx of that origin up to ``contig`` and can tell a gap from a
@@ -6,12 +6,17 @@ late arrival. With each message the origin also promises a ``floor``: it will ne
 originate a seq at or below it. The lane's *contribution* to the stream's stable watermark
 is the highest seq below which no tx of this origin can still arrive:
 
+- NEW: no epoch of this origin seen yet; it holds nothing back.
 - ACTIVE: its floor, if we hold everything it claimed to have sent; else ``contig``.
 - CUTTING: the origin is suspected dead; its epoch is frozen at ``contig`` until the
   replicas agree on the cut (the highest ``contig`` any live replica holds).
 - CUT: the epoch is closed; the lane no longer holds the watermark back.
-- WAITING: a (re)joining origin; it is admitted once its floor is above the watermark,
+- WAITING: a (re)joining origin; it is admitted once its floor is above the stable head,
   so none of its future txs can land below what is already stable.
+
+Every state change goes through ``Lane.apply`` and the ``TRANSITIONS`` table; an input that
+starts a newer epoch makes a successor lane (``Lane.successor``) that remembers where the
+last cut epoch ended.
 """
 
 from __future__ import annotations
@@ -20,15 +25,63 @@ from collections import deque
 from enum import Enum
 
 from relay.core.messages import Tx
+from relay.core.timer import Timeout
 
 EARLY_TXS_MAX = 4096  # out-of-order txs held per lane while a gap is open
 
 
 class LaneState(Enum):
+    NEW = "new"
+    WAITING = "waiting"
     ACTIVE = "active"
     CUTTING = "cutting"
     CUT = "cut"
-    WAITING = "waiting"
+
+
+class LaneInput(Enum):
+    ADMITTED = "admitted"  # the origin's promise passed the stable head
+    SUSPECTED = "suspected"  # this lane's epoch is suspected dead: agree where it ends
+    NEWER_SUSPECTED = "newer suspected"  # a newer epoch than this lane's is being cut
+    CUT_SETTLED = "cut settled"  # the replicas agreed where the epoch ends; we hold it all
+    NEWER_EPOCH = "newer epoch"  # the origin announced a newer epoch
+    REJOINED = "rejoined"  # (this node's own lane) the node starts a new epoch
+
+
+ST, IN = LaneState, LaneInput
+# (state, input) -> (next state, whether the next state belongs to a newer epoch)
+TRANSITIONS: dict[tuple[LaneState, LaneInput], tuple[LaneState, bool]] = {
+    (ST.NEW, IN.ADMITTED): (ST.NEW, False),
+    (ST.NEW, IN.SUSPECTED): (ST.NEW, False),  # no epoch seen: nothing to cut
+    (ST.NEW, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
+    (ST.NEW, IN.CUT_SETTLED): (ST.NEW, False),
+    (ST.NEW, IN.NEWER_EPOCH): (ST.ACTIVE, True),  # first sight: nothing of it is stable yet
+    (ST.NEW, IN.REJOINED): (ST.ACTIVE, True),
+    (ST.WAITING, IN.ADMITTED): (ST.ACTIVE, False),
+    (ST.WAITING, IN.SUSPECTED): (ST.CUTTING, False),
+    (ST.WAITING, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
+    (ST.WAITING, IN.CUT_SETTLED): (ST.WAITING, False),
+    (ST.WAITING, IN.NEWER_EPOCH): (ST.CUTTING, False),  # end the old epoch first
+    (ST.WAITING, IN.REJOINED): (ST.ACTIVE, True),
+    (ST.ACTIVE, IN.ADMITTED): (ST.ACTIVE, False),
+    (ST.ACTIVE, IN.SUSPECTED): (ST.CUTTING, False),
+    (ST.ACTIVE, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
+    (ST.ACTIVE, IN.CUT_SETTLED): (ST.ACTIVE, False),
+    (ST.ACTIVE, IN.NEWER_EPOCH): (ST.CUTTING, False),  # end the old epoch first
+    (ST.ACTIVE, IN.REJOINED): (ST.ACTIVE, True),
+    (ST.CUTTING, IN.ADMITTED): (ST.CUTTING, False),
+    (ST.CUTTING, IN.SUSPECTED): (ST.CUTTING, False),
+    (ST.CUTTING, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
+    (ST.CUTTING, IN.CUT_SETTLED): (ST.CUT, False),
+    (ST.CUTTING, IN.NEWER_EPOCH): (ST.CUTTING, False),  # the cut settles first
+    (ST.CUTTING, IN.REJOINED): (ST.CUTTING, False),  # the cut settles first
+    (ST.CUT, IN.ADMITTED): (ST.CUT, False),
+    (ST.CUT, IN.SUSPECTED): (ST.CUT, False),
+    (ST.CUT, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
+    (ST.CUT, IN.CUT_SETTLED): (ST.CUT, False),
+    (ST.CUT, IN.NEWER_EPOCH): (ST.WAITING, True),  # admitted once its floor passes the head
+    (ST.CUT, IN.REJOINED): (ST.ACTIVE, True),
+}
+del ST, IN
 
 
 class Lane:
@@ -37,19 +90,26 @@ class Lane:
         "closed",
         "contig",
         "cut_at",
-        "cut_final",
+        "cut_grace",
         "cut_reports",
-        "cut_since_ms",
         "early",
         "epoch",
-        "gap_since_ms",
+        "gap",
         "origin",
         "promise",
         "queue",
         "state",
     )
 
-    def __init__(self, origin: int, epoch: int, state: LaneState) -> None:
+    def __init__(
+        self,
+        origin: int,
+        repair_after_ms: int,
+        cut_grace_ms: int,
+        epoch: int = 0,
+        state: LaneState = LaneState.NEW,
+        closed: tuple[int, int] | None = None,
+    ) -> None:
         self.origin = origin
         self.epoch = epoch  # 0: no epoch of this origin seen yet
         self.state = state
@@ -59,26 +119,42 @@ class Lane:
         self.queue: deque[Tx] = deque()  # contiguous, not yet stable
         self.early: dict[int, Tx] = {}  # prev -> tx, waiting for the gap before it
         self.cut_reports: dict[int, int] = {}  # reporter -> its contig, while CUTTING
-        self.cut_at: int | None = None  # the agreed cut, once known
-        self.cut_since_ms: int | None = None
-        self.cut_final = False  # cut_at is decided (here or by a settled report)
-        self.gap_since_ms: int | None = None
-        self.closed: tuple[int, int] | None = None  # (epoch, cut) of the last closed epoch
+        self.cut_at: int | None = None  # the agreed cut, once decided or adopted
+        self.cut_grace = Timeout(cut_grace_ms)  # runs while CUTTING
+        self.gap = Timeout(repair_after_ms)  # runs while a gap is open
+        self.closed = closed  # (epoch, cut) of the last closed epoch
 
-    def restart(self, epoch: int, state: LaneState) -> None:
-        """Forget the current epoch and follow a new one, remembering where a cut one ended."""
-        closed = (
-            (self.epoch, self.cut_at or self.contig)
-            if self.state is LaneState.CUT
-            else (self.closed)
+    def apply(self, event: LaneInput, epoch: int = 0) -> Lane:
+        """The lane after ``event``: this one, or a successor following ``epoch``."""
+        state, newer = TRANSITIONS[(self.state, event)]
+        if newer:
+            return self.successor(epoch, state)
+        if state is LaneState.CUTTING and self.state is not LaneState.CUTTING:
+            self.cut_reports = {}
+            self.cut_at = None
+            self.cut_grace.stop()
+        self.state = state
+        return self
+
+    def successor(self, epoch: int, state: LaneState) -> Lane:
+        """A lane following ``epoch``, remembering where this one ended if it was cut."""
+        closed = (self.epoch, self.cut_at or self.contig) if self.state is LaneState.CUT else None
+        return Lane(
+            self.origin,
+            self.gap.after_ms,
+            self.cut_grace.after_ms,
+            epoch,
+            state,
+            closed or self.closed,
         )
-        self.__init__(self.origin, epoch, state)  # type: ignore[misc]
-        self.closed = closed
 
-    def contribution(self) -> int | None:
-        """The seq at or below which this lane holds every tx it will ever have; None: no bound."""
+    def contribution(self, floor: int) -> int | None:
+        """The seq at or below which this lane holds every tx it will ever have; None: no
+        bound. ``floor`` is the origin's latest promise heard for its current epoch."""
         if self.state is LaneState.ACTIVE:
-            return self.promise if self.claimed_last <= self.contig else self.contig
+            if self.claimed_last > self.contig:
+                return self.contig
+            return max(self.promise, floor)
         if self.state is LaneState.CUTTING:
             return self.contig
         return None
@@ -128,3 +204,10 @@ class Lane:
         if self.cut_at is not None:  # a cut epoch: exactly up to the cut
             upto = self.cut_at
         return (self.contig, upto) if upto > self.contig else None
+
+    def release_held(self) -> list[Tx]:
+        """Give up every held tx (queued and early) so it can be placed again."""
+        held = [*self.queue, *self.early.values()]
+        self.queue.clear()
+        self.early.clear()
+        return held

@@ -81,11 +81,33 @@ class Timeline:
         end = bisect_right(self.seqs, upto_seq)
         return iter(self.txs[start:end])
 
+    def unverified_count(self) -> int:
+        """Stable entries past the verified seq."""
+        return len(self.seqs) - bisect_right(self.seqs, self.verified_seq)
+
     def earliest_seq(self) -> int:
         return self.seqs[0] if self.seqs else 0
 
     def over_capacity(self) -> bool:
         return len(self.seqs) - self.capacity > max(1, self.capacity // 8)
+
+    def truncate_after(self, seq: int) -> list[Tx]:
+        """Cut the stable but unverified tail after ``seq``; the txs cut off."""
+        assert seq >= self.verified_seq, "verified entries are never taken back"
+        cut = bisect_right(self.seqs, seq)
+        dropped = self.txs[cut:]
+        del self.seqs[cut:], self.digests[cut:], self.txs[cut:]
+        return dropped
+
+    def restart_at(self, base_seq: int, base_digest: bytes) -> list[Tx]:
+        """Empty the timeline and continue from ``base_seq``/``base_digest`` (a snapshot's
+        base, verified by the peers); the txs it held."""
+        dropped = self.txs
+        self.seqs, self.digests, self.txs = [], [], []
+        self.trimmed_seq = base_seq
+        self.trimmed_digest = base_digest
+        self.verified_seq = base_seq
+        return dropped
 
     def trim(self, keep_from: int) -> None:
         """Drop the oldest verified entries beyond ``capacity``, none at or above

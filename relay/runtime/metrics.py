@@ -40,7 +40,16 @@ class NodeMetrics:
             "relay_redirects", "Requests redirected to a replica of their stream", registry=r
         )
         self.errors = Counter(
-            "relay_errors", "Errors and notable events, by kind", ["kind"], registry=r
+            "relay_errors",
+            "Errors: malformed frames, bad requests, replies that could not be delivered",
+            ["kind"],
+            registry=r,
+        )
+        self.events = Counter(
+            "relay_events",
+            "Notable events: peers up and down, state changes, epochs, syncs, by kind",
+            ["kind"],
+            registry=r,
         )
         self.mesh_frames = Counter(
             "relay_mesh_frames", "Mesh frames, by direction", ["direction"], registry=r

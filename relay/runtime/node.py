@@ -2,9 +2,9 @@
 
 How this works: one thread, one loop. It polls the mesh SUB socket and the client ROUTER
 socket once, drains both without blocking (a bounded number of frames per turn), hands the
-whole batch to the core, and carries out the effects: mesh broadcasts on the PUB socket,
-replies on the ROUTER socket. Consumer fetches are queries: answered at once when verified
-txs are there, else parked until the stream's verified point moves or their wait runs out.
+whole batch to the core with the time (wall clock for stamps, monotonic clock for timers),
+and carries out the effects: mesh broadcasts on the PUB socket, replies on the ROUTER socket.
+Consumer fetches are events too: the core answers them or parks them (long poll).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import gc
 import logging
 import signal
 import time
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -27,10 +26,12 @@ from relay.core.events import (
     Broadcast,
     Effect,
     Event,
+    FetchRequested,
     MeshReceived,
     Notice,
     PublishRequested,
     PublishResults,
+    ReadReply,
     ReadResult,
     Redirect,
     Rejected,
@@ -40,6 +41,8 @@ from relay.core.events import (
     Verified,
 )
 from relay.core.node import NodeCore
+from relay.core.status import StreamStatus
+from relay.core.timer import Now
 from relay.runtime.faults import AdminError, FaultHooks, tamper_payload
 from relay.runtime.metrics import NodeMetrics
 from relay.wire import mesh
@@ -60,19 +63,10 @@ TICK_MS = 10
 GAUGE_MS = 500
 DRAIN_FRAMES_MAX = 2000  # frames taken from one socket per loop turn
 HWM_FRAMES = 200_000
-FETCH_TXS_MAX = 5000
-FETCH_WAIT_MS_MAX = 30_000
 
 
 class StartupError(RuntimeError):
     """The node cannot start; the message says what to fix."""
-
-
-@dataclass(slots=True)
-class ParkedFetch:
-    client: bytes
-    frame: FetchFrame
-    deadline_ms: int
 
 
 class NodeRuntime:
@@ -87,9 +81,9 @@ class NodeRuntime:
         self.config = config
         self.spec = config.node(node_id)
         self.hooks = FaultHooks(clock_offset_ms=clock_offset_ms)
-        self.core = NodeCore(config.core_config(node_id), epoch=self.now_ms())
+        self.core = NodeCore(config.core_config(node_id), epoch=self.now().wall_ms)
         self.metrics = NodeMetrics(node_id)
-        self.parked: dict[str, list[ParkedFetch]] = {}
+        self.gauged: set[str] = set()  # streams whose lag gauge was set above zero
         self.stopping = False
         self.ctx = zmq.Context()
         self.pub = self.ctx.socket(zmq.PUB)
@@ -133,8 +127,12 @@ class NodeRuntime:
                 f"'{key}' in {self.config.path}"
             ) from None
 
-    def now_ms(self) -> int:
-        return int(time.time() * 1000) + self.hooks.clock_offset_ms
+    def now(self) -> Now:
+        """Wall time (shifted by the clock fault hook) for stamps; monotonic time for timers."""
+        return Now(
+            wall_ms=int(time.time() * 1000) + self.hooks.clock_offset_ms,
+            elapsed_ms=int(time.monotonic() * 1000),
+        )
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -153,29 +151,26 @@ class NodeRuntime:
         next_gauge = 0
         try:
             while not self.stopping:
-                wait = max(0, next_tick - self.now_ms())
+                wait = max(0, next_tick - int(time.monotonic() * 1000))
                 ready = dict(self.poller.poll(wait))
-                now = self.now_ms()
+                now = self.now()
+                elapsed = now.elapsed_ms
                 events: list[Event] = []
-                fetches: list[tuple[bytes, FetchFrame]] = []
                 if ready:
                     self.metrics.loop_turns.inc()
                 if self.sub in ready:
-                    self._drain_mesh(now, events)
-                events.extend(MeshReceived(m) for m in self.hooks.release(now))
+                    self._drain_mesh(elapsed, events)
+                events.extend(MeshReceived(m) for m in self.hooks.release(elapsed))
                 if self.admin is not None and self.admin in ready:
                     self._admin()
                 if self.router in ready:
-                    self._drain_clients(now, events, fetches)
-                if now >= next_tick:
-                    next_tick = now + TICK_MS
+                    self._drain_clients(events)
+                if elapsed >= next_tick:
+                    next_tick = elapsed + TICK_MS
                     events.append(Tick())
-                self._carry_out(now, self.core.handle(now, events))
-                for client, frame in fetches:
-                    self._fetch(now, client, frame)
-                self._expire_fetches(now)
-                if now >= next_gauge:
-                    next_gauge = now + GAUGE_MS
+                self._carry_out(self.core.handle(now, events))
+                if elapsed >= next_gauge:
+                    next_gauge = elapsed + GAUGE_MS
                     self._gauge()
             self._leave()
         finally:
@@ -190,15 +185,7 @@ class NodeRuntime:
 
     def _leave(self) -> None:
         """Tell the peers this node is going, so they cut it at once."""
-        now = self.now_ms()
-        self._carry_out(now, self.core.handle(now, [ShutdownRequested()]))
-        for parked in self.parked.values():
-            for fetch in parked:
-                self._error(
-                    fetch.client,
-                    fetch.frame.req_id,
-                    Rejected(errors.UNAVAILABLE, "node is shutting down", self._other_nodes()),
-                )
+        self._carry_out(self.core.handle(self.now(), [ShutdownRequested()]))
         time.sleep(0.05)  # let the leaving heartbeat reach the wire before the sockets close
         log.info("node %d stopped", self.spec.id)
 
@@ -227,7 +214,7 @@ class NodeRuntime:
             elif command == "tamper":
                 if not isinstance(argument, dict) or not isinstance(argument.get("stream"), str):
                     raise AdminError("tamper takes {stream: name, seq: n (0: the last verified)}")
-                state = self.core.streams.get(argument["stream"])
+                state = self.core.streams.get(argument["stream"])  # a fault, not a decision
                 if state is None:
                     raise AdminError(f"this node holds no stream {argument['stream']!r}")
                 seq = tamper_payload(state.timeline, int(argument.get("seq", 0)))
@@ -236,14 +223,18 @@ class NodeRuntime:
                 raise AdminError(
                     "commands: [set, {...}], [clear, null], [tamper, {...}], [status, null]"
                 )
-            reply = {"ok": True, "faults": self.hooks.status(), "node": self.core.status()}
+            reply = {
+                "ok": True,
+                "faults": self.hooks.status(),
+                "node": self.core.status().to_wire(),
+            }
         except (AdminError, ValueError) as exc:
             reply = {"ok": False, "error": str(exc)}
         self.admin.send(msgpack.packb(reply))
 
     # --- input --------------------------------------------------------------------------
 
-    def _drain_mesh(self, now: int, events: list[Event]) -> None:
+    def _drain_mesh(self, elapsed_ms: int, events: list[Event]) -> None:
         for _ in range(DRAIN_FRAMES_MAX):
             try:
                 frames = self.sub.recv_multipart(zmq.NOBLOCK)
@@ -254,16 +245,14 @@ class NodeRuntime:
                 self.metrics.errors.labels("malformed_mesh_frame").inc()
                 continue
             try:
-                message = self.hooks.admit(now, mesh.decode(frames[1]))
+                message = self.hooks.admit(elapsed_ms, mesh.decode(frames[1]))
                 if message is not None:
                     events.append(MeshReceived(message))
             except mesh.MalformedFrame as exc:
                 self.metrics.errors.labels("malformed_mesh_frame").inc()
                 log.warning("dropped a malformed mesh frame: %s", exc)
 
-    def _drain_clients(
-        self, now: int, events: list[Event], fetches: list[tuple[bytes, FetchFrame]]
-    ) -> None:
+    def _drain_clients(self, events: list[Event]) -> None:
         for _ in range(DRAIN_FRAMES_MAX):
             try:
                 frames = self.router.recv_multipart(zmq.NOBLOCK)
@@ -290,15 +279,25 @@ class NodeRuntime:
                     )
                 )
             elif isinstance(request, FetchFrame):
-                fetches.append((client, request))
+                events.append(
+                    FetchRequested(
+                        client,
+                        request.req_id,
+                        request.stream,
+                        request.after_seq,
+                        request.limit,
+                        request.wait_ms,
+                        request.strict,
+                    )
+                )
             elif isinstance(request, SpanFrame):
                 self._span(client, request)
             elif isinstance(request, StatusFrame):
-                self._send(client, pack("status", request.req_id, self.core.status()))
+                self._send(client, pack("status", request.req_id, self.core.status().to_wire()))
 
     # --- output -------------------------------------------------------------------------
 
-    def _carry_out(self, now: int, effects: list[Effect]) -> None:
+    def _carry_out(self, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, Broadcast):
                 if not self.hooks.keep_outgoing():
@@ -308,12 +307,12 @@ class NodeRuntime:
                 self.metrics.mesh_frames.labels("out").inc()
             elif isinstance(effect, Reply):
                 self._reply(effect)
+            elif isinstance(effect, ReadReply):
+                self._read_reply(effect)
             elif isinstance(effect, Verified):
                 self.metrics.verified_seq.labels(effect.stream).set(effect.seq)
-                for fetch in self.parked.pop(effect.stream, []):
-                    self._fetch(now, fetch.client, fetch.frame, fetch.deadline_ms)
             elif isinstance(effect, Notice):
-                self.metrics.errors.labels(effect.kind).inc()
+                self.metrics.events.labels(effect.kind).inc()
                 log.info("%s: %s", effect.kind, effect.text)
 
     def _reply(self, reply: Reply) -> None:
@@ -360,9 +359,6 @@ class NodeRuntime:
         specs = {n.id: n for n in self.config.nodes}
         return [[n, specs[n].host, specs[n].client_port] for n in nodes if n in specs]
 
-    def _other_nodes(self) -> tuple[int, ...]:
-        return tuple(n.id for n in self.config.nodes if n.id != self.spec.id)
-
     def _send(self, client: bytes, body: bytes) -> None:
         try:
             self.router.send_multipart((client, body), zmq.NOBLOCK)
@@ -372,23 +368,14 @@ class NodeRuntime:
 
     # --- fetches ------------------------------------------------------------------------
 
-    def _fetch(
-        self, now: int, client: bytes, frame: FetchFrame, deadline: int | None = None
-    ) -> None:
-        limit = min(frame.limit, FETCH_TXS_MAX)
-        result = self.core.read(frame.stream, frame.after_seq, limit, frame.strict)
-        if isinstance(result, Redirect):
-            self._redirect(client, frame.req_id, result)
-            return
-        if isinstance(result, Rejected):
-            self._error(client, frame.req_id, result)
-            return
-        if deadline is None:
-            deadline = now + min(frame.wait_ms, FETCH_WAIT_MS_MAX)
-        if not result.txs and not result.lost and limit > 0 and now < deadline:
-            self.parked.setdefault(frame.stream, []).append(ParkedFetch(client, frame, deadline))
-            return
-        self._send(client, _txs_reply(frame.req_id, result))
+    def _read_reply(self, reply: ReadReply) -> None:
+        body = reply.body
+        if isinstance(body, Redirect):
+            self._redirect(reply.client, reply.req_id, body)
+        elif isinstance(body, Rejected):
+            self._error(reply.client, reply.req_id, body)
+        else:
+            self._send(reply.client, _txs_reply(reply.req_id, body))
 
     def _span(self, client: bytes, frame: SpanFrame) -> None:
         result = self.core.span(
@@ -413,27 +400,19 @@ class NodeRuntime:
                 ),
             )
 
-    def _expire_fetches(self, now: int) -> None:
-        for stream in list(self.parked):
-            keep = []
-            for fetch in self.parked[stream]:
-                if fetch.deadline_ms <= now:
-                    self._fetch(now, fetch.client, fetch.frame, fetch.deadline_ms)
-                else:
-                    keep.append(fetch)
-            if keep:
-                self.parked[stream] = keep
-            else:
-                del self.parked[stream]
-
     def _gauge(self) -> None:
-        status = self.core.status()
-        streams: Any = status["streams"]
-        for name, info in streams.items():
-            self.metrics.lag.labels(name).set(info["lag"])
-        self.metrics.peers_up.set(len(status["peers_up"]))  # type: ignore[arg-type]
+        """Gauges from the core's state; only streams that are not at rest can have a lag."""
+        core = self.core
+        active = {name for name in core.active if name in core.streams}
+        for name in active:
+            lag = StreamStatus.of(core.streams[name]).unverified_txs
+            self.metrics.lag.labels(name).set(lag)
+        for name in self.gauged - active:
+            self.metrics.lag.labels(name).set(0)
+        self.gauged = active
+        self.metrics.peers_up.set(len(core.peers.up_nodes()) - 1)
         for state in ("serving", "fenced", "leaving"):
-            self.metrics.state.labels(state).set(1 if status["state"] == state else 0)
+            self.metrics.state.labels(state).set(1 if core.state_name() == state else 0)
 
 
 def _txs_reply(req_id: int, result: ReadResult) -> bytes:

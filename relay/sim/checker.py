@@ -90,6 +90,18 @@ class InvariantChecker:
                 i += 1
             self.checked[key] = (last_seq, pos)
 
+    def check_announced(
+        self, node: NodeCore, before: dict[str, int], announced: dict[str, int]
+    ) -> None:
+        """Every advance of a verified seq is announced (parked reads wait for it)."""
+        for name, state in node.streams.items():
+            moved = state.verified_seq > before.get(name, 0)
+            if moved and announced.get(name) != state.verified_seq:
+                raise InvariantViolation(
+                    f"node {node.node_id} verified {name!r} up to {state.verified_seq} "
+                    f"without announcing it (announced {announced.get(name)})"
+                )
+
     def check_origin_seq(self, origin: int, stream: str, seq: int) -> None:
         last = self.last_seq_by_origin.get((origin, stream), 0)
         if seq <= last:

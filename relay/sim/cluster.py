@@ -25,11 +25,13 @@ from relay.core.events import (
     Reply,
     ShutdownRequested,
     Tick,
+    Verified,
 )
 from relay.core.messages import Replicate
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Subscription
+from relay.core.timer import Now
 from relay.sim.checker import InvariantChecker, InvariantViolation
 from relay.sim.faults import Fault, FaultKind, draw_faults
 from relay.sim.network import LinkFaults, SimNetwork
@@ -212,7 +214,11 @@ class SimCluster:
 
     def _handle(self, n: int, events: list[Event]) -> None:
         node = self.nodes[n]
-        for effect in node.handle(self.now_ms + self.offsets[n], events):
+        before = {name: state.verified_seq for name, state in node.streams.items()}
+        effects = node.handle(Now(self.now_ms + self.offsets[n], self.now_ms), events)
+        announced = {e.stream: e.seq for e in effects if isinstance(e, Verified)}
+        self.checker.check_announced(node, before, announced)
+        for effect in effects:
             if isinstance(effect, Broadcast):
                 msg = effect.message
                 if isinstance(msg, Replicate):
@@ -227,8 +233,8 @@ class SimCluster:
 
     def _boot(self, n: int) -> None:
         """Start node ``n`` with empty memory (a new epoch from its own clock)."""
-        now = self.now_ms + self.offsets[n]
-        self.nodes[n] = NodeCore(CoreConfig(n, self.subs, self.params), epoch=now)
+        wall = self.now_ms + self.offsets[n]
+        self.nodes[n] = NodeCore(CoreConfig(n, self.subs, self.params), epoch=wall)
         self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
         self.next_tick[n] = self.now_ms
 

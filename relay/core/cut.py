@@ -1,0 +1,104 @@
+"""The cut of a suspected origin's epoch: where it ends, agreed by the live replicas.
+
+How this works (the argument is in docs/design.md): a suspected lane goes CUTTING; its epoch
+is frozen at ``contig`` and the replica reports ``(origin, epoch, contig)`` in its acks. A
+report seen from any replica makes every replica suspect that epoch too. The cut is decided
+once every live replica reported, or once a quorum did and the grace time passed (a replica
+that restarted empty knows nothing of the old epoch); its value is the highest report, so
+every tx a quorum held is inside it. A decided cut is reported as *settled* and adopted as it
+is by replicas that have not decided yet. Missing txs up to the cut are fetched by repair;
+then the lane is CUT and no longer holds the watermark back.
+"""
+
+from __future__ import annotations
+
+from relay.core.lane import Lane, LaneInput, LaneState
+from relay.core.messages import OriginReport
+
+RepairNeed = tuple[int, int, int, int]  # (origin, epoch, after, upto)
+
+
+def suspect(lanes: dict[int, Lane], origin: int, epoch: int) -> bool:
+    """Freeze ``origin``'s ``epoch`` and start agreeing where it ends; True if it changed."""
+    lane = lanes[origin]
+    if epoch > lane.epoch:
+        lanes[origin] = lane.apply(LaneInput.NEWER_SUSPECTED, epoch)
+        return True
+    if epoch < lane.epoch:
+        return False
+    before = lane.state
+    lanes[origin] = lane.apply(LaneInput.SUSPECTED)
+    return lanes[origin].state is not before
+
+
+def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> bool:
+    """A replica's report on a suspected epoch; True if anything changed here."""
+    if report.origin not in lanes or reporter not in lanes:
+        return False
+    changed = suspect(lanes, report.origin, report.epoch)
+    lane = lanes[report.origin]
+    if lane.epoch != report.epoch or lane.state is not LaneState.CUTTING:
+        return changed
+    if report.settled:
+        if lane.cut_at is None:
+            # a replica already decided where the epoch ends: follow it, so that a replica
+            # that was away (the suspect itself, say) ends it at the same place
+            lane.cut_at = report.contig
+            return True
+        return changed
+    if lane.cut_reports.get(reporter) != report.contig:
+        lane.cut_reports[reporter] = report.contig
+        return True
+    return changed
+
+
+def settle(
+    lanes: dict[int, Lane],
+    self_id: int,
+    voters: set[int],
+    quorum: int,
+    head: int,
+    elapsed_ms: int,
+) -> tuple[bool, list[RepairNeed]]:
+    """Advance the cuts; ``voters`` are the live replicas (this one and the suspect included
+    if it is back: it holds everything it sent). Returns (a lane was cut, repair needs for
+    cuts beyond what we hold)."""
+    needs: list[RepairNeed] = []
+    moved = False
+    for origin, lane in lanes.items():
+        if lane.state is not LaneState.CUTTING:
+            continue
+        lane.cut_grace.start(elapsed_ms)
+        cut = lane.cut_at
+        if cut is None:
+            lane.cut_reports[self_id] = lane.contig
+            reported = voters & lane.cut_reports.keys()
+            if len(reported) < quorum:
+                continue
+            if reported != voters and not lane.cut_grace.fired(elapsed_ms):
+                continue
+            cut = lane.cut_at = max(lane.cut_reports[r] for r in reported)
+        if lane.contig >= cut or cut <= head:  # at or below the head all is settled
+            while lane.queue and lane.queue[-1].seq > cut:
+                lane.queue.pop()
+            lane.contig = min(max(lane.contig, min(cut, head)), cut)
+            lane.early.clear()
+            lane.gap.stop()
+            lanes[origin] = lane.apply(LaneInput.CUT_SETTLED)
+            moved = True
+        else:
+            needs.append((lane.origin, lane.epoch, lane.contig, cut))
+    return moved, needs
+
+
+def reports(lanes: dict[int, Lane]) -> tuple[OriginReport, ...]:
+    """What we hold of every epoch being cut or cut, so late replicas can settle too."""
+    found = []
+    for lane in lanes.values():
+        if lane.state is LaneState.CUTTING and lane.cut_at is None:
+            found.append(OriginReport(lane.origin, lane.epoch, lane.contig))
+        elif lane.state in (LaneState.CUTTING, LaneState.CUT) and lane.cut_at is not None:
+            found.append(OriginReport(lane.origin, lane.epoch, lane.cut_at, settled=True))
+        elif lane.closed is not None:
+            found.append(OriginReport(lane.origin, *lane.closed, settled=True))
+    return tuple(found)

@@ -1,0 +1,100 @@
+"""Idempotent retries: which (producer id, msg id) a stream already holds.
+
+How this works: a coordinator that already holds a key attaches a retry to it (``lookup``,
+over stable and pending txs). A retry sent to another coordinator gets a second seq, and the
+duplicate is removed deterministically when it is folded: every replica folds the same txs
+in the same order, so every replica keeps the first copy and skips the same later one
+(``admit``), remembering the skipped seq's original so its coordinator can answer with it.
+The index covers ``window_ms`` of seq time and at most ``keys_max`` keys.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from relay.core.flake import seq_unix_ms
+from relay.core.messages import Tx
+
+Key = tuple[str, int]
+
+
+class DedupIndex:
+    __slots__ = ("keys_max", "order", "pending", "skipped", "stable", "window_ms")
+
+    def __init__(self, window_ms: int, keys_max: int) -> None:
+        self.window_ms = window_ms
+        self.keys_max = keys_max
+        self.stable: dict[Key, int] = {}  # key -> seq, over the stable timeline
+        self.order: deque[tuple[int, Key]] = deque()  # (seq, key) in fold order
+        self.pending: dict[Key, int] = {}  # key -> seq, held but not yet stable
+        self.skipped: dict[int, tuple[Tx, int]] = {}  # duplicate seq -> (tx, original seq)
+
+    def note_pending(self, tx: Tx) -> None:
+        if tx.producer_id:
+            self.pending[(tx.producer_id, tx.msg_id)] = tx.seq
+
+    def lookup(self, producer_id: str, msg_id: int) -> int | None:
+        """The seq that already carries the key, stable or pending, if any."""
+        key = (producer_id, msg_id)
+        seq = self.stable.get(key)
+        return seq if seq is not None else self.pending.get(key)
+
+    def admit(self, tx: Tx) -> bool:
+        """``tx`` is being folded: False if it is a later copy of a key already stable."""
+        if not tx.producer_id:
+            return True
+        key = (tx.producer_id, tx.msg_id)
+        self.pending.pop(key, None)
+        original = self.stable.get(key)
+        if original is not None:
+            self.skipped[tx.seq] = (tx, original)
+            return False
+        self.stable[key] = tx.seq
+        self.order.append((tx.seq, key))
+        return True
+
+    def original_of(self, seq: int) -> int | None:
+        """For a skipped duplicate, the seq of the copy that was kept."""
+        found = self.skipped.get(seq)
+        return found[1] if found else None
+
+    def evict(self, head_seq: int) -> None:
+        horizon = seq_unix_ms(head_seq) - self.window_ms
+        order = self.order
+        while order and (len(order) > self.keys_max or seq_unix_ms(order[0][0]) < horizon):
+            seq, key = order.popleft()
+            if self.stable.get(key) == seq:
+                del self.stable[key]
+        if len(self.skipped) > self.keys_max:
+            for seq in sorted(self.skipped)[: len(self.skipped) // 2]:
+                del self.skipped[seq]
+
+    def truncate(self, keep_upto: int) -> list[Tx]:
+        """Forget every key folded after ``keep_upto``; the skipped copies cut off."""
+        while self.order and self.order[-1][0] > keep_upto:
+            seq, key = self.order.pop()
+            if self.stable.get(key) == seq:
+                del self.stable[key]
+        dropped = [self.skipped.pop(seq)[0] for seq in [s for s in self.skipped if s > keep_upto]]
+        self.pending.clear()
+        return dropped
+
+    def restore(self, keys: tuple[tuple[str, int, int], ...]) -> None:
+        """Start over from a snapshot's keys: (producer id, msg id, seq)."""
+        self.stable.clear()
+        self.order.clear()
+        for pid, mid, seq in keys:
+            self.stable[(pid, mid)] = seq
+            self.order.append((seq, (pid, mid)))
+
+    def add_verified(self, txs: tuple[Tx, ...]) -> None:
+        """Txs adopted from a peer's verified slice (already free of duplicates)."""
+        for tx in txs:
+            if tx.producer_id:
+                key = (tx.producer_id, tx.msg_id)
+                self.stable[key] = tx.seq
+                self.order.append((tx.seq, key))
+
+    def keys_upto(self, seq: int) -> tuple[tuple[str, int, int], ...]:
+        """The keys folded at or before ``seq``, for a snapshot."""
+        return tuple((pid, mid, s) for (s, (pid, mid)) in self.order if s <= seq)

@@ -1,0 +1,90 @@
+"""Stability and folding: when a replica may put a tx into its timeline, and in what order.
+
+How this works (the argument is in docs/design.md): the stream's stable *watermark* is the
+minimum over its lanes of their contribution, the seq at or below which no tx of that origin
+can still arrive. Every tx at or below it is merged in seq order, deduplicated by
+(producer id, msg id), and folded into the rolling digest: the stable timeline. Because every
+replica folds the same txs in the same order, every replica computes the same digest at every
+seq. A waiting (re)joining origin is admitted once its floor is above the stable head, so
+nothing it sends can land below what is already stable.
+
+``floors`` carries each origin's latest promise heard outside the stream (its heartbeats), as
+(epoch, floor): it counts only for a lane of that epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from relay.core.dedup import DedupIndex
+from relay.core.digest import fold
+from relay.core.lane import Lane, LaneInput, LaneState
+from relay.core.messages import Tx
+from relay.core.timeline import Timeline
+
+Floors = Mapping[int, tuple[int, int]]  # origin -> (epoch, floor)
+
+
+def floor_of(lane: Lane, floors: Floors) -> int:
+    epoch, floor = floors.get(lane.origin, (0, 0))
+    return floor if epoch == lane.epoch else 0
+
+
+def watermark(lanes: dict[int, Lane], head: int, floors: Floors) -> tuple[int, int]:
+    """Admit waiting origins whose floor is above the stable head; (mark, late txs dropped)."""
+    late = 0
+    for origin, lane in lanes.items():
+        promise = max(lane.promise, floor_of(lane, floors))
+        if lane.state is LaneState.WAITING and lane.epoch and promise >= max(head, 1):
+            lanes[origin] = lane = lane.apply(LaneInput.ADMITTED)
+            while lane.queue and lane.queue[0].seq <= head:
+                lane.queue.popleft()
+                late += 1
+    bounds = [
+        c
+        for c in (lane.contribution(floor_of(lane, floors)) for lane in lanes.values())
+        if c is not None
+    ]
+    return (min(bounds) if bounds else head), late
+
+
+def fold_stable(
+    lanes: dict[int, Lane], floors: Floors, timeline: Timeline, dedup: DedupIndex
+) -> tuple[bool, int]:
+    """Fold every tx at or below the watermark into the timeline: (head moved, late txs)."""
+    mark, late = watermark(lanes, timeline.head_seq, floors)
+    ready: list[Tx] = []
+    for lane in lanes.values():
+        if lane.state is LaneState.WAITING:
+            continue
+        queue = lane.queue
+        while queue and queue[0].seq <= mark:
+            ready.append(queue.popleft())
+    if not ready:
+        return False, late
+    if len(ready) > 1:
+        ready.sort(key=seq_of)
+    head_seq = timeline.head_seq
+    digest = timeline.head_digest
+    folded: list[Tx] = []
+    digests: list[bytes] = []
+    admit = dedup.admit
+    for tx in ready:
+        seq = tx.seq
+        if seq <= head_seq:
+            late += 1  # an origin broke its promise; never reorder the past
+            continue
+        if not admit(tx):
+            continue
+        digest = fold(digest, seq, tx.origin, tx.payload)
+        folded.append(tx)
+        digests.append(digest)
+        head_seq = seq
+    if folded:
+        timeline.extend(folded, digests)
+    dedup.evict(head_seq)
+    return bool(folded), late
+
+
+def seq_of(tx: Tx) -> int:
+    return tx.seq

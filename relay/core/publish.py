@@ -1,0 +1,160 @@
+"""Publish coordination: requests waiting for a quorum to verify their txs, and answers.
+
+How this works: a publish request's items get seqs (or the seq of an earlier copy with the
+same producer key) and the request waits, in a per-stream heap keyed by its highest seq,
+until the stream's verified seq reaches it. Then each item is answered by looking its seq
+up in the timeline: found, it is acknowledged with its digest; skipped as a duplicate, it
+waits for the original's seq instead; gone (its coordinator's epoch was cut before a quorum
+held it), it is ``not_committed``. A request not answered within ``publish_timeout_ms`` of
+elapsed time gets ``timeout``; a node that stops serving answers every waiting request
+``unavailable``. The timeline never trims a tx a waiting request still needs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+
+from relay import errors
+from relay.core.events import Acked, PublishRequested, PublishResults, Rejected, Reply
+from relay.core.flake import SEQ_MAX
+from relay.core.params import CoreParams
+from relay.core.stream import StreamReplica
+from relay.core.timer import Timeout
+
+Result = Acked | Rejected | None
+
+
+@dataclass(slots=True, eq=False)
+class PendingPublish:
+    client: bytes
+    req_id: int
+    started_ms: int  # elapsed time it arrived
+    deadline: Timeout
+    seqs: list[int] = field(default_factory=list)  # per item: the seq it waits for
+    results: list[Result] = field(default_factory=list)
+    done: bool = False
+
+
+def request_problem(req: PublishRequested, params: CoreParams) -> str | None:
+    """Why a publish request is malformed (the caller's fault), or None."""
+    if not req.items:
+        return "a publish needs at least one message"
+    if len(req.items) > params.publish_items_max:
+        return f"at most {params.publish_items_max} messages per publish request"
+    largest = max(len(p) for _, p in req.items)
+    if largest > params.payload_bytes_max:
+        return (
+            f"a payload of {largest} bytes exceeds payload_bytes_max ({params.payload_bytes_max})"
+        )
+    return None
+
+
+class Publishes:
+    def __init__(self, timeout_ms: int) -> None:
+        self.timeout_ms = timeout_ms
+        self.pending: deque[PendingPublish] = deque()  # in arrival order, for deadlines
+        self.waiters: dict[str, list[tuple[int, int, PendingPublish]]] = {}
+        self._order = 0
+
+    def start(self, elapsed_ms: int, req: PublishRequested) -> PendingPublish:
+        deadline = Timeout(self.timeout_ms)
+        deadline.start(elapsed_ms)
+        pending = PendingPublish(req.client, req.req_id, elapsed_ms, deadline)
+        pending.results = [None] * len(req.items)
+        self.pending.append(pending)
+        return pending
+
+    def wait(self, stream: str, pending: PendingPublish) -> None:
+        self._order += 1
+        heap = self.waiters.setdefault(stream, [])
+        heapq.heappush(heap, (max(pending.seqs), self._order, pending))
+
+    def oldest_awaited(self, stream: str) -> int:
+        """The lowest seq a waiting request of this stream still has to answer with."""
+        heap = self.waiters.get(stream, [])
+        return min((min(p.seqs) for _, _, p in heap if not p.done), default=SEQ_MAX)
+
+    def resolve(self, elapsed_ms: int, state: StreamReplica) -> list[Reply]:
+        """Answer the requests of this stream whose seqs are all verified now."""
+        heap = self.waiters.get(state.stream)
+        replies: list[Reply] = []
+        if not heap:
+            return replies
+        verified = state.verified_seq
+        timeline = state.timeline
+        seqs = timeline.seqs
+        while heap and heap[0][0] <= verified:
+            pending = heapq.heappop(heap)[2]
+            if pending.done:
+                continue
+            results = pending.results
+            waiting = False
+            j = bisect_left(seqs, min(pending.seqs))
+            for i, seq in enumerate(pending.seqs):
+                if results[i] is not None:
+                    continue
+                if j < len(seqs) and seqs[j] > seq:  # not ascending (a retried item): search
+                    j = bisect_left(seqs, seq)
+                while j < len(seqs) and seqs[j] < seq:  # ascending, as usual: walk
+                    j += 1
+                original = state.dedup.original_of(seq)
+                if j < len(seqs) and seqs[j] == seq:
+                    results[i] = Acked(seq, timeline.digests[j])
+                elif original is not None:  # a duplicate: answer with the original's seq
+                    pending.seqs[i] = original
+                    waiting = True
+                else:
+                    results[i] = Rejected(
+                        errors.NOT_COMMITTED,
+                        "the transaction's coordinator was cut before a quorum held it; retry",
+                    )
+            if waiting:
+                self.wait(state.stream, pending)
+            else:
+                replies.append(self._finish(elapsed_ms, pending))
+        if not heap:
+            del self.waiters[state.stream]
+        return replies
+
+    def fail_all(self, elapsed_ms: int, rejected: Rejected) -> list[Reply]:
+        """The node stopped serving: nothing waiting can be acknowledged from here."""
+        replies = []
+        for pending in self.pending:
+            if not pending.done:
+                self._fill(pending, rejected)
+                replies.append(self._finish(elapsed_ms, pending))
+        return replies
+
+    def expire(self, elapsed_ms: int) -> list[Reply]:
+        replies = []
+        while self.pending and (self.pending[0].done or self.pending[0].deadline.fired(elapsed_ms)):
+            pending = self.pending.popleft()
+            if pending.done:
+                continue
+            self._fill(
+                pending,
+                Rejected(
+                    errors.TIMEOUT,
+                    f"no quorum verified the transaction within {self.timeout_ms} ms; "
+                    "retry with the same message id",
+                ),
+            )
+            replies.append(self._finish(elapsed_ms, pending))
+        return replies
+
+    @staticmethod
+    def _fill(pending: PendingPublish, rejected: Rejected) -> None:
+        for i, result in enumerate(pending.results):
+            if result is None:
+                pending.results[i] = rejected
+
+    @staticmethod
+    def _finish(elapsed_ms: int, pending: PendingPublish) -> Reply:
+        pending.done = True
+        results = tuple(r for r in pending.results if r is not None)
+        return Reply(
+            pending.client, pending.req_id, PublishResults(results), elapsed_ms - pending.started_ms
+        )

@@ -1,0 +1,141 @@
+"""Reads: verified txs, spans, redirects, and consumer fetches parked until data arrives.
+
+How this works: a read returns up to ``limit`` verified txs after a seq, with the digest
+before the first so the reader can re-fold the chain. A node that does not replicate the
+stream redirects to the replicas (live ones first); one that is fenced, leaving or still
+catching up refuses with ``unavailable`` and names the others. A fetch that finds nothing new
+is *parked* (long poll) until the stream's verified seq moves or its wait runs out on elapsed
+time; parked fetches are bounded in number, and beyond the bound a fetch is answered at once.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+from itertools import pairwise
+
+from relay import errors
+from relay.core.events import FetchRequested, ReadResult, Redirect, Rejected, SpanResult
+from relay.core.timeline import Timeline
+from relay.core.timer import Timeout
+
+FETCH_TXS_MAX = 5000  # txs in one fetch answer
+FETCH_WAIT_MS_MAX = 30_000  # the longest a fetch may be parked
+PARKED_FETCHES_MAX = 10_000  # parked fetches per node, over all streams
+
+
+def by_liveness(nodes: Iterable[int], up: set[int]) -> tuple[int, ...]:
+    return tuple(sorted(nodes, key=lambda n: (n not in up, n)))
+
+
+def redirect(stream: str, replicas: tuple[int, ...], up: set[int]) -> Redirect | Rejected:
+    """The answer for a stream this node does not replicate."""
+    if not replicas:
+        return Rejected(
+            errors.NO_REPLICAS,
+            f"no node's streams patterns match {stream!r}; check the stream name or "
+            "the cluster config",
+        )
+    return Redirect(stream, by_liveness(replicas, up))
+
+
+def unavailable(why: str, replicas: tuple[int, ...], self_id: int, up: set[int]) -> Rejected:
+    others = tuple(r for r in by_liveness(replicas, up) if r != self_id)
+    return Rejected(errors.UNAVAILABLE, why, others)
+
+
+def read(timeline: Timeline, stream: str, after_seq: int, limit: int, strict: bool) -> ReadResult:
+    """Up to ``limit`` verified txs after ``after_seq``. ``strict``: the caller already holds
+    ``after_seq``, so a range trimmed from the buffer is data loss."""
+    start, indexes = timeline.read_verified(after_seq, min(limit, FETCH_TXS_MAX))
+    return ReadResult(
+        stream=stream,
+        txs=tuple(timeline.txs[i] for i in indexes),
+        digests=tuple(timeline.digests[i] for i in indexes),
+        prev_digest=timeline.digest_before(start),
+        verified_seq=timeline.verified_seq,
+        earliest_seq=timeline.earliest_seq(),
+        lost=strict and after_seq < timeline.trimmed_seq,
+    )
+
+
+def span(
+    timeline: Timeline,
+    stream: str,
+    after_seq: int,
+    upto_seq: int,
+    max_txs: int,
+    parts: int,
+    strict: bool,
+) -> SpanResult:
+    """The verified txs in (``after_seq``, ``upto_seq``], at most ``max_txs`` of them, cut
+    into at most ``parts`` parts of near-equal size. 0 means no bound for ``upto_seq`` and
+    ``max_txs``."""
+    upto = timeline.verified_seq if upto_seq <= 0 else min(upto_seq, timeline.verified_seq)
+    start = bisect_right(timeline.seqs, after_seq)
+    end = max(start, bisect_right(timeline.seqs, upto))
+    if max_txs > 0:
+        end = min(end, start + max_txs)
+    total = end - start
+    count = max(1, min(parts, total))
+    cuts = [start + (total * k) // count for k in range(count + 1)]
+    bounds = tuple(
+        (timeline.seqs[b - 1], timeline.digests[b - 1], b - a) for a, b in pairwise(cuts) if b > a
+    )
+    return SpanResult(
+        stream=stream,
+        bounds=bounds,
+        verified_seq=timeline.verified_seq,
+        earliest_seq=timeline.earliest_seq(),
+        lost=strict and after_seq < timeline.trimmed_seq,
+    )
+
+
+def worth_parking(result: ReadResult, fetch: FetchRequested) -> bool:
+    return not result.txs and not result.lost and fetch.limit > 0 and fetch.wait_ms > 0
+
+
+class ParkedFetches:
+    """Fetches waiting for their stream's verified seq to move."""
+
+    def __init__(self) -> None:
+        self.by_stream: dict[str, list[tuple[FetchRequested, Timeout]]] = {}
+        self.count = 0
+
+    def park(self, elapsed_ms: int, fetch: FetchRequested, deadline: Timeout | None) -> bool:
+        """Park ``fetch`` (keeping its deadline if it was parked before); False if full."""
+        if self.count >= PARKED_FETCHES_MAX:
+            return False
+        if deadline is None:
+            deadline = Timeout(min(fetch.wait_ms, FETCH_WAIT_MS_MAX))
+            deadline.start(elapsed_ms)
+        self.by_stream.setdefault(fetch.stream, []).append((fetch, deadline))
+        self.count += 1
+        return True
+
+    def wake(self, stream: str) -> list[tuple[FetchRequested, Timeout]]:
+        woken = self.by_stream.pop(stream, [])
+        self.count -= len(woken)
+        return woken
+
+    def expired(self, elapsed_ms: int) -> list[FetchRequested]:
+        found: list[FetchRequested] = []
+        for stream in list(self.by_stream):
+            keep = []
+            for fetch, deadline in self.by_stream[stream]:
+                if deadline.fired(elapsed_ms):
+                    found.append(fetch)
+                else:
+                    keep.append((fetch, deadline))
+            if keep:
+                self.by_stream[stream] = keep
+            else:
+                del self.by_stream[stream]
+        self.count -= len(found)
+        return found
+
+    def all(self) -> list[FetchRequested]:
+        found = [f for parked in self.by_stream.values() for f, _ in parked]
+        self.by_stream.clear()
+        self.count = 0
+        return found

@@ -1,0 +1,78 @@
+"""Gap repair: asking for an origin's txs a replica knows exist but does not hold, and
+answering such asks from what it holds.
+
+How this works: a lane knows it misses txs when a tx names a ``prev`` it does not hold or the
+origin claims a last seq above ``contig``. A gap open for ``repair_after_ms`` broadcasts a
+``RepairRequest`` for the range; every replica answers with what it holds (bounded), so a
+range several peers only hold together is assembled from their answers. Asks repeat at most
+every ``repair_after_ms`` per origin; lost or duplicated asks and answers are harmless.
+"""
+
+from __future__ import annotations
+
+from relay.core.cut import RepairNeed
+from relay.core.dedup import DedupIndex
+from relay.core.lane import Lane, LaneState
+from relay.core.messages import Tx
+from relay.core.ordering import seq_of
+from relay.core.timeline import Timeline
+from relay.core.timer import Timeout
+
+
+def open_gaps(lanes: dict[int, Lane], self_id: int, elapsed_ms: int) -> list[RepairNeed]:
+    """The gaps of active peer lanes that stayed open for their repair delay."""
+    needs: list[RepairNeed] = []
+    for lane in lanes.values():
+        if lane.state is not LaneState.ACTIVE or lane.origin == self_id:
+            continue
+        missing = lane.missing_range()
+        if missing is None:
+            lane.gap.stop()
+            continue
+        lane.gap.start(elapsed_ms)
+        if lane.gap.fired(elapsed_ms):
+            needs.append((lane.origin, lane.epoch, *missing))
+    return needs
+
+
+class RepairAsks:
+    """Rate limits for the asks of one stream: per origin, and for syncs."""
+
+    __slots__ = ("after_ms", "by_origin", "sync")
+
+    def __init__(self, after_ms: int) -> None:
+        self.after_ms = after_ms
+        self.by_origin: dict[int, Timeout] = {}
+        self.sync = Timeout(after_ms)
+
+    def repair_ready(self, origin: int, elapsed_ms: int) -> bool:
+        timer = self.by_origin.get(origin)
+        if timer is None:
+            timer = self.by_origin[origin] = Timeout(self.after_ms)
+        return timer.ready(elapsed_ms)
+
+
+def txs_held(
+    lanes: dict[int, Lane],
+    timeline: Timeline,
+    dedup: DedupIndex,
+    origin: int,
+    epoch: int,
+    after_seq: int,
+    upto_seq: int,
+    limit: int,
+) -> list[Tx]:
+    """What we hold of ``origin``'s ``epoch`` in ``(after_seq, upto_seq]``, in seq order."""
+    lane = lanes.get(origin)
+    if lane is None or upto_seq <= after_seq:
+        return []
+    found = [tx for tx in timeline.txs_between(after_seq, upto_seq) if tx.origin == origin]
+    found.extend(
+        tx
+        for tx, _ in dedup.skipped.values()
+        if tx.origin == origin and after_seq < tx.seq <= upto_seq
+    )
+    if lane.epoch == epoch:
+        found.extend(tx for tx in lane.queue if after_seq < tx.seq <= upto_seq)
+    found.sort(key=seq_of)
+    return found[:limit]

@@ -1,0 +1,97 @@
+"""Votes and verification: the one place that decides how far a quorum agreed.
+
+How this works: a replica's vote is its stable head ``(seq, digest)``, sent in every
+``StreamAck``. A peer's vote *matches* ours at ``s`` when our digest at ``s`` equals its
+digest there; since digests chain, a match at ``s`` proves the whole prefix up to ``s``. A vote
+ahead of our head is kept (bounded) until our head passes it. A vote that contradicts our
+timeline never counts; it is reported so the replica can catch up. ``verify`` moves the
+verified seq to the highest seq a quorum of the stream's replicas (this one counted) matched,
+and it is the only code that moves it forward from votes; it says whether it moved.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from relay.core.timeline import Timeline
+
+VOTES_PENDING_MAX = 64  # votes ahead of our head kept per peer until our head catches up
+
+
+class Votes:
+    __slots__ = ("heads", "matched", "mismatches", "pending", "quorum", "verified")
+
+    def __init__(self, self_id: int, replicas: tuple[int, ...], quorum: int) -> None:
+        peers = [r for r in replicas if r != self_id]
+        self.quorum = quorum
+        self.matched: dict[int, int] = dict.fromkeys(peers, 0)  # highest seq matched per peer
+        self.pending: dict[int, deque[tuple[int, bytes]]] = {
+            r: deque(maxlen=VOTES_PENDING_MAX) for r in peers
+        }
+        self.heads: dict[int, int] = {}  # each peer's latest vote (its stable head)
+        self.verified: dict[int, int] = {}  # each peer's latest verified seq
+        self.mismatches = 0
+
+    def take(
+        self,
+        sender: int,
+        head_seq: int,
+        digest: bytes,
+        verified_seq: int,
+        timeline: Timeline,
+        counting: bool,
+    ) -> bool:
+        """Record a peer's vote; True if it contradicts our timeline. A replica that does
+        not know its history yet (``counting`` False) only notes where the peer is."""
+        if sender not in self.matched:
+            return False
+        self.heads[sender] = head_seq
+        self.verified[sender] = verified_seq
+        if not counting or head_seq <= self.matched[sender]:
+            return False
+        if head_seq <= timeline.head_seq:
+            return not self._match(sender, head_seq, digest, timeline)
+        self.pending[sender].append((head_seq, digest))
+        return False
+
+    def recheck(self, timeline: Timeline) -> bool:
+        """Match the kept votes our head has reached; True if one contradicts us."""
+        head = timeline.head_seq
+        contradicted = False
+        for sender, votes in self.pending.items():
+            while votes and votes[0][0] <= head:
+                seq, digest = votes.popleft()
+                contradicted |= not self._match(sender, seq, digest, timeline)
+        return contradicted
+
+    def _match(self, sender: int, seq: int, digest: bytes, timeline: Timeline) -> bool:
+        ours = timeline.digest_at(seq)
+        if ours is None and seq < timeline.trimmed_seq:
+            return True  # too old to judge and too old to matter
+        if ours != digest:
+            self.mismatches += 1
+            return False
+        if seq > self.matched[sender]:
+            self.matched[sender] = seq
+        return True
+
+    def verify(self, timeline: Timeline) -> bool:
+        """Move the verified seq to what a quorum matched; True if it moved."""
+        marks = sorted([timeline.head_seq, *self.matched.values()], reverse=True)
+        verified = marks[self.quorum - 1]
+        if verified <= timeline.verified_seq:
+            return False
+        timeline.verify_upto(verified)
+        return True
+
+    def forget_after(self, seq: int) -> None:
+        """Our timeline was cut after ``seq``: matches above it no longer hold."""
+        for peer, matched in self.matched.items():
+            self.matched[peer] = min(matched, seq)
+
+    def ahead_of(self, seq: int, peers: list[int]) -> bool:
+        """Whether any of ``peers`` votes a head above ``seq``."""
+        return any(self.heads.get(r, 0) > seq for r in peers)
+
+    def verified_ahead_of(self, seq: int, peers: list[int]) -> bool:
+        return any(self.verified.get(r, 0) > seq for r in peers)
