@@ -348,11 +348,25 @@ def fault(
 @click.option("--nodes", type=click.Choice(["3", "5", "both"]), default="both", show_default=True)
 def sim(seed: int | None, seeds: int, first: int, nodes: str) -> None:
     """Run the deterministic simulator: one seed, or a campaign of many."""
-    from relay.sim.campaign import run_campaign
+    from relay.sim.campaign import CampaignSummary, run_campaign
 
     sizes = (3, 5) if nodes == "both" else (int(nodes),)
     chosen = range(seed, seed + 1) if seed is not None else range(first, first + (seeds or 100))
-    summary = run_campaign(chosen, sizes, echo=click.echo)
+    total = len(chosen) * len(sizes)
+    tty = sys.stderr.isatty()
+    shown = [0.0]
+
+    def progress(summary: CampaignSummary) -> None:
+        """On a terminal, one line kept current; elsewhere, a line every 10 s."""
+        if tty:
+            click.echo(f"\r{summary.runs}/{total}: {summary.line()}", nl=False, err=True)
+        elif summary.seconds - shown[0] >= 10:
+            shown[0] = summary.seconds
+            click.echo(f"{summary.runs}/{total}: {summary.line()}", err=True)
+
+    summary = run_campaign(chosen, sizes, echo=click.echo, progress=progress)
+    if tty:
+        click.echo(err=True)
     click.echo(summary.line())
     if summary.failures:
         sys.exit(1)

@@ -1,12 +1,16 @@
 """The deterministic simulator: invariants 1-6 over seeded runs with faults (loss,
 duplication, reordering, partitions, pauses, crashes with restarts, clock steps)."""
 
+import dataclasses
+
 import pytest
 
 from relay.sim.campaign import run_campaign
 from relay.sim.checker import InvariantViolation
-from relay.sim.cluster import SimCluster, SimPlan, run_seed
+from relay.core.routing import Subscription
+from relay.sim.cluster import SimCluster, run_seed
 from relay.sim.faults import Fault, FaultKind
+from relay.sim.plan import SimPlan
 
 CHUNK = 50
 
@@ -25,9 +29,11 @@ def test_calm_seeds() -> None:
 
 
 def plan(nodes: int, *faults: Fault) -> SimPlan:
-    return SimPlan(
-        nodes=nodes,
+    return dataclasses.replace(
+        SimPlan.draw(0, nodes, with_faults=False),
         streams=("s",),
+        subscriptions=tuple(Subscription(n, ("*",)) for n in range(1, nodes + 1)),
+        skews_ms=(0,) * nodes,
         publish_ms=1500,
         publishes=150,
         retry_rate=0.1,
@@ -105,3 +111,30 @@ def test_the_checker_catches_an_unannounced_advance(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(stream.StreamReplica, "verify", forgetful)
     with pytest.raises(InvariantViolation, match="without announcing"):
         run_seed(1, 3, with_faults=False)
+
+
+def test_a_node_restarted_behind_its_old_clock_rejoins() -> None:
+    """Its wall clock stepped back 5 s, then it crashed: the new incarnation's clock-based
+    epoch is below the old one, which peers would take for stale messages forever."""
+    cluster = SimCluster(
+        1,
+        plan(
+            3,
+            Fault(FaultKind.CLOCK_STEP, 300, 400, (1,), -5000),
+            Fault(FaultKind.CRASH, 500, 800, (1,)),
+        ),
+    )
+    first = cluster.nodes[1].epoch
+    assert cluster.run().acked > 0
+    assert cluster.nodes[1].epoch > first
+
+
+@pytest.mark.parametrize("step_ms", [-10_000, -2000, 2000, 10_000])
+def test_a_clock_step_alone_cuts_nobody(step_ms: int) -> None:
+    """Timers run on elapsed time: a wall clock step on one node, with no other fault,
+    fences nobody and ends no epoch."""
+    # after the publishes (so only heartbeats speak for node 1), and a long calm after it
+    cluster = SimCluster(3, plan(3, Fault(FaultKind.CLOCK_STEP, 1700, 5000, (1,), step_ms)))
+    epochs = {n: node.epoch for n, node in cluster.nodes.items()}
+    cluster.run()
+    assert {n: node.epoch for n, node in cluster.nodes.items()} == epochs

@@ -96,6 +96,9 @@ class Heartbeat:
     origin_last: tuple[tuple[str, int], ...]
     accepts: tuple[tuple[int, int], ...]
     leaving: bool = False
+    # (node, epoch) of every peer as this node last heard it: a node that restarted with a
+    # wall clock behind its previous incarnation's learns it must pick a higher epoch
+    epochs: tuple[tuple[int, int], ...] = ()
 
     channel = Channel.HEARTBEAT
 

@@ -221,8 +221,9 @@ class NodeCore:
         if heard is not Heard.AGAIN:  # rare: the peer came back or restarted
             self._effects.append(Notice("peer_up", f"node {sender} is up (epoch {epoch})"))
             for name, state in self.streams.items():
-                if sender in state.lanes:
+                if sender in state.lanes:  # tell it where we are, even in streams at rest
                     state.follow(sender, epoch)
+                    state.needs_ack = True
                     self._touch(name)
         return True
 
@@ -231,6 +232,11 @@ class NodeCore:
             return
         self.peers.by_id[hb.sender].accepts = frozenset(hb.accepts)
         self.clock.observe(hb.floor)
+        known = max((e for n, e in hb.epochs if n == self.node_id), default=0)
+        if known > self.epoch and not self.origin_last:
+            # a previous incarnation of this node had a higher epoch (the wall clock is
+            # behind it): peers would take this one for a stale message forever
+            self._start_epoch(known + 1, f"a peer knows epoch {known} of this node")
         for name, last in hb.origin_last:  # the claims first, then the promise they cover
             state = self._stream(name)
             if state is not None and hb.sender in state.lanes:
@@ -547,14 +553,17 @@ class NodeCore:
             return
         if any(lane.state is LaneState.CUTTING or lane.queue for lane in mine):
             return  # wait until every cut settled and the txs within it are folded
-        self.epoch = max(now.wall_ms, self.epoch + 1)
+        self._start_epoch(max(now.wall_ms, self.epoch + 1), "this node was cut")
+
+    def _start_epoch(self, epoch: int, why: str) -> None:
+        self.epoch = epoch
         self.origin_last.clear()
         self.claimed_at.clear()
-        self.outbox.clear()  # txs of the cut epoch not sent yet: they can never commit
+        self.outbox.clear()  # txs of the old epoch not sent yet: they can never commit
         for name, state in self.streams.items():
             state.rejoin(self.epoch)
             self._touch(name)
-        self._effects.append(Notice("epoch", f"this node was cut; rejoining as epoch {self.epoch}"))
+        self._effects.append(Notice("epoch", f"{why}; rejoining as epoch {self.epoch}"))
         self.heartbeat.stop()  # announce the new epoch at once
 
     def _heartbeat(self, now: Now) -> None:
@@ -580,6 +589,7 @@ class NodeCore:
                     origin_last=tuple(sorted((n, self.origin_last[n]) for n in self.claimed_at)),
                     accepts=tuple(accepts),
                     leaving=self.state is NodeState.LEAVING,
+                    epochs=tuple((n, p.epoch) for n, p in self.peers.by_id.items() if p.epoch),
                 )
             )
         )

@@ -27,8 +27,12 @@ class CampaignSummary:
 
 
 def run_campaign(
-    seeds: Iterable[int], sizes: tuple[int, ...], echo: Callable[[str], None] = print
+    seeds: Iterable[int],
+    sizes: tuple[int, ...],
+    echo: Callable[[str], None] = print,
+    progress: Callable[[CampaignSummary], None] | None = None,
 ) -> CampaignSummary:
+    """Run every seed on every size; ``progress`` sees the summary after each seed."""
     summary = CampaignSummary()
     started = time.monotonic()
     for seed in seeds:
@@ -42,5 +46,7 @@ def run_campaign(
                 continue
             summary.acked += result.acked
             summary.messages += result.messages
-    summary.seconds = time.monotonic() - started
+        summary.seconds = time.monotonic() - started
+        if progress is not None:
+            progress(summary)
     return summary

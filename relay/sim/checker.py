@@ -47,6 +47,8 @@ class InvariantChecker:
     checked: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
     last_seq_by_origin: dict[tuple[int, str], int] = field(default_factory=dict)
     acked: dict[tuple[str, str, int], tuple[int, bytes]] = field(default_factory=dict)
+    # consumer -> its last delivery's position in the stream's reference (-1: none yet)
+    consumer_positions: dict[int, int] = field(default_factory=dict)
 
     def check_node(self, node: NodeCore, incarnation: int) -> None:
         for name, state in node.streams.items():
@@ -109,12 +111,17 @@ class InvariantChecker:
         self.last_seq_by_origin[(origin, stream)] = seq
 
     def check_ack(
-        self, node: NodeCore, stream: str, producer_id: str, msg_id: int, seq: int, digest: bytes
+        self,
+        node_id: int,
+        fenced: bool,
+        stream: str,
+        producer_id: str,
+        msg_id: int,
+        seq: int,
+        digest: bytes,
     ) -> None:
-        if node.state_name() == "fenced":
-            raise InvariantViolation(
-                f"fencing: node {node.node_id} acknowledged {seq} while fenced"
-            )
+        if fenced:
+            raise InvariantViolation(f"fencing: node {node_id} acknowledged {seq} while fenced")
         key = (stream, producer_id, msg_id)
         earlier = self.acked.get(key)
         if earlier is not None and earlier[0] != seq:
@@ -122,6 +129,25 @@ class InvariantChecker:
                 f"idempotent retries: {key} acknowledged as {earlier[0]} and as {seq}"
             )
         self.acked[key] = (seq, digest)
+
+    def check_delivery(self, consumer: int, stream: str, seq: int, digest: bytes) -> None:
+        """A consumer got ``seq``: it must be the next entry of the one timeline after what
+        it got before (no gap, no duplicate, one order)."""
+        ref = self.references.get(stream)
+        if ref is None:
+            raise InvariantViolation(f"consumer {consumer} got {seq} of unverified {stream!r}")
+        pos = ref.index_of(seq, digest, f"consumer {consumer}'s delivery")
+        last = self.consumer_positions.get(consumer, -1)
+        if last >= 0 and pos != last + 1:
+            raise InvariantViolation(
+                f"one timeline: consumer {consumer} of {stream!r} got seq {seq} at position "
+                f"{pos} right after position {last}"
+            )
+        self.consumer_positions[consumer] = pos
+
+    def consumer_skipped(self, consumer: int) -> None:
+        """The consumer's position was trimmed everywhere: it starts again from the earliest."""
+        self.consumer_positions.pop(consumer, None)
 
     def check_no_acked_loss(self, live: list[NodeCore]) -> None:
         for (stream, pid, mid), (seq, digest) in self.acked.items():

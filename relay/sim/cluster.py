@@ -1,12 +1,15 @@
-"""A whole relay cluster on one thread: pure nodes, a seeded network, producers, faults, a
-checker.
+"""The deterministic simulator: N pure cores on one thread, a seeded network, clients,
+faults, a checker.
 
 How this works: time advances in whole milliseconds to the next thing that happens (a
-message landing, a node's tick, a publish, a fault starting or healing). Every node gets
-everything that landed for it at that instant as one batch, as the real shell drains its
-sockets; after every batch the checker runs. Once the publishing and the faults are over,
-everything heals and the run must go quiet: every publish answered, every live replica
-verified up to its head with equal digests. The same seed always replays the same run.
+message landing, a node's tick, a client's action, a fault starting or healing). Every node
+gets everything that landed for it at that instant as one batch, as the real shell drains its
+sockets; after every batch the checker runs. Each node sees its own wall clock (skewed,
+stepped, drifting) and a monotonic elapsed clock. A run has two phases: the *safety* phase
+(publishing, consuming and faults, invariants checked after every step) and the *liveness*
+phase (every fault healed): the run must then go quiet within ``SETTLE_MS``: every publish
+answered, every live replica verified to its head with equal digests, every consumer caught up.
+The same seed always replays the same run.
 """
 
 from __future__ import annotations
@@ -16,12 +19,10 @@ import random
 from dataclasses import dataclass, field
 
 from relay.core.events import (
-    Acked,
     Broadcast,
     Event,
     MeshReceived,
-    PublishRequested,
-    PublishResults,
+    ReadReply,
     Reply,
     ShutdownRequested,
     Tick,
@@ -29,53 +30,17 @@ from relay.core.events import (
 )
 from relay.core.messages import Replicate
 from relay.core.node import NodeCore
-from relay.core.params import CoreConfig, CoreParams
-from relay.core.routing import Subscription
+from relay.core.params import CoreConfig
 from relay.core.timer import Now
 from relay.sim.checker import InvariantChecker, InvariantViolation
-from relay.sim.faults import Fault, FaultKind, draw_faults
+from relay.sim.clients import SimClients
+from relay.sim.faults import Fault, FaultKind
 from relay.sim.network import LinkFaults, SimNetwork
+from relay.sim.plan import SimPlan
 
 START_MS = 1_780_000_000_000
 TICK_MS = 10
-CLIENT_TIMEOUT_MS = 1500  # a producer that hears nothing this long retries elsewhere
 SETTLE_MS = 30_000  # how long a healed cluster may take to go quiet
-SIM_PARAMS = CoreParams(
-    heartbeat_ms=50,
-    suspect_after_ms=300,
-    fence_after_ms=250,
-    publish_timeout_ms=2000,
-    repair_after_ms=60,
-    stuck_after_ms=300,
-    buffer_txs_max=5000,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class SimPlan:
-    """What one seed runs; drawn from the seed by ``SimPlan.draw``."""
-
-    nodes: int
-    streams: tuple[str, ...]
-    publish_ms: int
-    publishes: int
-    retry_rate: float
-    delay_ms_max: int
-    faults: tuple[Fault, ...]
-
-    @staticmethod
-    def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
-        rng = random.Random(seed * 7919 + nodes)
-        publish_ms = rng.randint(200, 1500)
-        return SimPlan(
-            nodes=nodes,
-            streams=tuple(f"s{i}" for i in range(rng.randint(1, 3))),
-            publish_ms=publish_ms,
-            publishes=rng.randint(20, 150),
-            retry_rate=rng.choice([0.0, 0.1, 0.3]),
-            delay_ms_max=rng.randint(0, 5),
-            faults=draw_faults(rng, nodes, publish_ms) if with_faults else (),
-        )
 
 
 @dataclass(slots=True)
@@ -89,47 +54,28 @@ class SimResult:
     trace: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class Publish:
-    stream: str
-    producer_id: str
-    msg_id: int
-    payload: bytes
-    attempts: int = 0
-
-
-@dataclass(slots=True)
-class Request:
-    node: int
-    publish: Publish
-    sent_ms: int
-
-
 class SimCluster:
-    def __init__(self, seed: int, plan: SimPlan, params: CoreParams = SIM_PARAMS) -> None:
+    def __init__(self, seed: int, plan: SimPlan) -> None:
         self.seed = seed
         self.plan = plan
         self.rng = random.Random(seed)
-        self.params = params
-        self.subs = tuple(Subscription(n, ("*",)) for n in range(1, plan.nodes + 1))
+        ids = list(range(1, plan.nodes + 1))
         self.nodes: dict[int, NodeCore] = {}
         self.incarnation: dict[int, int] = {}
-        self.offsets: dict[int, int] = {n: 0 for n in range(1, plan.nodes + 1)}
+        self.offsets: dict[int, int] = dict(zip(ids, plan.skews_ms, strict=True))
+        self.drift: dict[int, tuple[int, int]] = {}  # node -> (per mille, since ms)
         self.paused: set[int] = set()
         self.backlog: dict[int, list[Event]] = {}
         self.now_ms = START_MS
         self.next_tick: dict[int, int] = {}
-        for n in range(1, plan.nodes + 1):
+        for n in ids:
             self._boot(n)
         self.network = SimNetwork(self.rng, LinkFaults(delay_ms_max=plan.delay_ms_max))
         self.checker = InvariantChecker()
-        self.requests: dict[int, Request] = {}
-        self.retry_queue: list[tuple[int, int, Publish]] = []
-        self.req_ids = 0
-        self.acked = 0
-        self.rejected = 0
+        self.clients = SimClients(
+            self.rng, ids, plan.streams, plan.consumers, plan.retry_rate, self.checker
+        )
         self.trace: list[str] = []
-        self._client_events: dict[int, list[Event]] = {}
         self._actions: list[tuple[int, int, bool, Fault]] = []  # (at, order, is_start, fault)
         for i, fault in enumerate(plan.faults):
             heapq.heappush(self._actions, (START_MS + fault.start_ms, 2 * i, True, fault))
@@ -142,7 +88,6 @@ class SimCluster:
         publish_times = sorted(
             START_MS + self.rng.randint(100, 100 + plan.publish_ms) for _ in range(plan.publishes)
         )
-        msg_ids: dict[str, int] = {}
         calm_from = START_MS + 100 + max([plan.publish_ms] + [f.end_ms for f in plan.faults])
         deadline = calm_from + SETTLE_MS
         while self.now_ms < deadline:
@@ -151,30 +96,24 @@ class SimCluster:
                 self._fault(fault, is_start)
             while publish_times and publish_times[0] <= self.now_ms:
                 publish_times.pop(0)
-                stream = self.rng.choice(plan.streams)
-                pid = f"p{self.rng.randint(1, 3)}"
-                msg_ids[pid] = msg_ids.get(pid, 0) + 1
-                payload = self.rng.randbytes(self.rng.randint(0, 40))
-                self._send(Publish(stream, pid, msg_ids[pid], payload))
-            while self.retry_queue and self.retry_queue[0][0] <= self.now_ms:
-                self._send(heapq.heappop(self.retry_queue)[2])
-            self._time_out_requests()
+                self.clients.publish(self.now_ms, self.rng.choice(plan.streams))
+            self.clients.advance(self.now_ms)
             self._step()
-            idle = not self.requests and not self.retry_queue and not publish_times
+            idle = self.clients.idle() and not publish_times
             if self.now_ms > calm_from and idle and self._quiet():
                 break
             self.now_ms = self._next_time(publish_times)
-        if self.requests or self.retry_queue or not self._quiet():
+        if not self.clients.idle() or not self._quiet():
             raise InvariantViolation(
                 f"no quiescence by {self.now_ms - START_MS} ms: "
-                f"{len(self.requests)} publishes unanswered; {self._describe()}"
+                f"{len(self.clients.requests)} requests open; {self._describe()}"
             )
         self.checker.check_no_acked_loss(list(self.nodes.values()))
         return SimResult(
             self.seed,
             plan,
-            self.acked,
-            self.rejected,
+            self.clients.acked,
+            self.clients.rejected,
             self.network.sent,
             self.now_ms - START_MS,
             self.trace,
@@ -185,12 +124,11 @@ class SimCluster:
         for t in (
             self.network.next_time(),
             publish_times[0] if publish_times else None,
-            self.retry_queue[0][0] if self.retry_queue else None,
+            self.clients.next_time(),
             self._actions[0][0] if self._actions else None,
         ):
             if t is not None:
                 candidates.append(t)
-        candidates += [r.sent_ms + CLIENT_TIMEOUT_MS for r in self.requests.values()]
         return max(self.now_ms + 1, min(candidates))
 
     def _step(self) -> None:
@@ -198,10 +136,10 @@ class SimCluster:
         for _src, dst, message in self.network.due(self.now_ms):
             if dst in self.nodes:
                 inbox.setdefault(dst, []).append(MeshReceived(message))
-        for n, events in self._client_events.items():
+        for n, events in self.clients.outgoing.items():
             if n in self.nodes:
                 inbox.setdefault(n, []).extend(events)
-        self._client_events = {}
+        self.clients.outgoing = {}
         for n in list(self.nodes):
             if self.next_tick[n] <= self.now_ms and n not in self.paused:
                 self.next_tick[n] = self.now_ms + TICK_MS
@@ -212,12 +150,19 @@ class SimCluster:
                 continue
             self._handle(n, events)
 
+    def wall_ms(self, n: int) -> int:
+        """Node ``n``'s wall clock: skewed, stepped and drifting, never the same as another's."""
+        rate, since = self.drift.get(n, (0, self.now_ms))
+        return self.now_ms + self.offsets[n] + (self.now_ms - since) * rate // 1000
+
     def _handle(self, n: int, events: list[Event]) -> None:
         node = self.nodes[n]
         before = {name: state.verified_seq for name, state in node.streams.items()}
-        effects = node.handle(Now(self.now_ms + self.offsets[n], self.now_ms), events)
+        effects = node.handle(Now(self.wall_ms(n), self.now_ms), events)
         announced = {e.stream: e.seq for e in effects if isinstance(e, Verified)}
         self.checker.check_announced(node, before, announced)
+        self.checker.check_node(node, self.incarnation[n])
+        fenced = node.state_name() == "fenced"
         for effect in effects:
             if isinstance(effect, Broadcast):
                 msg = effect.message
@@ -227,60 +172,15 @@ class SimCluster:
                 for dst in self.offsets:
                     if dst != n:
                         self.network.send(self.now_ms, n, dst, msg)
-            elif isinstance(effect, Reply):
-                self._on_reply(node, effect)
-        self.checker.check_node(node, self.incarnation[n])
+            elif isinstance(effect, Reply | ReadReply):
+                self.clients.on_reply(self.now_ms, n, effect, fenced)
 
     def _boot(self, n: int) -> None:
         """Start node ``n`` with empty memory (a new epoch from its own clock)."""
-        wall = self.now_ms + self.offsets[n]
-        self.nodes[n] = NodeCore(CoreConfig(n, self.subs, self.params), epoch=wall)
+        config = CoreConfig(n, self.plan.subscriptions, self.plan.params)
+        self.nodes[n] = NodeCore(config, epoch=self.wall_ms(n))
         self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
         self.next_tick[n] = self.now_ms
-
-    # --- producers ----------------------------------------------------------------------
-
-    def _send(self, pub: Publish, avoid: int | None = None) -> None:
-        choices = [n for n in self.offsets if n != avoid]
-        node = self.rng.choice(choices)
-        pub.attempts += 1
-        self.req_ids += 1
-        self.requests[self.req_ids] = Request(node, pub, self.now_ms)
-        event = PublishRequested(
-            b"sim", self.req_ids, pub.stream, pub.producer_id, ((pub.msg_id, pub.payload),)
-        )
-        if node in self.nodes:
-            self._client_events.setdefault(node, []).append(event)
-        if pub.attempts == 1 and self.plan.retry_rate and self.rng.random() < self.plan.retry_rate:
-            # a producer that gives up waiting early and retries elsewhere: a duplicate
-            again = Publish(pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts)
-            self._retry(self.now_ms + self.rng.randint(0, 20), again)
-
-    def _retry(self, at_ms: int, pub: Publish) -> None:
-        self.req_ids += 1  # only an order key for the heap
-        heapq.heappush(self.retry_queue, (at_ms, self.req_ids, pub))
-
-    def _time_out_requests(self) -> None:
-        for req_id, request in list(self.requests.items()):
-            if self.now_ms - request.sent_ms >= CLIENT_TIMEOUT_MS:
-                del self.requests[req_id]
-                self._retry(self.now_ms, request.publish)
-
-    def _on_reply(self, node: NodeCore, reply: Reply) -> None:
-        request = self.requests.pop(reply.req_id, None)
-        if request is None:
-            return
-        pub = request.publish
-        body = reply.body
-        if isinstance(body, PublishResults) and isinstance(body.results[0], Acked):
-            result = body.results[0]
-            self.acked += 1
-            self.checker.check_ack(
-                node, pub.stream, pub.producer_id, pub.msg_id, result.seq, result.digest
-            )
-            return
-        self.rejected += 1
-        self._retry(self.now_ms + 20, pub)
 
     # --- faults -------------------------------------------------------------------------
 
@@ -312,6 +212,13 @@ class SimCluster:
                         self._handle(n, [*self.backlog.pop(n, []), Tick()])
         elif kind is FaultKind.CLOCK_STEP and start:
             self.offsets[fault.nodes[0]] += fault.amount
+        elif kind is FaultKind.DRIFT:
+            n = fault.nodes[0]
+            if start:
+                self.drift[n] = (fault.amount, self.now_ms)
+            else:  # keep what drifted, stop drifting
+                self.offsets[n] = self.wall_ms(n) - self.now_ms
+                self.drift.pop(n, None)
         elif kind is FaultKind.LOSS:
             f.loss_per_mille = fault.amount if start else 0
         elif kind is FaultKind.DUPLICATE:
@@ -331,38 +238,56 @@ class SimCluster:
         self.paused.discard(n)
         self.backlog.pop(n, None)
         self.network.forget(n)
-        for req_id, request in list(self.requests.items()):
-            if request.node == n:  # the client sees its connection fail and retries elsewhere
-                del self.requests[req_id]
-                self._retry(self.now_ms + 50, request.publish)
+        self.clients.node_gone(self.now_ms, n)
 
     def _quiet(self) -> bool:
+        """Healed and settled: every live node serves and sees every other live node in its
+        current epoch; every live replica of every stream knows it, is synced, and verified
+        its head with the same digest; every consumer delivered up to that head."""
         if self.network.in_flight or self.paused:
             return False
         heads: dict[str, set[bytes]] = {}
-        for node in self.nodes.values():
+        verified: dict[str, int] = {}
+        for n, node in self.nodes.items():
             if node.state_name() != "serving":
                 return False
+            for m, other in self.nodes.items():
+                if m != n and node.peers.states[m] != (True, other.epoch):
+                    return False
             for name, state in node.streams.items():
-                if any(lane.queue for lane in state.lanes.values()):
+                if not state.catchup.synced or any(x.queue for x in state.lanes.values()):
                     return False
                 if state.verified_seq != state.timeline.head_seq:
                     return False
                 heads.setdefault(name, set()).add(state.timeline.head_digest)
-        return all(len(d) == 1 for d in heads.values())
+                verified[name] = state.verified_seq
+        for name in heads:
+            for node in self.nodes.values():
+                if node.replicates(name) and name not in node.streams:
+                    return False
+        if not all(len(d) == 1 for d in heads.values()):
+            return False
+        return all(c.after_seq == verified.get(c.stream, 0) for c in self.clients.consumers)
 
     def _describe(self) -> str:
-        return "; ".join(
+        consumers = ", ".join(
+            f"consumer {c.index} of {c.stream} on node {c.node} at {c.after_seq}"
+            for c in self.clients.consumers
+        )
+        nodes = "; ".join(
             f"node {n} ({node.state_name()}): "
             + ", ".join(
-                f"{name} head {s.timeline.head_seq} verified {s.verified_seq} lanes "
+                f"{name} head {s.timeline.head_seq} verified {s.verified_seq} "
+                f"{s.catchup.state.value} lanes "
                 + ",".join(
                     f"{o}:{lane.state.value}/{len(lane.queue)}" for o, lane in s.lanes.items()
                 )
                 for name, s in node.streams.items()
+                if s.verified_seq != s.timeline.head_seq or any(x.queue for x in s.lanes.values())
             )
             for n, node in self.nodes.items()
         )
+        return f"{nodes}; {consumers}"
 
 
 def run_seed(seed: int, nodes: int = 3, with_faults: bool = True) -> SimResult:

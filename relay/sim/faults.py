@@ -18,7 +18,8 @@ class FaultKind(Enum):
     ISOLATE = "isolate"  # every link to and from the nodes is cut
     ONE_WAY = "one-way"  # frames from nodes[0] to nodes[1] are lost
     PAUSE = "pause"  # the node handles nothing (SIGSTOP), then catches up
-    CLOCK_STEP = "clock-step"  # the node's clock jumps by amount ms (either way)
+    CLOCK_STEP = "clock-step"  # the node's wall clock jumps by amount ms (either way)
+    DRIFT = "drift"  # the node's wall clock runs amount per mille fast (or slow) meanwhile
     LOSS = "loss"  # every link loses amount per mille of frames
     DUPLICATE = "duplicate"  # every link delivers amount per mille of frames twice
     REORDER = "reorder"  # amount per mille of frames may overtake others on their link
@@ -47,12 +48,19 @@ def _out_until(fault: Fault) -> int:
     return 1 << 40 if fault.kind is FaultKind.STOP else fault.end_ms
 
 
-def draw_faults(rng: random.Random, nodes: int, horizon_ms: int) -> tuple[Fault, ...]:
-    """Zero to four faults inside ``horizon_ms``, never more than a minority out at once."""
+def draw_faults(
+    rng: random.Random,
+    nodes: int,
+    horizon_ms: int,
+    kinds: tuple[FaultKind, ...],
+    replica_sets: tuple[frozenset[int], ...],
+) -> tuple[Fault, ...]:
+    """Zero to four faults of ``kinds`` inside ``horizon_ms``, never more than a minority
+    of the cluster, nor of any stream's replicas, out at once."""
     faults: list[Fault] = []
     minority = (nodes - 1) // 2
     for _ in range(rng.choice([0, 1, 1, 2, 2, 3, 4])):
-        kind = rng.choice(list(FaultKind))
+        kind = rng.choice(kinds)
         start = rng.randint(50, max(60, horizon_ms - 100))
         end = start + rng.randint(100, 1500)
         if kind in TAKES_NODES_OUT:
@@ -69,14 +77,20 @@ def draw_faults(rng: random.Random, nodes: int, horizon_ms: int) -> tuple[Fault,
                 continue
             count = rng.randint(1, min(room, len(free)))
             targets = tuple(sorted(rng.sample(free, count)))
+            out = busy | set(targets)
+            if any(2 * len(out & r) >= len(r) for r in replica_sets):
+                continue  # that would take out half or more of a stream's replicas
             amount = int(rng.random() < 0.5) if kind is FaultKind.STOP else 0
             faults.append(Fault(kind, start, end, targets, amount))
         elif kind is FaultKind.ONE_WAY:
             a, b = rng.sample(range(1, nodes + 1), 2)
             faults.append(Fault(kind, start, end, (a, b)))
         elif kind is FaultKind.CLOCK_STEP:
-            step = rng.choice([-1, 1]) * rng.randint(5, 3000)
+            step = rng.choice([-1, 1]) * rng.randint(5, 10_000)
             faults.append(Fault(kind, start, end, (rng.randint(1, nodes),), step))
+        elif kind is FaultKind.DRIFT:
+            rate = rng.choice([-1, 1]) * rng.randint(1, 50)
+            faults.append(Fault(kind, start, end, (rng.randint(1, nodes),), rate))
         else:
             faults.append(Fault(kind, start, end, (), rng.randint(10, 150)))
     return tuple(sorted(faults, key=lambda f: f.start_ms))

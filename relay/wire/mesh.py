@@ -94,6 +94,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             [list(x) for x in m.origin_last],
             [list(x) for x in m.accepts],
             m.leaving,
+            [list(x) for x in m.epochs],
         ]
         return topic(Channel.HEARTBEAT), msgpack.packb(body)
     if isinstance(m, RepairRequest):
@@ -173,7 +174,7 @@ def decode(body: bytes) -> MeshMessage:
                 ),
             )
         if kind == _HEARTBEAT:
-            _, _, sender, epoch, floor, lasts, accepts, leaving = _shape(f, 8)
+            _, _, sender, epoch, floor, lasts, accepts, leaving, epochs = _shape(f, 9)
             return Heartbeat(
                 as_int(sender),
                 as_int(epoch),
@@ -181,6 +182,7 @@ def decode(body: bytes) -> MeshMessage:
                 tuple((as_str(s), as_int(q)) for s, q in as_list(lasts)),
                 tuple((as_int(n), as_int(e)) for n, e in as_list(accepts)),
                 bool(leaving),
+                tuple((as_int(n), as_int(e)) for n, e in as_list(epochs)),
             )
         if kind == _REPAIR_REQUEST:
             _, _, stream, requester, origin, epoch, after, upto = _shape(f, 8)

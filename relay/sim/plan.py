@@ -1,0 +1,98 @@
+"""What one simulated run does, drawn from its seed (swarm testing, as TigerBeetle's VOPR).
+
+How this works: a seed draws not only faults but the cluster's configuration: which nodes
+replicate which streams (every node on ``*``, or prefixes on different sets of nodes), how
+many streams (a few, or hundreds that mostly idle), the timeouts, which fault kinds may occur
+and how often, each node's clock skew (up to +-10 s), and how many consumers long-poll. So a
+campaign explores configurations, not one configuration.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from relay.core.params import CoreParams
+from relay.core.routing import Subscription
+from relay.sim.faults import Fault, FaultKind, draw_faults
+
+SKEW_MS_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class SimPlan:
+    """What one seed runs; drawn from the seed by ``SimPlan.draw``."""
+
+    nodes: int
+    streams: tuple[str, ...]
+    subscriptions: tuple[Subscription, ...]
+    params: CoreParams
+    publish_ms: int
+    publishes: int
+    retry_rate: float
+    delay_ms_max: int
+    consumers: int
+    skews_ms: tuple[int, ...]  # each node's wall clock offset at the start
+    faults: tuple[Fault, ...]
+
+    @staticmethod
+    def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
+        rng = random.Random(seed * 7919 + nodes)
+        publish_ms = rng.randint(200, 1500)
+        many = rng.random() < 0.1
+        count = rng.randint(100, 400) if many else rng.randint(1, 3)
+        prefixes = ("a", "b", "c")
+        streams = tuple(f"{prefixes[i % 3]}.{i}" for i in range(count))
+        kinds = list(FaultKind)
+        enabled = tuple(rng.sample(kinds, rng.randint(1, len(kinds))))
+        skews = tuple(
+            rng.randint(-SKEW_MS_MAX, SKEW_MS_MAX) if rng.random() < 0.3 else 0
+            for _ in range(nodes)
+        )
+        subscriptions = _subscriptions(rng, nodes, prefixes)
+        replica_sets = tuple(
+            frozenset(s.node_id for s in subscriptions if s.covers(f"{p}.0")) for p in prefixes
+        )
+        return SimPlan(
+            nodes=nodes,
+            streams=streams,
+            subscriptions=subscriptions,
+            params=_params(rng),
+            publish_ms=publish_ms,
+            publishes=rng.randint(100, 400) if many else rng.randint(20, 150),
+            retry_rate=rng.choice([0.0, 0.1, 0.3]),
+            delay_ms_max=rng.randint(0, 5),
+            consumers=rng.randint(0, 3),
+            skews_ms=skews,
+            faults=draw_faults(rng, nodes, publish_ms, enabled, replica_sets)
+            if with_faults
+            else (),
+        )
+
+
+def _subscriptions(
+    rng: random.Random, nodes: int, prefixes: tuple[str, ...]
+) -> tuple[Subscription, ...]:
+    """Every node on ``*``, or each prefix on its own set of at least three nodes."""
+    ids = list(range(1, nodes + 1))
+    if nodes < 5 or rng.random() < 0.5:
+        return tuple(Subscription(n, ("*",)) for n in ids)
+    holders = {p: set(rng.sample(ids, rng.choice([3, 3, 5]))) for p in prefixes}
+    return tuple(
+        Subscription(n, tuple(f"{p}.*" for p in prefixes if n in holders[p]) or ("none",))
+        for n in ids
+    )
+
+
+def _params(rng: random.Random) -> CoreParams:
+    heartbeat = rng.choice([20, 50, 50, 100])
+    suspect = rng.randint(max(200, 3 * heartbeat), 600)
+    return CoreParams(
+        heartbeat_ms=heartbeat,
+        suspect_after_ms=suspect,
+        fence_after_ms=rng.randint(max(2 * heartbeat, suspect // 2), suspect - 20),
+        publish_timeout_ms=2000,
+        repair_after_ms=rng.randint(30, 150),
+        stuck_after_ms=rng.randint(200, 600),
+        buffer_txs_max=rng.choice([1000, 5000]),
+    )
