@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
+from relay.core.routing import Subscription
 from relay.sim.campaign import run_campaign
 from relay.sim.checker import InvariantViolation
-from relay.core.routing import Subscription
 from relay.sim.cluster import SimCluster, run_seed
 from relay.sim.faults import Fault, FaultKind
 from relay.sim.plan import SimPlan
