@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from relay import errors
 from relay.core.events import Acked, PublishRequested, PublishResults, Rejected, Reply
 from relay.core.flake import SEQ_MAX
+from relay.core.lane import LaneState
 from relay.core.params import CoreParams
 from relay.core.stream import StreamReplica
 from relay.core.timer import Timeout
@@ -49,6 +50,27 @@ def request_problem(req: PublishRequested, params: CoreParams) -> str | None:
         return (
             f"a payload of {largest} bytes exceeds payload_bytes_max ({params.payload_bytes_max})"
         )
+    return None
+
+
+def refusal(
+    stream: StreamReplica,
+    up: set[int],
+    admitted_by: dict[int, bool],
+) -> str | None:
+    """Why this node cannot coordinate a publish to ``stream`` now (``unavailable``), or
+    None. ``admitted_by`` says, per live peer replica, whether it admitted this node."""
+    live = [r for r in stream.replicas if r in up]
+    if len(live) < stream.quorum:
+        return (
+            f"only {len(live)} of the stream's {len(stream.replicas)} replicas are reachable "
+            f"from here; a quorum is {stream.quorum}"
+        )
+    if stream.lanes[stream.self_id].state is not LaneState.ACTIVE:
+        return "this node is rejoining the stream"
+    unaware = sorted(r for r, admitted in admitted_by.items() if r in live and not admitted)
+    if unaware:
+        return f"replicas {unaware} have not admitted this node yet"
     return None
 
 

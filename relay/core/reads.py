@@ -44,6 +44,28 @@ def unavailable(why: str, replicas: tuple[int, ...], self_id: int, up: set[int])
     return Rejected(errors.UNAVAILABLE, why, others)
 
 
+def readable(
+    stream: str,
+    replicas: tuple[int, ...],
+    self_id: int,
+    up: set[int],
+    serving_as: str | None,
+    timeline: Timeline | None,
+    synced: bool,
+) -> Timeline | Redirect | Rejected:
+    """The timeline to read, or the answer to give instead. ``serving_as`` is None when the
+    node serves, else its state; ``timeline`` is None for a stream this node never heard of."""
+    if self_id not in replicas:
+        return redirect(stream, replicas, up)
+    if serving_as is not None:
+        return unavailable(f"this node is {serving_as}", replicas, self_id, up)
+    if timeline is None:
+        return Timeline(stream, 1)  # a stream nobody published to yet: empty
+    if not synced:
+        return unavailable("this node is catching up with the stream", replicas, self_id, up)
+    return timeline
+
+
 def read(timeline: Timeline, stream: str, after_seq: int, limit: int, strict: bool) -> ReadResult:
     """Up to ``limit`` verified txs after ``after_seq``. ``strict``: the caller already holds
     ``after_seq``, so a range trimmed from the buffer is data loss."""

@@ -97,6 +97,23 @@ class NodeStatus:
     peers_down: tuple[int, ...]
     streams: tuple[StreamStatus, ...]
 
+    @staticmethod
+    def of(
+        node: int,
+        epoch: int,
+        state: str,
+        peers_up: dict[int, bool],
+        streams: dict[str, StreamReplica],
+    ) -> NodeStatus:
+        return NodeStatus(
+            node=node,
+            epoch=epoch,
+            state=state,
+            peers_up=tuple(sorted(n for n, up in peers_up.items() if up)),
+            peers_down=tuple(sorted(n for n, up in peers_up.items() if not up)),
+            streams=tuple(StreamStatus.of(s) for _, s in sorted(streams.items())),
+        )
+
     def stream(self, name: str) -> StreamStatus | None:
         return next((s for s in self.streams if s.name == name), None)
 

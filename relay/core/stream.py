@@ -24,7 +24,15 @@ from relay.core.catchup import (
 )
 from relay.core.dedup import DedupIndex
 from relay.core.lane import Lane, LaneInput, LaneState
-from relay.core.messages import OriginReport, StreamAck, Tx
+from relay.core.messages import (
+    OriginReport,
+    RepairData,
+    RepairRequest,
+    StreamAck,
+    SyncData,
+    SyncRequest,
+    Tx,
+)
 from relay.core.ordering import Floors, seq_of
 from relay.core.timeline import Timeline
 from relay.core.votes import Votes
@@ -50,6 +58,8 @@ class Upkeep:
 
 
 PeerStates = Mapping[int, tuple[bool, int]]  # peer -> (up, epoch)
+DedupKeys = tuple[tuple[str, int, int], ...]
+SyncSlice = tuple[int, bytes, tuple[Tx, ...], tuple[bytes, ...], DedupKeys]
 
 
 class StreamReplica:
@@ -224,10 +234,23 @@ class StreamReplica:
 
     # --- catching up --------------------------------------------------------------------
 
-    def sync_slice(self, after_seq: int, limit: int) -> tuple[int, bytes, range, bool] | None:
+    def sync_slice(self, after_seq: int, limit: int) -> SyncSlice | None:
+        """What to answer a sync request after ``after_seq``: (base seq, base digest, txs,
+        digests, dedup keys); a snapshot carries the keys of the window before its base."""
         if not self.catchup.synced:
             return None
-        return slice_for(self.timeline, after_seq, limit)
+        found = slice_for(self.timeline, after_seq, limit)
+        if found is None:
+            return None
+        base_seq, base_digest, indexes, snapshot = found
+        timeline = self.timeline
+        return (
+            base_seq,
+            base_digest,
+            tuple(timeline.txs[i] for i in indexes),
+            tuple(timeline.digests[i] for i in indexes),
+            self.dedup.keys_upto(base_seq) if snapshot else (),
+        )
 
     def adopt(
         self,
@@ -236,7 +259,7 @@ class StreamReplica:
         base_digest: bytes,
         txs: tuple[Tx, ...],
         digests: tuple[bytes, ...],
-        dedup_keys: tuple[tuple[str, int, int], ...],
+        dedup_keys: DedupKeys,
     ) -> str:
         """Take a peer's verified slice; returns what happened (for the operator)."""
         problem = slice_problem(base_digest, txs, digests)
@@ -309,7 +332,41 @@ class StreamReplica:
             if tx.seq > head:
                 self.take(tx)
 
-    # --- repair answers -----------------------------------------------------------------
+    # --- answering peers -----------------------------------------------------------------
+
+    def answer(self, ask: RepairRequest | SyncRequest, limit: int) -> RepairData | SyncData | None:
+        """What to send a peer that asks for txs (repair) or the verified timeline (sync)."""
+        if isinstance(ask, RepairRequest):
+            txs = self.txs_of(ask.origin, ask.origin_epoch, ask.after_seq, ask.upto_seq, limit)
+            if not txs:
+                return None
+            return RepairData(self.stream, self.self_id, ask.origin, ask.origin_epoch, tuple(txs))
+        found = self.sync_slice(ask.after_seq, limit)
+        return SyncData(self.stream, self.self_id, ask.requester, *found) if found else None
+
+    def take_sync(
+        self, data: SyncData, elapsed_ms: int, limit: int
+    ) -> tuple[str, SyncRequest | None]:
+        """Adopt a peer's slice: (what happened, the next ask when more is to come)."""
+        outcome = self.adopt(
+            elapsed_ms, data.base_seq, data.base_digest, data.txs, data.digests, data.dedup
+        )
+        if not outcome.startswith("adopted") or len(data.txs) < limit:
+            return outcome, None
+        self.asks.sync.reset(elapsed_ms)
+        return outcome, SyncRequest(self.stream, self.self_id, self.verified_seq)
+
+    # --- repair -------------------------------------------------------------------------
+
+    def take_repair(self, data: RepairData) -> int:
+        """A peer's answer to a repair ask: the highest seq taken (0: nothing new)."""
+        lane = self.lanes.get(data.origin)
+        if lane is None or lane.epoch != data.origin_epoch:
+            return 0
+        taken = [tx.seq for tx in data.txs if tx.origin == data.origin and self.take(tx)]
+        if taken:
+            self.needs_ack = True
+        return max(taken, default=0)
 
     def txs_of(
         self, origin: int, epoch: int, after_seq: int, upto_seq: int, limit: int

@@ -1,0 +1,71 @@
+"""This node as an origin: its epoch, its seqs, what it originated and has yet to send.
+
+How this works: a publish gives each new message a seq from the flake clock, chained in its
+stream by ``prev`` (the node's previous seq there), and queues it in the outbox that the
+flush sends as one ``Replicate`` per stream. The node's last seq per stream is its *claim*;
+a heartbeat repeats the claims that changed in its last ``CLAIM_HEARTBEATS`` heartbeats so a
+peer that lost the last ``Replicate`` of a stream sees the gap. When the node's epoch ends
+(peers cut it, or a previous incarnation had a higher one) everything of the old epoch that
+was not sent is dropped: it can never commit.
+"""
+
+from __future__ import annotations
+
+from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, FlakeClock, make_seq
+from relay.core.messages import Replicate, Tx
+
+CLAIM_HEARTBEATS = 10  # heartbeats that repeat a stream's last originated seq after it changed
+
+
+class Origin:
+    def __init__(self, node_id: int, epoch: int, floor: int) -> None:
+        self.node_id = node_id
+        self.epoch = epoch
+        self.clock = FlakeClock(node_id, floor)
+        self.last: dict[str, int] = {}  # stream -> last seq originated in this epoch
+        self.claimed_at: dict[str, int] = {}  # stream -> heartbeat count when last changed
+        self.outbox: dict[str, list[Tx]] = {}
+        self.heartbeats = 0
+
+    def originate(
+        self, stream: str, wall_ms: int, producer_id: str, msg_id: int, payload: bytes
+    ) -> Tx:
+        seq = self.clock.next_seq(wall_ms)
+        tx = Tx(
+            seq, self.last.get(stream, 0), self.node_id, self.epoch, producer_id, msg_id, payload
+        )
+        self.last[stream] = seq
+        self.claimed_at[stream] = self.heartbeats
+        self.outbox.setdefault(stream, []).append(tx)
+        return tx
+
+    def promise_now(self, wall_ms: int) -> int:
+        """Promise to originate nothing stamped before the current millisecond; the floor."""
+        self.clock.observe(make_seq(wall_ms - 1, NODE_ID_MAX, COUNTER_MAX))
+        return self.clock.floor
+
+    def replicates(self) -> list[Replicate]:
+        """What this turn originated, one message per stream; the outbox empties."""
+        floor = self.clock.floor
+        sent = [
+            Replicate(stream, self.node_id, self.epoch, floor, tuple(txs))
+            for stream, txs in self.outbox.items()
+            if txs
+        ]
+        self.outbox.clear()
+        return sent
+
+    def recent_claims(self) -> tuple[tuple[str, int], ...]:
+        """The claims a heartbeat repeats; counts the heartbeat."""
+        recent = self.heartbeats - CLAIM_HEARTBEATS
+        for stream in [s for s, at in self.claimed_at.items() if at < recent]:
+            del self.claimed_at[stream]
+        self.heartbeats += 1
+        return tuple(sorted((s, self.last[s]) for s in self.claimed_at))
+
+    def restart(self, epoch: int) -> None:
+        """Start ``epoch``: nothing of the old one is claimed or sent any more."""
+        self.epoch = epoch
+        self.last.clear()
+        self.claimed_at.clear()
+        self.outbox.clear()
