@@ -10,6 +10,7 @@ so only a reader that re-computes the digest chain can tell.
 
 from __future__ import annotations
 
+import logging
 import random
 from bisect import bisect_left
 from collections import deque
@@ -17,7 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relay.core.messages import MeshMessage
+from relay.core.node import NodeCore
 from relay.core.timeline import Timeline
+
+log = logging.getLogger("relay.node")
 
 ADMIN_KEYS = ("loss_in", "loss_out", "block_from", "delay_ms", "clock_offset_ms")
 
@@ -120,3 +124,34 @@ def tamper_payload(timeline: Timeline, seq: int) -> int:
     payload = bytes([tx.payload[0] ^ 0xFF]) + tx.payload[1:] if tx.payload else b"\x00"
     timeline.txs[index] = tx._replace(payload=payload)
     return seq
+
+
+def admin_command(request: object, hooks: FaultHooks, core: NodeCore) -> dict[str, Any]:
+    """Carry out one admin request ``[command, argument]``; the answer to send back."""
+    try:
+        command, argument = (
+            request if isinstance(request, list) and len(request) == 2 else (None, None)
+        )
+        if command == "set":
+            if not isinstance(argument, dict):
+                raise AdminError("set takes a map of fault settings")
+            hooks.set(argument)
+            log.warning("fault hooks set: %s", argument)
+        elif command == "clear":
+            hooks.clear()
+            log.warning("fault hooks cleared")
+        elif command == "tamper":
+            if not isinstance(argument, dict) or not isinstance(argument.get("stream"), str):
+                raise AdminError("tamper takes {stream: name, seq: n (0: the last verified)}")
+            state = core.streams.get(argument["stream"])  # a fault, not a decision
+            if state is None:
+                raise AdminError(f"this node holds no stream {argument['stream']!r}")
+            seq = tamper_payload(state.timeline, int(argument.get("seq", 0)))
+            log.warning("tampered with the payload of %s seq %d", argument["stream"], seq)
+        elif command != "status":
+            raise AdminError(
+                "commands: [set, {...}], [clear, null], [tamper, {...}], [status, null]"
+            )
+        return {"ok": True, "faults": hooks.status(), "node": core.status().to_wire()}
+    except (AdminError, ValueError, TypeError) as exc:
+        return {"ok": False, "error": str(exc)}

@@ -43,7 +43,7 @@ from relay.core.events import (
 from relay.core.node import NodeCore
 from relay.core.status import StreamStatus
 from relay.core.timer import Now
-from relay.runtime.faults import AdminError, FaultHooks, tamper_payload
+from relay.runtime.faults import FaultHooks, admin_command
 from relay.runtime.metrics import NodeMetrics
 from relay.wire import mesh
 from relay.wire.client import (
@@ -200,35 +200,8 @@ class NodeRuntime:
         assert self.admin is not None
         try:
             request = msgpack.unpackb(self.admin.recv(), raw=False)
-            command, argument = (
-                request if isinstance(request, list) and len(request) == 2 else (None, None)
-            )
-            if command == "set":
-                if not isinstance(argument, dict):
-                    raise AdminError("set takes a map of fault settings")
-                self.hooks.set(argument)
-                log.warning("fault hooks set: %s", argument)
-            elif command == "clear":
-                self.hooks.clear()
-                log.warning("fault hooks cleared")
-            elif command == "tamper":
-                if not isinstance(argument, dict) or not isinstance(argument.get("stream"), str):
-                    raise AdminError("tamper takes {stream: name, seq: n (0: the last verified)}")
-                state = self.core.streams.get(argument["stream"])  # a fault, not a decision
-                if state is None:
-                    raise AdminError(f"this node holds no stream {argument['stream']!r}")
-                seq = tamper_payload(state.timeline, int(argument.get("seq", 0)))
-                log.warning("tampered with the payload of %s seq %d", argument["stream"], seq)
-            elif command != "status":
-                raise AdminError(
-                    "commands: [set, {...}], [clear, null], [tamper, {...}], [status, null]"
-                )
-            reply = {
-                "ok": True,
-                "faults": self.hooks.status(),
-                "node": self.core.status().to_wire(),
-            }
-        except (AdminError, ValueError) as exc:
+            reply = admin_command(request, self.hooks, self.core)
+        except ValueError as exc:  # not msgpack
             reply = {"ok": False, "error": str(exc)}
         self.admin.send(msgpack.packb(reply))
 
@@ -311,6 +284,9 @@ class NodeRuntime:
                 self._read_reply(effect)
             elif isinstance(effect, Verified):
                 self.metrics.verified_seq.labels(effect.stream).set(effect.seq)
+            elif isinstance(effect, Notice) and effect.kind == "peer_fault":
+                self.metrics.errors.labels(effect.kind).inc()  # another node broke the protocol
+                log.warning("%s: %s", effect.kind, effect.text)
             elif isinstance(effect, Notice):
                 self.metrics.events.labels(effect.kind).inc()
                 log.info("%s: %s", effect.kind, effect.text)
