@@ -138,3 +138,17 @@ def test_a_clock_step_alone_cuts_nobody(step_ms: int) -> None:
     epochs = {n: node.epoch for n, node in cluster.nodes.items()}
     cluster.run()
     assert {n: node.epoch for n, node in cluster.nodes.items()} == epochs
+
+
+def test_idle_streams_cost_no_messages() -> None:
+    """A quiet cluster with 300 streams sends heartbeats and nothing else: a heartbeat says
+    what changed, not where every stream is. (It used to re-ack every stream each time.)"""
+    many = dataclasses.replace(plan(3), streams=tuple(f"s{i}" for i in range(300)), publishes=600)
+    cluster = SimCluster(5, many)
+    cluster.run()
+    assert all(len(node.streams) > 200 for node in cluster.nodes.values())
+    heartbeat_ms = many.params.heartbeat_ms
+    sent = cluster.idle(2000)
+    heartbeats = 3 * 2 * 2000 // heartbeat_ms
+    assert sent <= heartbeats + 6, f"{sent} messages in 2 s for {heartbeats} heartbeats"
+    assert all(not node.active for node in cluster.nodes.values())

@@ -119,6 +119,16 @@ class SimCluster:
             self.trace,
         )
 
+    def idle(self, duration_ms: int) -> int:
+        """Let a quiet cluster run for ``duration_ms`` with no clients; the mesh messages it
+        sent meanwhile (what idling costs)."""
+        sent = self.network.sent
+        until = self.now_ms + duration_ms
+        while self.now_ms < until:
+            self._step()
+            self.now_ms = max(self.now_ms + 1, min([*self.next_tick.values(), until]))
+        return self.network.sent - sent
+
     def _next_time(self, publish_times: list[int]) -> int:
         candidates = list(self.next_tick.values())
         for t in (
