@@ -13,6 +13,7 @@ A node never acknowledges a write while fenced.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from relay.core.digest import fold, genesis
@@ -49,9 +50,15 @@ class InvariantChecker:
     acked: dict[tuple[str, str, int], tuple[int, bytes]] = field(default_factory=dict)
     # consumer -> its last delivery's position in the stream's reference (-1: none yet)
     consumer_positions: dict[int, int] = field(default_factory=dict)
+    # (incarnation, stream) -> the verified seq last seen, and the last one announced
+    verified_seen: dict[tuple[int, str], int] = field(default_factory=dict)
+    announced: dict[tuple[int, str], int] = field(default_factory=dict)
 
-    def check_node(self, node: NodeCore, incarnation: int) -> None:
-        for name, state in node.streams.items():
+    def check_node(self, node: NodeCore, incarnation: int, names: Iterable[str]) -> None:
+        """Check the verified prefixes of the streams ``names`` (the ones that can have
+        changed) against the references, and every advance was announced."""
+        for name in names:
+            state = node.streams[name]
             timeline = state.timeline
             ref = self.references.setdefault(name, StreamReference(last_digest=genesis(name)))
             key = (incarnation, name)
@@ -91,18 +98,17 @@ class InvariantChecker:
                 last_seq = seq
                 i += 1
             self.checked[key] = (last_seq, pos)
-
-    def check_announced(
-        self, node: NodeCore, before: dict[str, int], announced: dict[str, int]
-    ) -> None:
-        """Every advance of a verified seq is announced (parked reads wait for it)."""
-        for name, state in node.streams.items():
-            moved = state.verified_seq > before.get(name, 0)
-            if moved and announced.get(name) != state.verified_seq:
+            seen = self.verified_seen.get(key, 0)
+            if state.verified_seq > seen and self.announced.get(key) != state.verified_seq:
                 raise InvariantViolation(
                     f"node {node.node_id} verified {name!r} up to {state.verified_seq} "
-                    f"without announcing it (announced {announced.get(name)})"
+                    f"without announcing it (announced {self.announced.get(key)})"
                 )
+            self.verified_seen[key] = state.verified_seq
+
+    def note_announced(self, incarnation: int, stream: str, seq: int) -> None:
+        """A node announced its verified seq (parked reads wait for it)."""
+        self.announced[(incarnation, stream)] = seq
 
     def check_origin_seq(self, origin: int, stream: str, seq: int) -> None:
         last = self.last_seq_by_origin.get((origin, stream), 0)
