@@ -22,6 +22,16 @@ def test_seeds_with_faults(first: int) -> None:
     assert summary.acked > 0
 
 
+@pytest.mark.parametrize(
+    ("seed", "nodes"), [(100489, 5), (100737, 3), (105866, 5), (106426, 5), (107078, 3)]
+)
+def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
+    """Runs that never went quiet: a cut waiting for reports from replicas whose lane had
+    left that epoch behind (they now answer what they hold), and a node back from a crash
+    that never learned of streams at rest (heartbeats now digest the shared stream names)."""
+    assert run_seed(seed, nodes).acked > 0
+
+
 def test_calm_seeds() -> None:
     for seed in range(20):
         for nodes in (3, 5):

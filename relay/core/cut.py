@@ -32,13 +32,19 @@ def suspect(lanes: dict[int, Lane], origin: int, epoch: int) -> bool:
 
 
 def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> bool:
-    """A replica's report on a suspected epoch; True if anything changed here."""
+    """A replica's report on a suspected epoch; True if anything changed here, or if the
+    reporter still looks for a cut this replica already decided (it must hear it again: a
+    replica at rest says nothing unasked)."""
     if report.origin not in lanes or reporter not in lanes:
         return False
     changed = suspect(lanes, report.origin, report.epoch)
     lane = lanes[report.origin]
-    if lane.epoch != report.epoch or lane.state is not LaneState.CUTTING:
-        return changed
+    asking = not report.settled and not report.answer  # the reporter is still cutting
+    if lane.epoch != report.epoch:
+        closed_here = lane.closed is not None and lane.closed[0] == report.epoch
+        return changed or (asking and closed_here)
+    if lane.state is not LaneState.CUTTING:
+        return changed or (asking and lane.cut_at is not None)
     if report.settled:
         if lane.cut_at is None:
             # a replica already decided where the epoch ends: follow it, so that a replica
@@ -49,7 +55,17 @@ def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> 
     if lane.cut_reports.get(reporter) != report.contig:
         lane.cut_reports[reporter] = report.contig
         return True
-    return changed
+    return changed or (asking and lane.cut_at is not None)
+
+
+def owed(lanes: dict[int, Lane], report: OriginReport) -> bool:
+    """A replica still looks for reports on an epoch that this one's lane has left behind
+    without remembering where it ended (it never followed that epoch here, or followed a
+    newer one before the cut): it must hear what this replica holds of it."""
+    lane = lanes.get(report.origin)
+    if lane is None or report.settled or report.answer or lane.epoch <= report.epoch:
+        return False
+    return lane.closed is None or lane.closed[0] != report.epoch
 
 
 def settle(
@@ -91,9 +107,10 @@ def settle(
     return moved, needs
 
 
-def reports(lanes: dict[int, Lane]) -> tuple[OriginReport, ...]:
-    """What we hold of every epoch being cut or cut, so late replicas can settle too."""
-    found = []
+def reports(lanes: dict[int, Lane], owed: dict[tuple[int, int], int]) -> tuple[OriginReport, ...]:
+    """What we hold of every epoch being cut or cut, so late replicas can settle too, and
+    the reports ``owed`` on epochs our lanes left behind: (origin, epoch) -> highest held."""
+    found = [OriginReport(o, epoch, held, answer=True) for (o, epoch), held in owed.items()]
     for lane in lanes.values():
         if lane.state is LaneState.CUTTING and lane.cut_at is None:
             found.append(OriginReport(lane.origin, lane.epoch, lane.contig))

@@ -84,6 +84,8 @@ class MeshIntake:
             if lane is not None and lane.epoch == hb.epoch and last > lane.claimed_last:
                 lane.claim(last, 0)
                 self._touch(name)
+        theirs = next((d for n, d in hb.shared if n == self.node_id), 0)
+        self.stream_set.compare(hb.sender, theirs, self.elapsed_ms, self.params.suspect_after_ms)
         self.peers.promise(hb.sender, hb.floor)
         for state in self.stream_set.active_streams():  # where something may wait to fold
             if hb.sender in state.lanes:

@@ -51,12 +51,15 @@ class Replicate:
 @dataclass(frozen=True, slots=True)
 class OriginReport:
     """What a replica holds of a suspected origin's epoch: every tx up to ``contig``; or,
-    when ``settled``, where the epoch was cut (a decision others adopt as it is)."""
+    when ``settled``, where the epoch was cut (a decision others adopt as it is). An
+    ``answer`` comes from a replica whose lane left that epoch behind without a cut it
+    remembers, to a replica that still cuts it; it asks for nothing in return."""
 
     origin: int
     epoch: int
     contig: int
     settled: bool = False
+    answer: bool = False  # what a replica holds of an epoch it is not cutting, when asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,8 @@ class Heartbeat:
     # (node, epoch) of every peer as this node last heard it: a node that restarted with a
     # wall clock behind its previous incarnation's learns it must pick a higher epoch
     epochs: tuple[tuple[int, int], ...] = ()
+    # (peer, digest of the names of the streams both replicate), to find streams missed
+    shared: tuple[tuple[int, int], ...] = ()
 
     channel = Channel.HEARTBEAT
 

@@ -292,6 +292,7 @@ class NodeCore(MeshIntake):
             accepts=tuple(accepts),
             leaving=self.state is NodeState.LEAVING,
             epochs=tuple((n, p.epoch) for n, p in self.peers.by_id.items() if p.epoch),
+            shared=tuple(sorted(self.stream_set.shared.items())),
         )
         self._effects.append(Broadcast(hb))
         for state in self.stream_set.active_streams():  # what is not at rest says it again

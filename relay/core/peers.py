@@ -100,6 +100,3 @@ class Peers:
 
     def up_nodes(self) -> set[int]:
         return {self.self_id} | {n for n, p in self.by_id.items() if p.up}
-
-    def is_up(self, node: int) -> bool:
-        return node == self.self_id or (node in self.by_id and self.by_id[node].up)

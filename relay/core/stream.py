@@ -88,6 +88,7 @@ class StreamReplica:
         self.announced_seq = 0  # the verified seq last reported by ``verify``
         self.needs_ack = False
         self.late_txs = 0
+        self.owed_reports: dict[tuple[int, int], int] = {}  # (origin, epoch) -> highest held
 
     # --- transactions -------------------------------------------------------------------
 
@@ -122,6 +123,10 @@ class StreamReplica:
             lane.claim(ack.origin_last, ack.floor)
         for report in ack.reports:
             if cut.take_report(self.lanes, ack.sender, report):
+                self.needs_ack = True
+            if cut.owed(self.lanes, report):
+                key = (report.origin, report.epoch)
+                self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
                 self.needs_ack = True
         contradicted = self.votes.take(
             ack.sender,
@@ -170,7 +175,10 @@ class StreamReplica:
         self.needs_ack = True
 
     def reports(self) -> tuple[OriginReport, ...]:
-        return cut.reports(self.lanes)
+        """The cut reports for the next ack; reports owed to a peer are sent once."""
+        found = cut.reports(self.lanes, self.owed_reports)
+        self.owed_reports.clear()
+        return found
 
     # --- upkeep -------------------------------------------------------------------------
 

@@ -6,16 +6,30 @@ if this node replicates it and the bound allows. It is *active* while it has any
 turn. Ticks, heartbeats and the lag gauge visit only active streams. The few operations that
 concern every stream (a peer restarted, came back or is suspected; this node's epoch ended)
 are here too; they are rare.
+
+Streams at rest say nothing, so a node that was away could miss that a stream exists. Each
+heartbeat carries, per peer, a digest of the names of the streams both replicate (an XOR of
+name hashes, kept up to date as streams appear); a node whose digest for a peer differs from
+the peer's for it announces every stream they share (at most once per ``announce_ms``), and
+the peer learns the ones it lacks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from blake3 import blake3
+
 from relay.core.lane import LaneState
 from relay.core.params import CoreConfig
 from relay.core.routing import Routing, stream_name_problem
 from relay.core.stream import PeerStates, StreamLimits, StreamReplica
+from relay.core.timer import Timeout
+
+
+def name_mark(name: str) -> int:
+    """A 64-bit hash of a stream name; XORed together they digest a set of names."""
+    return int.from_bytes(blake3(name.encode()).digest()[:8], "big")
 
 
 class StreamSet:
@@ -27,9 +41,8 @@ class StreamSet:
         self.by_name: dict[str, StreamReplica] = {}
         self.active: dict[str, None] = {}  # insertion-ordered: replays stay deterministic
         self.dirty: dict[str, None] = {}
-
-    def get(self, name: str) -> StreamReplica | None:
-        return self.by_name.get(name)
+        self.shared: dict[int, int] = {}  # peer -> digest of the stream names both replicate
+        self.announced: dict[int, Timeout] = {}  # peer -> when we last announced all to it
 
     def ensure(self, name: str, epoch: int, peers: PeerStates) -> StreamReplica | None:
         """The stream, created if this node replicates it and may hold one more."""
@@ -49,6 +62,9 @@ class StreamSet:
             if up:
                 state.follow(origin, peer_epoch)
         self.by_name[name] = state
+        mark = name_mark(name)
+        for peer in state.peers:
+            self.shared[peer] = self.shared.get(peer, 0) ^ mark
         self.touch(name)
         return state
 
@@ -70,6 +86,17 @@ class StreamSet:
             state.follow(origin, epoch)
             state.needs_ack = True
             self.touch(name)
+
+    def compare(self, peer: int, theirs: int, elapsed_ms: int, announce_ms: int) -> None:
+        """``peer`` holds the shared streams whose digest is ``theirs``: if it differs from
+        ours, announce every shared stream (rate-limited), so both sides learn what they lack."""
+        if theirs == self.shared.get(peer, 0):
+            return
+        timer = self.announced.setdefault(peer, Timeout(announce_ms))
+        if timer.ready(elapsed_ms):
+            for name, state in self.with_origin(peer):
+                state.needs_ack = True
+                self.touch(name)
 
     def suspect(self, origin: int, epoch: int) -> None:
         for name, state in self.with_origin(origin):

@@ -81,6 +81,13 @@ class Timeline:
         end = bisect_right(self.seqs, upto_seq)
         return iter(self.txs[start:end])
 
+    def last_of(self, origin: int, epoch: int) -> int:
+        """The highest seq held of ``origin``'s ``epoch`` (0 if none); a scan, for rare asks."""
+        return next(
+            (tx.seq for tx in reversed(self.txs) if tx.origin == origin and tx.epoch == epoch),
+            0,
+        )
+
     def unverified_count(self) -> int:
         """Stable entries past the verified seq."""
         return len(self.seqs) - bisect_right(self.seqs, self.verified_seq)

@@ -69,7 +69,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
         ]
         return topic(Channel.TX, m.stream), msgpack.packb(body)
     if isinstance(m, StreamAck):
-        reports = [[r.origin, r.epoch, r.contig, r.settled] for r in m.reports]
+        reports = [[r.origin, r.epoch, r.contig, r.settled, r.answer] for r in m.reports]
         body = [
             VERSION,
             _ACK,
@@ -95,6 +95,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             [list(x) for x in m.accepts],
             m.leaving,
             [list(x) for x in m.epochs],
+            [list(x) for x in m.shared],
         ]
         return topic(Channel.HEARTBEAT), msgpack.packb(body)
     if isinstance(m, RepairRequest):
@@ -169,12 +170,12 @@ def decode(body: bytes) -> MeshMessage:
                 as_bytes(digest),
                 as_int(verified),
                 tuple(
-                    OriginReport(as_int(o), as_int(e), as_int(c), bool(s))
-                    for o, e, c, s in as_list(reports)
+                    OriginReport(as_int(o), as_int(e), as_int(c), bool(s), bool(a))
+                    for o, e, c, s, a in as_list(reports)
                 ),
             )
         if kind == _HEARTBEAT:
-            _, _, sender, epoch, floor, lasts, accepts, leaving, epochs = _shape(f, 9)
+            _, _, sender, epoch, floor, lasts, accepts, leaving, epochs, shared = _shape(f, 10)
             return Heartbeat(
                 as_int(sender),
                 as_int(epoch),
@@ -183,6 +184,7 @@ def decode(body: bytes) -> MeshMessage:
                 tuple((as_int(n), as_int(e)) for n, e in as_list(accepts)),
                 bool(leaving),
                 tuple((as_int(n), as_int(e)) for n, e in as_list(epochs)),
+                tuple((as_int(n), as_int(d)) for n, d in as_list(shared)),
             )
         if kind == _REPAIR_REQUEST:
             _, _, stream, requester, origin, epoch, after, upto = _shape(f, 8)
