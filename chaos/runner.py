@@ -91,7 +91,8 @@ def settle(cluster: LocalCluster, streams: list[str], clock: Any, out: Path) -> 
             return float(clock() - started), heads
         time.sleep(0.2)
     statuses = {spec.id: query_status(spec, 1000) for spec in cluster.config.nodes}
-    (out / "unsettled.json").write_text(json.dumps(statuses, indent=1))
+    raw = {n: s.to_wire() if s else None for n, s in statuses.items()}
+    (out / "unsettled.json").write_text(json.dumps(raw, indent=1))
     raise RuntimeError(
         f"the cluster did not settle within {SETTLE_TIMEOUT_S:.0f} s of the heal; "
         f"node statuses are in {out / 'unsettled.json'}"
@@ -103,15 +104,15 @@ def final_heads(cluster: LocalCluster, streams: list[str]) -> Heads | None:
     heads: Heads = {s: {} for s in streams}
     for spec in cluster.config.nodes:
         status = query_status(spec, 1000)
-        if status is None or status["state"] != "serving":
+        if status is None or status.state != "serving":
             return None
-        info: Any = status["streams"]
         for s in streams:
-            if s not in info:
+            info = status.stream(s)
+            if info is None:
                 continue
-            if info[s]["lag"]:
+            if info.unverified_txs:
                 return None
-            heads[s][spec.id] = (info[s]["verified_seq"], info[s]["digest"])
+            heads[s][spec.id] = (info.verified_seq, info.digest)
     return heads
 
 

@@ -224,7 +224,7 @@ class Workload:
             for n in node_ids:
                 asked = self.clock()
                 status = query_status(self.cluster.config.node(n), 150)
-                state = str(status["state"]) if status else "unreachable"
+                state = status.state if status else "unreachable"
                 if last.get(n) != state or state == "fenced":
                     last[n] = state
                     t = round(self.clock(), 4)

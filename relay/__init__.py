@@ -1,12 +1,28 @@
 """relay: a quorum-replicated relay cluster.
 
 The client API: ``Producer`` publishes to any node; ``Consumer`` iterates a stream's
-verified transactions from any node.
+verified transactions from any node. The clients are imported on first use, so importing
+``relay.core`` (pure) or ``relay.errors`` does not load sockets and threads.
 """
 
-from relay.client.consumer import Consumer, Transaction
-from relay.client.producer import Ack, Producer, PublishFuture
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from relay.errors import DataLossError, DigestMismatchError, NoQuorumError, RelayError
+
+if TYPE_CHECKING:
+    from relay.client.consumer import Consumer, Transaction
+    from relay.client.producer import Ack, Producer, PublishFuture
+
+_LAZY = {
+    "Consumer": "relay.client.consumer",
+    "Transaction": "relay.client.consumer",
+    "Ack": "relay.client.producer",
+    "Producer": "relay.client.producer",
+    "PublishFuture": "relay.client.producer",
+}
 
 __all__ = [
     "Ack",
@@ -19,3 +35,10 @@ __all__ = [
     "RelayError",
     "Transaction",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'relay' has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -157,7 +157,8 @@ def cluster_status(config_path: str, as_json: bool) -> None:
     config = _load(config_path)
     statuses = {spec.id: launcher.query_status(spec) for spec in config.nodes}
     if as_json:
-        click.echo(json.dumps({str(k): v for k, v in statuses.items()}, indent=2))
+        raw = {str(k): v.to_wire() if v else None for k, v in statuses.items()}
+        click.echo(json.dumps(raw, indent=2))
         return
     click.echo(
         f"{'node':<5} {'state':<10} {'stream':<20} {'verified seq':>20} {'digest':<16} {'lag':>6}"
@@ -168,16 +169,12 @@ def cluster_status(config_path: str, as_json: bool) -> None:
             down += 1
             click.echo(f"{node_id:<5} {'down':<10} {'-':<20} {'-':>20} {'-':<16} {'-':>6}")
             continue
-        streams = status["streams"] or {"-": None}
-        for name, info in streams.items():
-            if info is None:
-                click.echo(
-                    f"{node_id:<5} {status['state']:<10} {'-':<20} {'-':>20} {'-':<16} {'-':>6}"
-                )
-                continue
+        if not status.streams:
+            click.echo(f"{node_id:<5} {status.state:<10} {'-':<20} {'-':>20} {'-':<16} {'-':>6}")
+        for s in status.streams:
             click.echo(
-                f"{node_id:<5} {status['state']:<10} {name:<20} "
-                f"{info['verified_seq']:>20} {info['digest'][:16]:<16} {info['lag']:>6}"
+                f"{node_id:<5} {status.state:<10} {s.name:<20} "
+                f"{s.verified_seq:>20} {s.digest[:16]:<16} {s.unverified_txs:>6}"
             )
     if down == len(statuses):
         sys.exit(1)

@@ -8,6 +8,7 @@ Codes travel on the wire; each says whose move it is:
 - ``not_committed``: the transaction was dropped (its coordinator was cut); retry.
 - ``no_replicas``: no node replicates the stream; fix the cluster config or the stream name.
 - ``bad_request``: the request itself is wrong (malformed frame, bad stream name, too large).
+- ``protocol`` (raised by clients, never sent): a node's reply broke the protocol.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ TIMEOUT = "timeout"
 NOT_COMMITTED = "not_committed"
 NO_REPLICAS = "no_replicas"
 BAD_REQUEST = "bad_request"
+PROTOCOL = "protocol"
 
 RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED})
 
@@ -40,3 +42,10 @@ class DataLossError(RelayError):
 
 class DigestMismatchError(RelayError):
     """What a consumer received does not chain to the digests the cluster reported."""
+
+
+class ProtocolError(RelayError):
+    """A node's reply does not have the shape of the protocol: the node is at fault."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(PROTOCOL, message)

@@ -15,11 +15,11 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from relay import errors
 from relay.client.fetcher import Fetcher, Spanned
 from relay.core.digest import fold
+from relay.wire.replies import TxRow
 from spark_consumer.options import SourceOptions
 
 log = logging.getLogger("spark_consumer")
@@ -40,10 +40,9 @@ class SeqRange:
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Rows read from one fetch: ``[seq, origin, producer_id, msg_id, payload, digest]``, each
-    with whether it chained to the digest before it."""
+    """Rows read from one fetch, each with whether it chained to the digest before it."""
 
-    rows: list[list[Any]]
+    rows: list[TxRow]
     verified: list[bool]
 
 
@@ -129,7 +128,7 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
             lost = True
         if not chain or reply.lost:
             chain = reply.prev_digest
-        rows = [row for row in reply.rows if row[0] <= part.upto]
+        rows = [row for row in reply.rows if row.seq <= part.upto]
         if not rows:
             if reply.verified_seq >= part.upto:
                 break  # this node holds nothing more in the range (trimmed, or other seqs)
@@ -149,7 +148,7 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
             verified.append(ok)
             chain = digest
         seen += len(rows)
-        after = rows[-1][0]
+        after = rows[-1].seq
         deadline = time.monotonic() + timeout
         yield Chunk(rows, verified)
     if lost:

@@ -187,14 +187,14 @@ def test_span_cuts_a_range_at_the_digests_consumers_see(cluster3: LocalCluster) 
         assert whole.earliest_seq == seqs[0]
 
         capped = fetcher.span(seqs[99], 0, 10, 1, True)
-        assert capped is not None and capped.bounds == [(seqs[109], digest_at[seqs[109]], 10)]
+        assert capped is not None and capped.bounds == ((seqs[109], digest_at[seqs[109]], 10),)
 
         bounded = fetcher.span(seqs[99], seqs[499], 0, 4, True)
         assert bounded is not None and sum(c for _, _, c in bounded.bounds) == 400
         assert bounded.bounds[-1][0] == seqs[499]
 
         past_the_end = fetcher.span(seqs[-1], 0, 0, 2, True)
-        assert past_the_end is not None and past_the_end.bounds == []
+        assert past_the_end is not None and past_the_end.bounds == ()
         with pytest.raises(RelayError, match="parts must be at least 1"):
             fetcher.span(0, 0, 0, 0, False)
     finally:

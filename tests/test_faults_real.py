@@ -54,13 +54,13 @@ def converged(cluster: LocalCluster, nodes: list[int], timeout_s: float = 60) ->
     while time.monotonic() < deadline:
         statuses = [cluster.status(n) for n in nodes]
         last = statuses
-        if all(s is not None and s["state"] == "serving" for s in statuses):
-            views = [s["streams"] for s in statuses]  # type: ignore[index]
+        if all(s is not None and s.state == "serving" for s in statuses):
+            views = [{x.name: x for x in s.streams} for s in statuses if s is not None]
             names = set().union(*(v.keys() for v in views))
             if all(
-                all(name in v and v[name]["lag"] == 0 for v in views)
-                and len({v[name]["digest"] for v in views}) == 1
-                and len({v[name]["verified_seq"] for v in views}) == 1
+                all(name in v and v[name].unverified_txs == 0 for v in views)
+                and len({v[name].digest for v in views}) == 1
+                and len({v[name].verified_seq for v in views}) == 1
                 for name in names
             ):
                 return time.monotonic() - started
@@ -127,7 +127,7 @@ def test_a_partitioned_node_fences_itself_and_acknowledges_nothing(make_cluster)
     cluster.fault(2, block_from=[3])
     started = time.monotonic()
     deadline = started + 10
-    while (cluster.status(3) or {}).get("state") != "fenced":
+    while getattr(cluster.status(3), "state", None) != "fenced":
         assert time.monotonic() < deadline, "node 3 never fenced itself"
         time.sleep(0.05)
     fenced_after = time.monotonic() - started

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
 import zmq
 
 from relay.client.directory import NodeAddress
+from relay.errors import ProtocolError
+from relay.wire.replies import Reply, decode_reply
 
 HWM_FRAMES = 100_000
 
@@ -24,21 +25,16 @@ class Connection:
     def send(self, body: bytes) -> None:
         self.sock.send(body)
 
-    def recv(self, timeout_ms: int) -> list[Any] | None:
-        """The next reply, decoded, or None if none came within ``timeout_ms``."""
-        if not self.sock.poll(timeout_ms):
-            return None
-        return self.recv_ready()
-
-    def recv_ready(self) -> list[Any] | None:
+    def recv_ready(self) -> Reply | None:
+        """The next reply if one is there; ``ProtocolError`` if the node sent garbage."""
         try:
             body = self.sock.recv(zmq.NOBLOCK)
         except zmq.Again:
             return None
-        reply = msgpack.unpackb(body, raw=False, strict_map_key=False)
-        if not isinstance(reply, list) or len(reply) < 3:
-            raise ValueError(f"node {self.address} sent a malformed reply")
-        return reply
+        try:
+            return decode_reply(body)
+        except ProtocolError as exc:
+            raise ProtocolError(f"{self.address}: {exc.message}") from None
 
     def close(self) -> None:
         self.sock.close(linger=0)

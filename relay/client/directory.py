@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from relay.config import load
 
@@ -46,9 +46,9 @@ def resolve(
     return found
 
 
-def addresses_of(rows: list[list[Any]]) -> list[NodeAddress]:
-    """Node addresses as a node names them in a redirect or an error: ``[[id, host, port]]``."""
-    return [NodeAddress(int(n), str(h), int(p)) for n, h, p in rows]
+def addresses_of(rows: Iterable[tuple[int, str, int]]) -> list[NodeAddress]:
+    """Node addresses as a node names them in a redirect or an error: (id, host, port)."""
+    return [NodeAddress(n, h, p) for n, h, p in rows]
 
 
 def parse_address(text: str) -> NodeAddress:

@@ -9,34 +9,16 @@ again (the consumer on its next poll, a Spark task until its deadline).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from relay import errors
 from relay.client.directory import NodeAddress, addresses_of
 from relay.client.pool import ConnectionPool
+from relay.errors import ProtocolError
 from relay.wire.client import fetch_request, span_request
+from relay.wire.replies import ErrorReply, RedirectReply, Reply, SpanReply, TxsReply
 
-
-@dataclass(frozen=True, slots=True)
-class Fetched:
-    """A ``txs`` reply: rows ``[seq, origin, producer_id, msg_id, payload, digest]``."""
-
-    prev_digest: bytes  # the digest just before the first row
-    verified_seq: int
-    earliest_seq: int
-    lost: bool
-    rows: list[list[Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class Spanned:
-    """A ``span`` reply: one ``(last seq, digest there, tx count)`` per part of the range."""
-
-    verified_seq: int
-    earliest_seq: int
-    lost: bool
-    bounds: list[tuple[int, bytes, int]]
+Fetched = TxsReply  # rows of verified txs, with the digest just before the first
+Spanned = SpanReply  # one (last seq, digest there, tx count) per part of a range
 
 
 class Fetcher:
@@ -58,27 +40,26 @@ class Fetcher:
         """
         self._req_id += 1
         request = fetch_request(self._req_id, self.stream, after, limit, wait_ms, strict)
-        reply = self._ask(request, "txs", wait_ms)
-        if reply is None:
-            return None
-        return Fetched(reply[4], reply[5], reply[6], reply[7], reply[8])
+        reply = self._ask(request, wait_ms)
+        if reply is None or isinstance(reply, TxsReply):
+            return reply
+        raise ProtocolError(f"{self.node}: a {type(reply).__name__} answered a fetch")
 
     def span(self, after: int, upto: int, max_txs: int, parts: int, strict: bool) -> Spanned | None:
         """Where to cut the verified txs in (``after``, ``upto``] into ``parts`` (0: no bound)."""
         self._req_id += 1
         request = span_request(self._req_id, self.stream, after, upto, max_txs, parts, strict)
-        reply = self._ask(request, "span", 0)
-        if reply is None:
-            return None
-        bounds = [(int(seq), bytes(digest), int(count)) for seq, digest, count in reply[7]]
-        return Spanned(reply[4], reply[5], reply[6], bounds)
+        reply = self._ask(request, 0)
+        if reply is None or isinstance(reply, SpanReply):
+            return reply
+        raise ProtocolError(f"{self.node}: a {type(reply).__name__} answered a span")
 
     def close(self) -> None:
         self._pool.close()
 
     # --- the engine ---------------------------------------------------------------------
 
-    def _ask(self, request: bytes, kind: str, wait_ms: int) -> list[Any] | None:
+    def _ask(self, request: bytes, wait_ms: int) -> TxsReply | SpanReply | None:
         """One request, answered or failed over; None if this node did not serve it."""
         address = self.order[self._current]
         conn = self._pool.get(address)
@@ -86,26 +67,27 @@ class Fetcher:
         deadline = time.monotonic() + wait_ms / 1000 + self.reply_timeout_s
         while True:
             for _, reply in self._pool.receive(50):
-                if reply[2] != self._req_id:
+                if reply.req_id != self._req_id:
                     continue  # a late answer to an earlier request
-                return self._answer(address, reply, kind)
+                return self._answer(address, reply)
             if address in self._pool.disconnected() or time.monotonic() > deadline:
                 self._next_node(address)
                 return None
 
-    def _answer(self, address: NodeAddress, reply: list[Any], kind: str) -> list[Any] | None:
-        if reply[1] == kind:
+    def _answer(self, address: NodeAddress, reply: Reply) -> TxsReply | SpanReply | None:
+        if isinstance(reply, TxsReply | SpanReply):
             self.node = address
             return reply
-        if reply[1] == "redirect":
-            self._go_to(addresses_of(reply[4]))
+        if isinstance(reply, RedirectReply):
+            self._go_to(addresses_of(reply.nodes))
             return None
-        code, message = reply[3], reply[4]
-        if code in errors.RETRYABLE:
+        if not isinstance(reply, ErrorReply):
+            raise ProtocolError(f"{address}: a {type(reply).__name__} answered a read")
+        if reply.code in errors.RETRYABLE:
             self._next_node(address)
             time.sleep(0.05)
             return None
-        raise errors.RelayError(code, message)
+        raise errors.RelayError(reply.code, reply.message)
 
     def _go_to(self, addresses: list[NodeAddress]) -> None:
         for address in addresses:

@@ -14,6 +14,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from relay.client.connection import Connection
 from relay.client.directory import NodeAddress
+from relay.wire.replies import Reply
 
 _WATCHED = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED
 
@@ -37,7 +38,7 @@ class ConnectionPool:
             self._poller.register(conn.sock, zmq.POLLIN)
         return conn
 
-    def receive(self, wait_ms: int) -> list[tuple[NodeAddress, list[Any]]]:
+    def receive(self, wait_ms: int) -> list[tuple[NodeAddress, Reply]]:
         """Every reply that arrives within ``wait_ms`` (returns as soon as one is there)."""
         if not self._conns:
             return []

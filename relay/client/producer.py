@@ -15,13 +15,13 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from relay import errors
 from relay.client.directory import NodeAddress, addresses_of, resolve
 from relay.client.pool import ConnectionPool
 from relay.core.flake import seq_unix_ms
 from relay.wire.client import publish_request
+from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,35 +230,35 @@ class Producer:
             self._pool.get(address).send(body)
             self._inflight[req_id] = _Request(first.stream, items, address, now)
 
-    def _on_reply(self, address: NodeAddress, reply: list[Any]) -> None:
-        kind, req_id = reply[1], reply[2]
-        request = self._inflight.pop(req_id, None)
+    def _on_reply(self, address: NodeAddress, reply: Reply) -> None:
+        request = self._inflight.pop(reply.req_id, None)
         if request is None:
             return  # a late answer to a request already retried elsewhere
         now = time.monotonic()
-        if kind == "acks":
-            for item, row in zip(request.items, reply[3], strict=True):
-                if row[0] == 0:
-                    ack = Ack(item.stream, row[1], row[2], item.msg_id, address.node_id)
+        if isinstance(reply, AcksReply) and len(reply.rows) == len(request.items):
+            for item, row in zip(request.items, reply.rows, strict=True):
+                if isinstance(row, AckRow):
+                    ack = Ack(item.stream, row.seq, row.digest, item.msg_id, address.node_id)
                     item.future._resolve(ack, None)
-                elif row[1] in errors.RETRYABLE:
-                    item.last_error = f"{row[1]}: {row[2]}"
+                elif row.code in errors.RETRYABLE:
+                    item.last_error = f"{row.code}: {row.message}"
                     self._queue.appendleft(item)
                 else:
-                    self._fail(item, errors.RelayError(row[1], row[2]))
-        elif kind == "redirect":
-            self._routes.prefer(request.stream, addresses_of(reply[4]))
+                    self._fail(item, errors.RelayError(row.code, row.message))
+        elif isinstance(reply, RedirectReply):
+            self._routes.prefer(request.stream, addresses_of(reply.nodes))
             self._requeue(request, f"redirected from {address}")
-        elif kind == "error":
-            code, message = reply[3], reply[4]
-            if code in errors.RETRYABLE:
-                self._routes.avoid(address, now, 0.5)
-                self._routes.prefer(request.stream, addresses_of(reply[5]))
-                self._requeue(request, f"{code} at {address}: {message}")
-            else:
-                for item in request.items:
-                    self._fail(item, errors.RelayError(code, message))
-        if kind != "acks" and not self._inflight:
+        elif isinstance(reply, ErrorReply) and reply.code in errors.RETRYABLE:
+            self._routes.avoid(address, now, 0.5)
+            self._routes.prefer(request.stream, addresses_of(reply.try_nodes))
+            self._requeue(request, f"{reply.code} at {address}: {reply.message}")
+        elif isinstance(reply, ErrorReply):
+            for item in request.items:
+                self._fail(item, errors.RelayError(reply.code, reply.message))
+        else:  # the node broke the protocol: take the messages elsewhere
+            self._routes.avoid(address, now, 2.0)
+            self._requeue(request, f"{address} answered a publish with {type(reply).__name__}")
+        if not isinstance(reply, AcksReply) and not self._inflight:
             time.sleep(0.01)  # every node is refusing: back off a little before retrying
 
     def _fail_over(self, address: NodeAddress, now: float, why: str) -> None:

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import zmq
 
 from relay.config import ClusterConfig, NodeSpec
+from relay.core.status import NodeStatus
+from relay.errors import ProtocolError
 from relay.wire.client import status_request
+from relay.wire.replies import StatusReply, decode_reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +86,9 @@ def stop_node(proc: NodeProcess, timeout_s: float = 5.0) -> bool:
     return True
 
 
-def query_status(spec: NodeSpec, timeout_ms: int = 1000) -> dict[str, Any] | None:
-    """A node's status, or None if it does not answer in time."""
+def query_status(spec: NodeSpec, timeout_ms: int = 1000) -> NodeStatus | None:
+    """A node's status, or None if it does not answer in time; ``ProtocolError`` if the
+    answer is not a status."""
     ctx: zmq.Context[Any] = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -94,9 +97,10 @@ def query_status(spec: NodeSpec, timeout_ms: int = 1000) -> dict[str, Any] | Non
         sock.send(status_request(1))
         if not sock.poll(timeout_ms):
             return None
-        reply = msgpack.unpackb(sock.recv(), raw=False, strict_map_key=False)
-        status: dict[str, Any] = reply[3]
-        return status
+        reply = decode_reply(sock.recv())
+        if not isinstance(reply, StatusReply):
+            raise ProtocolError(f"node {spec.id} answered a status request with {reply}")
+        return reply.status
     finally:
         sock.close(linger=0)
 

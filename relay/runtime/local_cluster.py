@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from relay.config import ClusterConfig, load
+from relay.core.status import NodeStatus
 from relay.runtime.admin import admin_call
 from relay.runtime.launcher import query_status
 from relay.runtime.templates import cluster_toml
@@ -164,7 +165,7 @@ class LocalCluster:
 
     # --- waiting ------------------------------------------------------------------------
 
-    def status(self, node_id: int) -> dict[str, object] | None:
+    def status(self, node_id: int) -> NodeStatus | None:
         return query_status(self.config.node(node_id), 500)
 
     def wait_serving(self, node_ids: list[int] | None = None, timeout_s: float = 20.0) -> None:
@@ -180,8 +181,7 @@ class LocalCluster:
                         f"node {node_id} exited with {proc.returncode}; log:\n" + self.log(node_id)
                     )
                 status = self.status(node_id)
-                peers_up = status.get("peers_up", []) if status else []
-                if status and status["state"] == "serving" and len(peers_up) >= len(wanted) - 1:  # type: ignore[arg-type]
+                if status and status.state == "serving" and len(status.peers_up) >= len(wanted) - 1:
                     pending.discard(node_id)
             time.sleep(0.05)
         if pending:

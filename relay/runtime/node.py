@@ -37,6 +37,7 @@ from relay.core.events import (
     Rejected,
     Reply,
     ShutdownRequested,
+    SpanResult,
     Tick,
     Verified,
 )
@@ -45,7 +46,7 @@ from relay.core.status import StreamStatus
 from relay.core.timer import Now
 from relay.runtime.faults import FaultHooks, admin_command
 from relay.runtime.metrics import NodeMetrics
-from relay.wire import mesh
+from relay.wire import mesh, replies
 from relay.wire.client import (
     BadRequest,
     FetchFrame,
@@ -54,7 +55,6 @@ from relay.wire.client import (
     SpanFrame,
     StatusFrame,
     decode_request,
-    pack,
 )
 
 log = logging.getLogger("relay.node")
@@ -233,7 +233,7 @@ class NodeRuntime:
                 return
             client = frames[0]
             if len(frames) != 2:
-                self._error(
+                self._answer(
                     client,
                     0,
                     Rejected(errors.BAD_REQUEST, "expected one msgpack frame per request"),
@@ -243,7 +243,7 @@ class NodeRuntime:
                 request: Request = decode_request(frames[1])
             except BadRequest as exc:
                 self.metrics.errors.labels("bad_request").inc()
-                self._error(client, exc.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
+                self._answer(client, exc.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
                 continue
             if isinstance(request, PublishFrame):
                 events.append(
@@ -264,9 +264,13 @@ class NodeRuntime:
                     )
                 )
             elif isinstance(request, SpanFrame):
-                self._span(client, request)
+                q = request
+                got = self.core.span(
+                    q.stream, q.after_seq, q.upto_seq, q.max_txs, q.parts, q.strict
+                )
+                self._answer(client, q.req_id, got)
             elif isinstance(request, StatusFrame):
-                self._send(client, pack("status", request.req_id, self.core.status().to_wire()))
+                self._send(client, replies.encode_status(request.req_id, self.core.status()))
 
     # --- output -------------------------------------------------------------------------
 
@@ -281,7 +285,7 @@ class NodeRuntime:
             elif isinstance(effect, Reply):
                 self._reply(effect)
             elif isinstance(effect, ReadReply):
-                self._read_reply(effect)
+                self._answer(effect.client, effect.req_id, effect.body)
             elif isinstance(effect, Verified):
                 self.metrics.verified_seq.labels(effect.stream).set(effect.seq)
             elif isinstance(effect, Notice) and effect.kind == "peer_fault":
@@ -294,46 +298,36 @@ class NodeRuntime:
     def _reply(self, reply: Reply) -> None:
         body = reply.body
         if isinstance(body, PublishResults):
-            rows: list[list[Any]] = []
-            acked = 0
-            for r in body.results:
-                if isinstance(r, AckedResult):
-                    rows.append([0, r.seq, r.digest])
-                    acked += 1
-                else:
-                    rows.append([1, r.code, r.message])
-            self.metrics.publish_requests.labels("ok" if acked == len(rows) else "error").inc()
+            acked = sum(1 for r in body.results if isinstance(r, AckedResult))
+            ok = acked == len(body.results)
+            self.metrics.publish_requests.labels("ok" if ok else "error").inc()
             self.metrics.published_txs.inc(acked)
             self.metrics.quorum_latency.observe(reply.latency_ms / 1000)
-            self._send(reply.client, pack("acks", reply.req_id, rows))
-        elif isinstance(body, Redirect):
-            self.metrics.publish_requests.labels("redirect").inc()
-            self._redirect(reply.client, reply.req_id, body)
+            self._send(reply.client, replies.encode_acks(reply.req_id, body))
         else:
-            self.metrics.publish_requests.labels(body.code).inc()
-            self._error(reply.client, reply.req_id, body)
+            outcome = "redirect" if isinstance(body, Redirect) else body.code
+            self.metrics.publish_requests.labels(outcome).inc()
+            self._answer(reply.client, reply.req_id, body)
 
-    def _redirect(self, client: bytes, req_id: int, redirect: Redirect) -> None:
-        self.metrics.redirects.inc()
-        self._send(
-            client, pack("redirect", req_id, redirect.stream, self._addresses(redirect.nodes))
-        )
+    def _answer(
+        self, client: bytes, req_id: int, body: ReadResult | SpanResult | Redirect | Rejected
+    ) -> None:
+        """A read's, a span's or a refusal's answer, encoded for the client."""
+        if isinstance(body, Redirect):
+            self.metrics.redirects.inc()
+            nodes = self._addresses(body.nodes)
+            self._send(client, replies.encode_redirect(req_id, body.stream, nodes))
+        elif isinstance(body, Rejected):
+            nodes = self._addresses(body.try_nodes)
+            self._send(client, replies.encode_error(req_id, body, nodes))
+        elif isinstance(body, ReadResult):
+            self._send(client, replies.encode_txs(req_id, body))
+        else:
+            self._send(client, replies.encode_span(req_id, body))
 
-    def _error(self, client: bytes, req_id: int, rejected: Rejected) -> None:
-        self._send(
-            client,
-            pack(
-                "error",
-                req_id,
-                rejected.code,
-                rejected.message,
-                self._addresses(rejected.try_nodes),
-            ),
-        )
-
-    def _addresses(self, nodes: tuple[int, ...]) -> list[list[Any]]:
+    def _addresses(self, nodes: tuple[int, ...]) -> list[replies.Address]:
         specs = {n.id: n for n in self.config.nodes}
-        return [[n, specs[n].host, specs[n].client_port] for n in nodes if n in specs]
+        return [(n, specs[n].host, specs[n].client_port) for n in nodes if n in specs]
 
     def _send(self, client: bytes, body: bytes) -> None:
         try:
@@ -341,40 +335,6 @@ class NodeRuntime:
         except zmq.ZMQError as exc:  # the client went away, or its queue is full
             self.metrics.errors.labels("reply_undeliverable").inc()
             log.debug("could not reply to a client: %s", exc)
-
-    # --- fetches ------------------------------------------------------------------------
-
-    def _read_reply(self, reply: ReadReply) -> None:
-        body = reply.body
-        if isinstance(body, Redirect):
-            self._redirect(reply.client, reply.req_id, body)
-        elif isinstance(body, Rejected):
-            self._error(reply.client, reply.req_id, body)
-        else:
-            self._send(reply.client, _txs_reply(reply.req_id, body))
-
-    def _span(self, client: bytes, frame: SpanFrame) -> None:
-        result = self.core.span(
-            frame.stream, frame.after_seq, frame.upto_seq, frame.max_txs, frame.parts, frame.strict
-        )
-        if isinstance(result, Redirect):
-            self._redirect(client, frame.req_id, result)
-        elif isinstance(result, Rejected):
-            self._error(client, frame.req_id, result)
-        else:
-            bounds = [list(bound) for bound in result.bounds]
-            self._send(
-                client,
-                pack(
-                    "span",
-                    frame.req_id,
-                    result.stream,
-                    result.verified_seq,
-                    result.earliest_seq,
-                    result.lost,
-                    bounds,
-                ),
-            )
 
     def _gauge(self) -> None:
         """Gauges from the core's state; only streams that are not at rest can have a lag."""
@@ -389,20 +349,3 @@ class NodeRuntime:
         self.metrics.peers_up.set(len(core.peers.up_nodes()) - 1)
         for state in ("serving", "fenced", "leaving"):
             self.metrics.state.labels(state).set(1 if core.state_name() == state else 0)
-
-
-def _txs_reply(req_id: int, result: ReadResult) -> bytes:
-    rows = [
-        [tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, digest]
-        for tx, digest in zip(result.txs, result.digests, strict=True)
-    ]
-    return pack(
-        "txs",
-        req_id,
-        result.stream,
-        result.prev_digest,
-        result.verified_seq,
-        result.earliest_seq,
-        result.lost,
-        rows,
-    )

@@ -1,0 +1,259 @@
+"""The client protocol's replies: how a node encodes them and how a client reads them.
+
+How this works: every reply is msgpack ``[version, kind, req_id, ...]`` (see
+``relay.wire.client``). The node encodes each kind with one function here; a client decodes any
+reply with ``decode_reply`` into a typed record. Every field is type-checked, and a reply that
+does not have its kind's shape raises ``ProtocolError`` naming the kind and the field, so a
+broken or hostile node never surfaces as an ``IndexError`` inside a client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
+
+import msgpack
+
+from relay.core.events import Acked, PublishResults, ReadResult, Rejected, SpanResult
+from relay.core.status import NodeStatus, StatusFormatError
+from relay.errors import ProtocolError
+from relay.wire.client import VERSION, pack
+from relay.wire.fields import as_bytes, as_int, as_list, as_str
+
+Address = tuple[int, str, int]  # (node id, host, client port)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class AckRow:
+    seq: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRow:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AcksReply:
+    req_id: int
+    rows: tuple[AckRow | ErrorRow, ...]  # one per published message, in order
+
+
+class TxRow(NamedTuple):
+    seq: int
+    origin: int
+    producer_id: str
+    msg_id: int
+    payload: bytes
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TxsReply:
+    req_id: int
+    stream: str
+    prev_digest: bytes  # the digest just before the first row
+    verified_seq: int
+    earliest_seq: int
+    lost: bool
+    rows: tuple[TxRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SpanReply:
+    req_id: int
+    stream: str
+    verified_seq: int
+    earliest_seq: int
+    lost: bool
+    bounds: tuple[tuple[int, bytes, int], ...]  # per part: (last seq, digest there, tx count)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    req_id: int
+    status: NodeStatus
+
+
+@dataclass(frozen=True, slots=True)
+class RedirectReply:
+    req_id: int
+    stream: str
+    nodes: tuple[Address, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    req_id: int
+    code: str
+    message: str
+    try_nodes: tuple[Address, ...]
+
+
+Reply = AcksReply | TxsReply | SpanReply | StatusReply | RedirectReply | ErrorReply
+
+
+# --- the node's side ---------------------------------------------------------------------
+
+
+def encode_acks(req_id: int, results: PublishResults) -> bytes:
+    rows = [
+        [0, r.seq, r.digest] if isinstance(r, Acked) else [1, r.code, r.message]
+        for r in results.results
+    ]
+    return pack("acks", req_id, rows)
+
+
+def encode_txs(req_id: int, result: ReadResult) -> bytes:
+    rows = [
+        [tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, digest]
+        for tx, digest in zip(result.txs, result.digests, strict=True)
+    ]
+    return pack(
+        "txs",
+        req_id,
+        result.stream,
+        result.prev_digest,
+        result.verified_seq,
+        result.earliest_seq,
+        result.lost,
+        rows,
+    )
+
+
+def encode_span(req_id: int, result: SpanResult) -> bytes:
+    bounds = [list(bound) for bound in result.bounds]
+    return pack(
+        "span",
+        req_id,
+        result.stream,
+        result.verified_seq,
+        result.earliest_seq,
+        result.lost,
+        bounds,
+    )
+
+
+def encode_status(req_id: int, status: NodeStatus) -> bytes:
+    return pack("status", req_id, status.to_wire())
+
+
+def encode_redirect(req_id: int, stream: str, nodes: list[Address]) -> bytes:
+    return pack("redirect", req_id, stream, [list(n) for n in nodes])
+
+
+def encode_error(req_id: int, rejected: Rejected, nodes: list[Address]) -> bytes:
+    return pack("error", req_id, rejected.code, rejected.message, [list(n) for n in nodes])
+
+
+# --- the client's side -------------------------------------------------------------------
+
+
+def decode_reply(body: bytes) -> Reply:
+    """The reply in ``body``; ``ProtocolError`` naming the field if it is not one."""
+    try:
+        f = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise ProtocolError(f"a reply that is not msgpack ({exc})") from None
+    if not isinstance(f, list) or len(f) < 3 or f[0] != VERSION:
+        raise ProtocolError("a reply that is not [1, kind, req_id, ...] (client protocol v1)")
+    kind, fields = f[1], f[2:]
+    shape = SHAPES.get(kind) if isinstance(kind, str) else None
+    if shape is None:
+        raise ProtocolError(f"a reply of unknown kind {kind!r:.40}")
+    build, readers = shape
+    if len(fields) != len(readers) + 1:
+        raise ProtocolError(f"{kind} reply: {len(fields)} fields, expected {len(readers) + 1}")
+    where = "req_id"
+    try:
+        values = [as_int(fields[0])]
+        for (field, read), value in zip(readers, fields[1:], strict=True):
+            where = field
+            values.append(read(value))
+    except (ValueError, StatusFormatError) as exc:
+        raise ProtocolError(f"{kind} reply: {where}: {exc}") from None
+    reply: Reply = build(*values)
+    return reply
+
+
+def rows_of(read: Callable[[list[Any]], T], width: int) -> Callable[[Any], tuple[T, ...]]:
+    """A reader of a list of ``width``-field rows, naming the row that is wrong."""
+
+    def each(rows: Any) -> tuple[T, ...]:
+        found = []
+        for i, row in enumerate(as_list(rows)):
+            if type(row) is not list or len(row) != width:
+                raise ValueError(f"[{i}] is not a list of {width} fields")
+            try:
+                found.append(read(row))
+            except ValueError as exc:
+                raise ValueError(f"[{i}]: {exc}") from None
+        return tuple(found)
+
+    return each
+
+
+def _address(row: list[Any]) -> Address:
+    return as_int(row[0]), as_str(row[1]), as_int(row[2])
+
+
+def _ack_row(row: list[Any]) -> AckRow | ErrorRow:
+    if row[0] == 0:
+        return AckRow(as_int(row[1]), as_bytes(row[2]))
+    if row[0] == 1:
+        return ErrorRow(as_str(row[1]), as_str(row[2]))
+    raise ValueError(f"outcome must be 0 (acked) or 1 (error), got {row[0]!r:.20}")
+
+
+def _tx_row(row: list[Any]) -> TxRow:
+    seq, origin, pid, mid, payload, digest = row
+    return TxRow(
+        as_int(seq), as_int(origin), as_str(pid), as_int(mid), as_bytes(payload), as_bytes(digest)
+    )
+
+
+def _bound(row: list[Any]) -> tuple[int, bytes, int]:
+    return as_int(row[0]), as_bytes(row[1]), as_int(row[2])
+
+
+def _flag(v: Any) -> bool:
+    if type(v) is not bool:
+        raise ValueError(f"expected true or false, got {v!r:.20}")
+    return v
+
+
+Reader = tuple[str, Callable[[Any], Any]]
+SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
+    "acks": (AcksReply, (("rows", rows_of(_ack_row, 3)),)),
+    "txs": (
+        TxsReply,
+        (
+            ("stream", as_str),
+            ("prev_digest", as_bytes),
+            ("verified_seq", as_int),
+            ("earliest_seq", as_int),
+            ("lost", _flag),
+            ("rows", rows_of(_tx_row, 6)),
+        ),
+    ),
+    "span": (
+        SpanReply,
+        (
+            ("stream", as_str),
+            ("verified_seq", as_int),
+            ("earliest_seq", as_int),
+            ("lost", _flag),
+            ("bounds", rows_of(_bound, 3)),
+        ),
+    ),
+    "status": (StatusReply, (("status", NodeStatus.from_wire),)),
+    "redirect": (RedirectReply, (("stream", as_str), ("nodes", rows_of(_address, 3)))),
+    "error": (
+        ErrorReply,
+        (("code", as_str), ("message", as_str), ("try_nodes", rows_of(_address, 3))),
+    ),
+}

@@ -1,0 +1,70 @@
+"""Client protocol replies: a node encodes, a client decodes, a broken reply names its field."""
+
+import re
+
+import pytest
+
+from relay.core.events import Acked, PublishResults, ReadResult, Rejected, SpanResult
+from relay.core.messages import Tx
+from relay.core.status import NodeStatus, StreamStatus
+from relay.errors import ProtocolError
+from relay.wire import replies
+from relay.wire.client import pack
+
+_TX = Tx(5, 0, 1, 7, "p", 9, b"payload")
+_STATUS = NodeStatus(
+    1,
+    7,
+    "serving",
+    (2, 3),
+    (),
+    (StreamStatus("s", (1, 2, 3), 5, 5, "ab", 0, 0, 0, "synced", ((1, "active"),)),),
+)
+
+
+def test_every_reply_round_trips() -> None:
+    acks = replies.decode_reply(
+        replies.encode_acks(3, PublishResults((Acked(5, b"d"), Rejected("timeout", "slow"))))
+    )
+    rows = (replies.AckRow(5, b"d"), replies.ErrorRow("timeout", "slow"))
+    assert acks == replies.AcksReply(3, rows)
+    txs = replies.decode_reply(
+        replies.encode_txs(4, ReadResult("s", (_TX,), (b"d",), b"p", 5, 5, False))
+    )
+    assert txs == replies.TxsReply(
+        4, "s", b"p", 5, 5, False, (replies.TxRow(5, 1, "p", 9, b"payload", b"d"),)
+    )
+    planned = SpanResult("s", ((5, b"d", 1),), 5, 1, True)
+    span = replies.decode_reply(replies.encode_span(5, planned))
+    assert span == replies.SpanReply(5, "s", 5, 1, True, ((5, b"d", 1),))
+    status = replies.decode_reply(replies.encode_status(6, _STATUS))
+    assert status == replies.StatusReply(6, _STATUS)
+    redirect = replies.decode_reply(replies.encode_redirect(7, "s", [(2, "h", 9)]))
+    assert redirect == replies.RedirectReply(7, "s", ((2, "h", 9),))
+    error = replies.decode_reply(replies.encode_error(8, Rejected("unavailable", "no"), []))
+    assert error == replies.ErrorReply(8, "unavailable", "no", ())
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        (b"\xc1", "not msgpack"),
+        (pack("acks"), "[1, kind, req_id"),
+        (pack("nope", 1), "unknown kind"),
+        (pack("acks", 1), "1 fields, expected 2"),
+        (pack("acks", -1, []), "acks reply: req_id"),
+        (pack("acks", 1, [[0, 5]]), "acks reply: rows: [0] is not a list of 3"),
+        (pack("acks", 1, [[2, 5, b"d"]]), "rows: [0]: outcome must be 0"),
+        (pack("txs", 1, "s", "notbytes", 5, 5, False, []), "txs reply: prev_digest"),
+        (pack("txs", 1, "s", b"p", 5, 5, 0, []), "txs reply: lost"),
+        (pack("txs", 1, "s", b"p", 5, 5, False, [[5, 1, "p", 9, 3, b"d"]]), "[0]: expected bytes"),
+        (pack("span", 1, "s", 5, 5, False, [[5, b"d"]]), "span reply: bounds: [0]"),
+        (pack("status", 1, {"node": 1}), "status reply: status: status.streams"),
+        (pack("status", 1, "x"), "status reply: status: a status must be a map"),
+        (pack("redirect", 1, "s", [[2, 3, 4]]), "redirect reply: nodes: [0]: expected a string"),
+        (pack("error", 1, 5, "m", []), "error reply: code"),
+    ],
+)
+def test_a_broken_reply_names_what_is_wrong(body: bytes, names: str) -> None:
+    with pytest.raises(ProtocolError, match=re.escape(names)):
+        replies.decode_reply(body)
