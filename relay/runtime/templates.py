@@ -19,6 +19,7 @@ dedup_window_ms = 120000    # producer retries within this window never duplicat
 dedup_keys_max = 200000
 quorum = 0                  # 0: a majority of each stream's replicas
 payload_bytes_max = 1048576
+streams_max = 10000         # streams a node holds at most; idle ones cost no CPU
 run_dir = ".relay/{name}"   # pid and log files of `relay cluster up`, relative to this file
 """
 
