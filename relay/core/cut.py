@@ -46,9 +46,12 @@ def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> 
     if lane.state is not LaneState.CUTTING:
         return changed or (asking and lane.cut_at is not None)
     if report.settled:
-        if lane.cut_at is None:
+        if lane.cut_at is None or report.contig < lane.cut_at:
             # a replica already decided where the epoch ends: follow it, so that a replica
-            # that was away (the suspect itself, say) ends it at the same place
+            # that was away (the suspect itself, say) ends it at the same place. Replicas that
+            # saw different live sets may decide different cuts; each decision took the
+            # highest report of a quorum, so each covers every acknowledged tx, and all
+            # settle on the lowest (a higher one may wait for txs nobody holds any more)
             lane.cut_at = report.contig
             return True
         return changed
