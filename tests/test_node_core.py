@@ -3,17 +3,21 @@
 from relay import errors
 from relay.core.events import (
     Broadcast,
+    FetchRequested,
     MeshReceived,
     Notice,
     PublishRequested,
+    ReadReply,
     Redirect,
     Rejected,
     Reply,
+    ShutdownRequested,
     Tick,
 )
 from relay.core.messages import Heartbeat
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
+from relay.core.reads import PARKED_FETCHES_MAX
 from relay.core.routing import Subscription
 from relay.core.timer import Now
 
@@ -142,3 +146,35 @@ def test_heartbeats_keep_their_pace_when_the_wall_clock_steps_back() -> None:
             1 for e in effects if isinstance(e, Broadcast) and isinstance(e.message, Heartbeat)
         )
     assert 19 <= sent <= 21
+
+
+def serving(node_id: int = 2) -> NodeCore:
+    node = core(node_id)
+    node.handle(at(0), [heartbeat(1), heartbeat(3), heartbeat(4), Tick()])
+    assert node.state_name() == "serving"
+    return node
+
+
+def fetch(req_id: int, wait_ms: int = 1000) -> FetchRequested:
+    return FetchRequested(b"c", req_id, "orders.x", 0, 10, wait_ms, False)
+
+
+def test_a_fetch_with_nothing_to_read_is_parked_until_its_wait_runs_out() -> None:
+    node = serving()
+    assert not [e for e in node.handle(at(10), [fetch(1)]) if isinstance(e, ReadReply)]
+    assert node.parked.count == 1
+    alive = [heartbeat(1), heartbeat(3), heartbeat(4), Tick()]
+    assert not [e for e in node.handle(at(500), alive) if isinstance(e, ReadReply)]
+    assert not [e for e in node.handle(at(1000), alive) if isinstance(e, ReadReply)]
+    replies = [e for e in node.handle(at(1011), [Tick()]) if isinstance(e, ReadReply)]
+    assert [r.req_id for r in replies] == [1] and node.parked.count == 0
+
+
+def test_parked_fetches_are_bounded_and_answered_when_the_node_stops_serving() -> None:
+    node = serving()
+    node.handle(at(10), [fetch(i) for i in range(PARKED_FETCHES_MAX + 5)])
+    assert node.parked.count == PARKED_FETCHES_MAX  # the rest were answered at once
+    effects = node.handle(at(20), [ShutdownRequested()])
+    answers = [e for e in effects if isinstance(e, ReadReply)]
+    assert len(answers) == PARKED_FETCHES_MAX and node.parked.count == 0
+    assert all(isinstance(a.body, Rejected) and a.body.code == "unavailable" for a in answers)
