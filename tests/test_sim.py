@@ -24,14 +24,24 @@ def test_seeds_with_faults(first: int) -> None:
 
 @pytest.mark.parametrize(
     ("seed", "nodes"),
-    [(100489, 5), (100737, 3), (105866, 5), (106426, 5), (107078, 3), (205724, 5), (206824, 5)],
+    [
+        (100489, 5),
+        (100737, 3),
+        (105866, 5),
+        (106426, 5),
+        (107078, 3),
+        (205724, 5),
+        (206824, 5),
+        (305548, 5),
+    ],
 )
 def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
     """Runs that never went quiet: a cut waiting for reports from replicas whose lane had
     left that epoch behind (they now answer what they hold); a node back from a crash that
     never learned of streams at rest (heartbeats now digest the shared stream names);
     replicas that decided different cuts, one waiting for txs nobody held (they now settle
-    on the lowest decided cut)."""
+    on the lowest decided cut); an origin frozen for its cut that refolded and lost its own
+    txs (a frozen lane now keeps what it held)."""
     assert run_seed(seed, nodes).acked > 0
 
 

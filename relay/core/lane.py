@@ -165,8 +165,10 @@ class Lane:
         if floor > self.promise:
             self.promise = floor
 
-    def accept(self, tx: Tx, stable_head: int) -> bool:
+    def accept(self, tx: Tx, stable_head: int, restoring: bool = False) -> bool:
         """Take a tx of this lane's epoch; False if it was a duplicate or cannot be placed.
+        ``restoring`` puts back a tx this lane held before the timeline changed under it:
+        a lane frozen for a cut takes nothing new, but it keeps what it held.
 
         A tx chains when its ``prev`` is ``contig``, or when both are at or below the stable
         head: an origin's chain is linear, so no tx of it lies between ``prev`` and this one,
@@ -178,7 +180,7 @@ class Lane:
             return False
         if self.cut_at is not None and tx.seq > self.cut_at:
             return False
-        if self.state is LaneState.CUTTING and self.cut_at is None:
+        if self.state is LaneState.CUTTING and self.cut_at is None and not restoring:
             return False  # frozen until the replicas agree where the epoch ends
         if tx.prev != self.contig and not (tx.prev <= stable_head and self.contig <= stable_head):
             if len(self.early) < EARLY_TXS_MAX:

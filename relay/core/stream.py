@@ -92,9 +92,10 @@ class StreamReplica:
 
     # --- transactions -------------------------------------------------------------------
 
-    def take(self, tx: Tx) -> bool:
-        """A tx of the origin's current epoch arrived (from the origin or a repair)."""
-        if not self.lanes[tx.origin].accept(tx, self.timeline.head_seq):
+    def take(self, tx: Tx, restoring: bool = False) -> bool:
+        """A tx of the origin's current epoch arrived (from the origin or a repair), or is
+        put back after the timeline changed (``restoring``)."""
+        if not self.lanes[tx.origin].accept(tx, self.timeline.head_seq, restoring):
             return False
         self.dedup.note_pending(tx)
         return True
@@ -337,7 +338,7 @@ class StreamReplica:
         self.dedup.pending.clear()
         for tx in sorted(held, key=seq_of):
             if tx.seq > head:
-                self.take(tx)
+                self.take(tx, restoring=True)
 
     # --- answering peers -----------------------------------------------------------------
 
