@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from relay import Producer
+from relay.runtime.launcher import query_status
 from relay.runtime.local_cluster import LocalCluster
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -52,10 +53,11 @@ def latencies_ms(cluster: LocalCluster, count: int) -> list[float]:
 def create_streams(cluster: LocalCluster, count: int) -> float:
     """Publish one message to each of ``count`` streams; the seconds it took."""
     started = time.monotonic()
-    with Producer(config=cluster.config_path, window=64) as producer:
-        for i in range(count):
-            producer.send(f"idle.{i}", b"x")
+    with Producer(config=cluster.config_path, window=16, timeout_s=600) as producer:
+        futures = [producer.send(f"idle.{i}", b"x") for i in range(count)]
         producer.flush()
+        for future in futures:
+            future.result()  # raises if a stream could not be created
     return time.monotonic() - started
 
 
@@ -63,7 +65,7 @@ def wait_at_rest(cluster: LocalCluster, streams: int, timeout_s: float = 120) ->
     """Until every node holds every stream, each verified to its head."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        statuses = [cluster.status(n) for n in sorted(cluster.procs)]
+        statuses = [query_status(cluster.config.node(n), 10_000) for n in sorted(cluster.procs)]
         if all(
             s is not None
             and len(s.streams) >= streams
