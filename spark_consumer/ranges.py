@@ -135,8 +135,8 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
             _check_deadline(fetcher, deadline, timeout)
             continue
         verified = []
-        for seq, origin, _pid, _mid, payload, digest in rows:
-            ok = fold(chain, seq, origin, payload) == digest
+        for seq, origin, pid, mid, payload, key, headers, digest in rows:
+            ok = fold(chain, seq, origin, pid, mid, payload, key, headers) == digest
             if not ok and not options.flag_mismatches:
                 raise errors.DigestMismatchError(
                     "digest_mismatch",

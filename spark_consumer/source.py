@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     IntegerType,
@@ -40,6 +41,10 @@ from relay.core.flake import seq_unix_ms
 from spark_consumer import ranges
 from spark_consumer.options import SourceOptions, parse_options
 
+# as Kafka's source: each header a struct of its name ("key") and its value
+HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+ARROW_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
 SCHEMA = StructType(
     [
         StructField("stream", StringType()),
@@ -48,6 +53,8 @@ SCHEMA = StructType(
         StructField("origin", IntegerType()),  # the coordinator's node id
         StructField("producer_id", StringType()),
         StructField("msg_id", LongType()),  # the producer's id for the tx (dedup key)
+        StructField("key", BinaryType()),  # null when the producer sent no key
+        StructField("headers", ArrayType(HEADER)),  # (name, value) pairs in order
         StructField("payload", BinaryType()),
         StructField("digest", BinaryType()),  # the rolling blake3 digest at this tx
         StructField("verified", BooleanType()),  # false only with verification=flag
@@ -62,6 +69,8 @@ ARROW_SCHEMA = pa.schema(
         ("origin", pa.int32()),
         ("producer_id", pa.string()),
         ("msg_id", pa.int64()),
+        ("key", pa.binary()),
+        ("headers", ARROW_HEADERS),
         ("payload", pa.binary()),
         ("digest", pa.binary()),
         ("verified", pa.bool_()),
@@ -182,7 +191,7 @@ def read_partition(options: SourceOptions, seq_range: ranges.SeqRange) -> Iterat
 
 
 def to_arrow(stream: str, chunk: ranges.Chunk) -> pa.RecordBatch:
-    seqs, origins, pids, mids, payloads, digests = zip(*chunk.rows, strict=True)
+    seqs, origins, pids, mids, payloads, keys, headers, digests = zip(*chunk.rows, strict=True)
     return pa.RecordBatch.from_arrays(
         [
             pa.array([stream] * len(seqs), pa.string()),
@@ -193,6 +202,8 @@ def to_arrow(stream: str, chunk: ranges.Chunk) -> pa.RecordBatch:
             pa.array(origins, pa.int32()),
             pa.array(pids, pa.string()),
             pa.array(mids, pa.int64()),
+            pa.array(keys, pa.binary()),
+            pa.array([[{"key": n, "value": v} for n, v in h] for h in headers], ARROW_HEADERS),
             pa.array(payloads, pa.binary()),
             pa.array(digests, pa.binary()),
             pa.array(chunk.verified, pa.bool_()),

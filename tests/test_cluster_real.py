@@ -135,7 +135,8 @@ def test_the_cli_publishes_consumes_and_shows_status(cluster3: LocalCluster) -> 
     out = relay("publish", "--config", cfg, "--stream", "cli", "--node", "3", "one", "two")
     assert out.returncode == 0, out.stderr
     seqs = [int(line.split()[0]) for line in out.stdout.splitlines()]
-    out = relay("publish", "--config", cfg, "--stream", "cli", stdin="three\nfour\n")
+    keyed = ("--key", "k1", "-H", "trace:t-9", "-H", "trace:", "-H", "kind:a:b")
+    out = relay("publish", "--config", cfg, "--stream", "cli", *keyed, stdin="three\nfour\n")
     assert out.returncode == 0, out.stderr
     seqs += [int(line.split()[0]) for line in out.stdout.splitlines()]
     out = relay(
@@ -147,6 +148,11 @@ def test_the_cli_publishes_consumes_and_shows_status(cluster3: LocalCluster) -> 
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [r["seq"] for r in rows] == seqs
     assert [r["payload"] for r in rows] == ["one", "two", "three", "four"]
+    assert [r["key"] for r in rows] == [None, None, "k1", "k1"]
+    assert rows[0]["headers"] == []
+    assert rows[3]["headers"] == [["trace", "t-9"], ["trace", ""], ["kind", "a:b"]]
+    out = relay("publish", "--config", cfg, "--stream", "cli", "-H", "novalue", "x")
+    assert out.returncode != 0 and "NAME:VALUE" in out.stderr
     out = relay("cluster", "status", "--config", cfg)
     assert out.returncode == 0 and "serving" in out.stdout and "cli" in out.stdout
     out = relay("publish", "--config", cfg, "--stream", "bad stream", "x")

@@ -15,7 +15,7 @@ def test_the_chain_is_a_pure_function_of_the_timeline(
     def chain() -> bytes:
         d = genesis("s")
         for seq, origin, payload in timeline:
-            d = fold(d, seq, origin, payload)
+            d = fold(d, seq, origin, "", 0, payload)
         return d
 
     assert chain() == chain()
@@ -33,7 +33,7 @@ def test_changing_any_tx_changes_the_head(timeline: list[tuple[int, int, bytes]]
     def head(items: list[tuple[int, int, bytes]]) -> bytes:
         d = genesis("s")
         for s, o, p in items:
-            d = fold(d, s, o, p)
+            d = fold(d, s, o, "", 0, p)
         return d
 
     assert head(timeline) != head(tampered)
@@ -42,3 +42,41 @@ def test_changing_any_tx_changes_the_head(timeline: list[tuple[int, int, bytes]]
 def test_streams_start_from_different_digests() -> None:
     assert genesis("a") != genesis("b")
     assert len(genesis("a")) == 32
+
+
+def test_the_digest_covers_key_and_headers() -> None:
+    g = genesis("s")
+    plain = fold(g, 1, 1, "p", 1, b"x")
+    assert fold(g, 1, 1, "p", 1, b"x", None, ()) == plain
+    variants = {
+        plain,
+        fold(g, 1, 1, "p", 1, b"x", b""),  # an empty key is a key
+        fold(g, 1, 1, "p", 1, b"x", b"k"),
+        fold(g, 1, 1, "p", 1, b"x", None, (("h", b""),)),
+        fold(g, 1, 1, "p", 1, b"x", None, (("h", b"v"),)),
+        fold(g, 1, 1, "p", 1, b"x", None, (("h", b"v"), ("h", b"v"))),
+        fold(g, 1, 1, "p", 2, b"x"),
+        fold(g, 1, 1, "q", 1, b"x"),
+        fold(g, 1, 1, "", 1, b"px"),  # field boundaries are framed
+    }
+    assert len(variants) == 9
+
+
+def test_the_record_encoding_is_pinned() -> None:
+    """The version 2 encoding of docs/design.md, byte for byte: changing it is a new version."""
+    from blake3 import blake3
+
+    expected = blake3(
+        genesis("s")
+        + bytes.fromhex("00000000000000050001000000000000000900000001")
+        + b"p"
+        + bytes.fromhex("0100000001")
+        + b"k"
+        + bytes.fromhex("0000000100000001")
+        + b"h"
+        + bytes.fromhex("00000001")
+        + b"v"
+        + b"payload"
+    ).digest()
+    assert fold(genesis("s"), 5, 1, "p", 9, b"payload", b"k", (("h", b"v"),)) == expected
+    assert genesis("s") == blake3(b"relay/v2 genesis s").digest()

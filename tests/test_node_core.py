@@ -14,7 +14,7 @@ from relay.core.events import (
     ShutdownRequested,
     Tick,
 )
-from relay.core.messages import Heartbeat
+from relay.core.messages import Heartbeat, Item
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.reads import PARKED_FETCHES_MAX
@@ -40,7 +40,7 @@ def core(node_id: int = 1, **params: int) -> NodeCore:
 
 
 def publish(node: NodeCore, stream: str, payload: bytes = b"x") -> object:
-    effects = node.handle(at(0), [PublishRequested(b"c", 1, stream, "", ((1, payload),))])
+    effects = node.handle(at(0), [PublishRequested(b"c", 1, stream, "", (Item(1, payload),))])
     replies = [e for e in effects if isinstance(e, Reply)]
     assert len(replies) == 1
     return replies[0].body

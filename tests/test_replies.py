@@ -11,7 +11,7 @@ from relay.errors import ProtocolError
 from relay.wire import replies
 from relay.wire.client import pack
 
-_TX = Tx(5, 0, 1, 7, "p", 9, b"payload")
+_TX = Tx(5, 0, 1, 7, "p", 9, b"payload", b"k", (("h", b"v"), ("h", b"")))
 _STATUS = NodeStatus(
     1,
     7,
@@ -32,7 +32,13 @@ def test_every_reply_round_trips() -> None:
         replies.encode_txs(4, ReadResult("s", (_TX,), (b"d",), b"p", 5, 5, False))
     )
     assert txs == replies.TxsReply(
-        4, "s", b"p", 5, 5, False, (replies.TxRow(5, 1, "p", 9, b"payload", b"d"),)
+        4,
+        "s",
+        b"p",
+        5,
+        5,
+        False,
+        (replies.TxRow(5, 1, "p", 9, b"payload", b"k", (("h", b"v"), ("h", b"")), b"d"),),
     )
     planned = SpanResult("s", ((5, b"d", 1),), 5, 1, True)
     span = replies.decode_reply(replies.encode_span(5, planned))
@@ -49,7 +55,7 @@ def test_every_reply_round_trips() -> None:
     ("body", "names"),
     [
         (b"\xc1", "not msgpack"),
-        (pack("acks"), "[1, kind, req_id"),
+        (pack("acks"), "[2, kind, req_id"),
         (pack("nope", 1), "unknown kind"),
         (pack("acks", 1), "1 fields, expected 2"),
         (pack("acks", -1, []), "acks reply: req_id"),
@@ -57,7 +63,14 @@ def test_every_reply_round_trips() -> None:
         (pack("acks", 1, [[2, 5, b"d"]]), "rows: [0]: outcome must be 0"),
         (pack("txs", 1, "s", "notbytes", 5, 5, False, []), "txs reply: prev_digest"),
         (pack("txs", 1, "s", b"p", 5, 5, 0, []), "txs reply: lost"),
-        (pack("txs", 1, "s", b"p", 5, 5, False, [[5, 1, "p", 9, 3, b"d"]]), "[0]: expected bytes"),
+        (
+            pack("txs", 1, "s", b"p", 5, 5, False, [[5, 1, "p", 9, 3, None, [], b"d"]]),
+            "[0]: expected bytes",
+        ),
+        (
+            pack("txs", 1, "s", b"p", 5, 5, False, [[5, 1, "p", 9, b"x", None, [["h"]], b"d"]]),
+            "[0]: a header is a [name, value] pair",
+        ),
         (pack("span", 1, "s", 5, 5, False, [[5, b"d"]]), "span reply: bounds: [0]"),
         (pack("status", 1, {"node": 1}), "status reply: status: status.streams"),
         (pack("status", 1, "x"), "status reply: status: a status must be a map"),

@@ -58,7 +58,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def publish(cluster: LocalCluster, stream: str, count: int) -> list[int]:
     """Publish ``count`` JSON txs; their seqs in order."""
     with Producer(config=cluster.config_path) as producer:
-        futures = [producer.send(stream, b'{"amount": %d}' % (i % 10)) for i in range(count)]
+        futures = [
+            producer.send(
+                stream,
+                b'{"amount": %d}' % (i % 10),
+                key=None if i % 3 else f"k{i}",
+                headers={"n": str(i)} if i % 2 else [("a", b""), ("a", b"\xff")],
+            )
+            for i in range(count)
+        ]
         producer.flush()
         return sorted(f.result().seq for f in futures)
 
@@ -94,6 +102,11 @@ def test_a_batch_read_of_a_range_equals_what_the_python_consumer_reads(
         (r.stream, r.seq, r.origin, r.producer_id, r.msg_id, bytes(r.payload), bytes(r.digest))
         for r in rows
     ] == [(t.stream, t.seq, t.origin, t.producer_id, t.msg_id, t.payload, t.digest) for t in txs]
+    assert [
+        (None if r.key is None else bytes(r.key), [(h.key, bytes(h.value)) for h in r.headers])
+        for r in rows
+    ] == [(t.key, list(t.headers)) for t in txs]
+    assert {t.key for t in txs} > {None} and any(len(t.headers) == 2 for t in txs)
     assert [r.timestamp.replace(tzinfo=UTC) for r in rows] == [
         datetime.fromtimestamp(t.timestamp_ms / 1000, UTC) for t in txs
     ]

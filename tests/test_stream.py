@@ -69,7 +69,7 @@ def stable_one(r: StreamReplica) -> bytes:
     r.take(Tx(BASE + 1, 0, 1, 7, "", 0, b"x"))
     promise_all(r, BASE + 5)
     stabilize(r)
-    return fold(genesis("s"), BASE + 1, 1, b"x")
+    return fold(genesis("s"), BASE + 1, 1, "", 0, b"x")
 
 
 def test_a_quorum_must_agree_on_the_digest_to_verify() -> None:
@@ -84,7 +84,7 @@ def test_a_quorum_must_agree_on_the_digest_to_verify() -> None:
 
 def test_a_vote_ahead_of_us_counts_once_we_catch_up() -> None:
     r = replica()
-    digest = fold(genesis("s"), BASE + 1, 1, b"x")
+    digest = fold(genesis("s"), BASE + 1, 1, "", 0, b"x")
     take_vote(r, 2, BASE + 1, digest)
     assert r.verified_seq == 0
     stable_one(r)

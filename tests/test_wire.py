@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from relay.core.messages import (
     Heartbeat,
+    Item,
     OriginReport,
     RepairData,
     RepairRequest,
@@ -23,8 +24,8 @@ from relay.wire import client, mesh
 u64 = st.integers(0, 2**63 - 1)
 names = st.text(min_size=1, max_size=20)
 txs = st.builds(
-    lambda prev, step, origin, epoch, pid, mid, payload: Tx(
-        prev + step, prev, origin, epoch, pid, mid, payload
+    lambda prev, step, origin, epoch, pid, mid, payload, key, headers: Tx(
+        prev + step, prev, origin, epoch, pid, mid, payload, key, tuple(headers)
     ),
     st.integers(0, 2**62),
     st.integers(1, 2**20),
@@ -33,6 +34,8 @@ txs = st.builds(
     st.text(max_size=8),
     u64,
     st.binary(max_size=50),
+    st.none() | st.binary(max_size=8),
+    st.lists(st.tuples(names, st.binary(max_size=8)), max_size=3),
 )
 messages = st.one_of(
     st.builds(
@@ -103,9 +106,12 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        msgpack.packb([1, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4]]]),  # a tx row one field short
-        msgpack.packb([1, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a negative id
-        msgpack.packb([2, 3]),  # another version
+        msgpack.packb([2, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None]]]),  # a field short
+        msgpack.packb([2, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [["", b""]]]]]),
+        msgpack.packb([2, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", "k", []]]]),  # a str key
+        msgpack.packb([2, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [[1, b""]]]]]),
+        msgpack.packb([2, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a negative id
+        msgpack.packb([1, 3]),  # another version
         msgpack.packb({"kind": "replicate"}),
     ],
 )
@@ -115,11 +121,21 @@ def test_wrongly_shaped_mesh_frames_are_refused(body: bytes) -> None:
 
 
 def test_client_requests_decode_and_bad_ones_keep_their_req_id() -> None:
-    frame = client.decode_request(client.publish_request(5, "s", "p", [[1, b"x"]]))
-    assert frame == client.PublishFrame(5, "s", "p", ((1, b"x"),))
-    with pytest.raises(client.BadRequest) as info:
-        client.decode_request(client.pack("pub", 9, "s", "p", [[1, "not bytes"]]))
-    assert info.value.req_id == 9
+    rows: list[list[object]] = [[1, b"x", None, []], [2, b"y", b"k", [("h", b"v"), ("h", b"")]]]
+    frame = client.decode_request(client.publish_request(5, "s", "p", rows))
+    items = (Item(1, b"x"), Item(2, b"y", b"k", (("h", b"v"), ("h", b""))))
+    assert frame == client.PublishFrame(5, "s", "p", items)
+    for bad in (
+        [1, "not bytes", None, []],
+        [1, b"x"],  # a version-1 item
+        [1, b"x", "k", []],
+        [1, b"x", None, [["", b"v"]]],
+        [1, b"x", None, [["h", "v"]]],
+        [1, b"x", None, {"h": b"v"}],
+    ):
+        with pytest.raises(client.BadRequest) as info:
+            client.decode_request(client.pack("pub", 9, "s", "p", [bad]))
+        assert info.value.req_id == 9
     with pytest.raises(client.BadRequest):
         client.decode_request(b"\xc1garbage")
 

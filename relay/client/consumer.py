@@ -19,7 +19,7 @@ from pathlib import Path
 from relay import errors
 from relay.client.directory import NodeAddress, resolve
 from relay.client.fetcher import Fetcher
-from relay.core.digest import fold
+from relay.core.digest import Headers, fold
 from relay.core.flake import make_seq, seq_unix_ms
 
 Start = str | int | datetime
@@ -34,6 +34,8 @@ class Transaction:
     digest: bytes
     producer_id: str
     msg_id: int
+    key: bytes | None = None
+    headers: Headers = ()
 
     @property
     def timestamp_ms(self) -> int:
@@ -133,8 +135,8 @@ class Consumer:
             chain = self.last_digest
         else:
             chain = reply.prev_digest
-        for seq, origin, pid, mid, payload, digest in reply.rows:
-            if self.verify and fold(chain, seq, origin, payload) != digest:
+        for seq, origin, pid, mid, payload, key, headers, digest in reply.rows:
+            if self.verify and fold(chain, seq, origin, pid, mid, payload, key, headers) != digest:
                 raise errors.DigestMismatchError(
                     "digest_mismatch",
                     f"{self.stream!r} seq {seq} from {self.node} does not chain to the digest "
@@ -142,7 +144,9 @@ class Consumer:
                     "holds",
                 )
             chain = digest
-            self._buffer.append(Transaction(self.stream, seq, origin, payload, digest, pid, mid))
+            self._buffer.append(
+                Transaction(self.stream, seq, origin, payload, digest, pid, mid, key, headers)
+            )
         self._strict = True
 
     def _begin(self) -> None:

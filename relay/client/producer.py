@@ -13,15 +13,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from relay import errors
 from relay.client.directory import NodeAddress, addresses_of, resolve
 from relay.client.pool import ConnectionPool
+from relay.core.digest import Headers
 from relay.core.flake import seq_unix_ms
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Reply
+
+HeadersIn = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,8 @@ class PublishFuture:
 class _Item:
     stream: str
     msg_id: int
+    key: bytes | None
+    headers: Headers
     payload: bytes
     future: PublishFuture
     deadline: float
@@ -144,16 +150,36 @@ class Producer:
 
     # --- the API ------------------------------------------------------------------------
 
-    def send(self, stream: str, payload: bytes, msg_id: int | None = None) -> PublishFuture:
-        """Queue one message; the returned future resolves during ``flush`` (or later sends)."""
+    def send(
+        self,
+        stream: str,
+        payload: bytes,
+        msg_id: int | None = None,
+        key: bytes | str | None = None,
+        headers: HeadersIn | None = None,
+    ) -> PublishFuture:
+        """Queue one message; the returned future resolves during ``flush`` (or later sends).
+
+        ``key`` (bytes, or a string sent as UTF-8) and ``headers`` (a mapping or a sequence of
+        ``(name, value)`` pairs; values bytes or strings) travel with the payload, are covered
+        by the digest and reach every consumer."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if msg_id is None:
             msg_id = self._next_msg_id
             self._next_msg_id += 1
         future = PublishFuture(stream, msg_id)
+        deadline = time.monotonic() + self.timeout_s
         self._queue.append(
-            _Item(stream, msg_id, bytes(payload), future, time.monotonic() + self.timeout_s)
+            _Item(
+                stream,
+                msg_id,
+                key_of(key),
+                headers_of(headers),
+                bytes(payload),
+                future,
+                deadline,
+            )
         )
         queued = len(self._queue)
         if queued % self.batch_max == 0:  # a full batch is ready: send it if the window allows
@@ -162,9 +188,16 @@ class Producer:
                 self._pump(10)
         return future
 
-    def publish(self, stream: str, payload: bytes, msg_id: int | None = None) -> Ack:
+    def publish(
+        self,
+        stream: str,
+        payload: bytes,
+        msg_id: int | None = None,
+        key: bytes | str | None = None,
+        headers: HeadersIn | None = None,
+    ) -> Ack:
         """Publish one message and wait until a quorum verified it."""
-        future = self.send(stream, payload, msg_id)
+        future = self.send(stream, payload, msg_id, key, headers)
         self.flush()
         return future.result()
 
@@ -224,9 +257,8 @@ class Producer:
             address = self._routes.pick(first.stream, now)
             req_id = self._next_req_id
             self._next_req_id += 1
-            body = publish_request(
-                req_id, first.stream, self.producer_id, [[i.msg_id, i.payload] for i in items]
-            )
+            rows = [[i.msg_id, i.payload, i.key, i.headers] for i in items]
+            body = publish_request(req_id, first.stream, self.producer_id, rows)
             self._pool.get(address).send(body)
             self._inflight[req_id] = _Request(first.stream, items, address, now)
 
@@ -276,6 +308,31 @@ class Producer:
 
     def _fail(self, item: _Item, error: errors.RelayError) -> None:
         item.future._resolve(None, error)
+
+
+def key_of(key: bytes | str | None) -> bytes | None:
+    if key is None or isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode()
+    raise TypeError(f"a key is bytes or str, not {type(key).__name__}")
+
+
+def headers_of(headers: HeadersIn | None) -> Headers:
+    """Headers as (name, bytes value) pairs, from a mapping or a sequence of pairs."""
+    if not headers:
+        return ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    found = []
+    for name, value in pairs:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a header name is a non-empty str, not {name!r:.40}")
+        if isinstance(value, str):
+            value = value.encode()
+        if not isinstance(value, bytes):
+            raise TypeError(f"header {name!r} must be bytes or str, not {type(value).__name__}")
+        found.append((name, value))
+    return tuple(found)
 
 
 __all__ = ["Ack", "Producer", "PublishFuture"]

@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from relay.core.digest import fold
-from relay.core.messages import Tx
+from relay.core.messages import Tx, fold_tx
 from relay.core.timeline import Timeline
 from relay.core.timer import Timeout
 
@@ -145,7 +144,7 @@ def slice_problem(base_digest: bytes, txs: tuple[Tx, ...], digests: tuple[bytes,
         if tx.seq <= previous:
             return f"refused a sync slice whose seqs do not ascend at seq {tx.seq}"
         previous = tx.seq
-        chain = fold(chain, tx.seq, tx.origin, tx.payload)
+        chain = fold_tx(chain, tx)
         if chain != digest:
             return f"refused a sync slice whose digests do not chain at seq {tx.seq}"
     return ""

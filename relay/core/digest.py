@@ -1,9 +1,17 @@
 """The rolling digest: a hash chain over a stream's timeline, like git's.
 
-``digest(s) = blake3(digest(previous tx) || seq || origin || payload)`` and the chain starts
-from ``genesis(stream)``. Equal digests at ``s`` mean equal timelines up to and including
-``s``, so one comparison proves a whole prefix. A consumer recomputes the chain with
-``fold`` from what it received.
+``digest(s) = blake3(digest(previous tx) || record(s))`` and the chain starts from
+``genesis(stream)``. Equal digests at ``s`` mean equal timelines up to and including ``s``,
+so one comparison proves a whole prefix. A consumer recomputes the chain with ``fold`` from
+what it received.
+
+The record encoding is version 2 (``DIGEST_VERSION``), every integer big-endian; it covers
+every field a consumer receives (the timestamp is the seq's time part)::
+
+    seq u64 | origin u16 | msg_id u64 | len(producer_id) u32 | producer_id (UTF-8)
+    | key_flag u8 (0 none, 1 present) | len(key) u32 | key
+    | header count u32 | per header: len(name) u32, name (UTF-8), len(value) u32, value
+    | payload (the rest)
 """
 
 from __future__ import annotations
@@ -13,16 +21,42 @@ from struct import Struct
 from blake3 import blake3
 
 DIGEST_BYTES = 32
+DIGEST_VERSION = 2
+
+Headers = tuple[tuple[str, bytes], ...]
+
+_FIXED = Struct(">QHQI").pack  # seq, origin, msg_id, len(producer_id)
+_LENGTH = Struct(">I").pack
+_NO_KEY_NO_HEADERS = b"\x00" + _LENGTH(0) + _LENGTH(0)
 
 
 def genesis(stream: str) -> bytes:
     """The digest before a stream's first transaction."""
-    return blake3(b"relay/v1 genesis " + stream.encode()).digest()
+    return blake3(f"relay/v{DIGEST_VERSION} genesis {stream}".encode()).digest()
 
 
-_HEADER = Struct(">QH").pack  # seq (8 bytes), origin (2 bytes), big-endian
-
-
-def fold(previous: bytes, seq: int, origin: int, payload: bytes) -> bytes:
+def fold(
+    previous: bytes,
+    seq: int,
+    origin: int,
+    producer_id: str,
+    msg_id: int,
+    payload: bytes,
+    key: bytes | None = None,
+    headers: Headers = (),
+) -> bytes:
     """The digest after appending one transaction to a timeline ending in ``previous``."""
-    return blake3(previous + _HEADER(seq, origin) + payload).digest()
+    pid = producer_id.encode()
+    head = previous + _FIXED(seq, origin, msg_id, len(pid)) + pid
+    if key is None and not headers:
+        return blake3(head + _NO_KEY_NO_HEADERS + payload).digest()
+    return blake3(head + _extras(key, headers) + payload).digest()
+
+
+def _extras(key: bytes | None, headers: Headers) -> bytes:
+    parts = [b"\x00" + _LENGTH(0)] if key is None else [b"\x01", _LENGTH(len(key)), key]
+    parts.append(_LENGTH(len(headers)))
+    for name, value in headers:
+        encoded = name.encode()
+        parts += [_LENGTH(len(encoded)), encoded, _LENGTH(len(value)), value]
+    return b"".join(parts)

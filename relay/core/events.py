@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.core.messages import MeshMessage, Tx
+from relay.core.messages import Item, MeshMessage, Tx
 
 # --- events ------------------------------------------------------------------------------
 
@@ -20,7 +20,7 @@ class PublishRequested:
     req_id: int
     stream: str
     producer_id: str  # "" for none: then no dedup
-    items: tuple[tuple[int, bytes], ...]  # (msg id, payload)
+    items: tuple[Item, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
+from relay.core.digest import Headers, fold
+
 
 class Channel(Enum):
     TX = "tx"
@@ -33,6 +35,24 @@ class Tx(NamedTuple):
     producer_id: str  # "" when the producer named none
     msg_id: int
     payload: bytes
+    key: bytes | None = None  # None: no key (an empty key is a key)
+    headers: Headers = ()  # (name, value) pairs in the producer's order; names may repeat
+
+
+class Item(NamedTuple):
+    """One message as a producer sends it; the node makes it a ``Tx``."""
+
+    msg_id: int
+    payload: bytes
+    key: bytes | None = None
+    headers: Headers = ()
+
+
+def fold_tx(previous: bytes, tx: Tx) -> bytes:
+    """The digest after ``tx`` on a timeline ending in ``previous``."""
+    return fold(
+        previous, tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, tx.key, tx.headers
+    )
 
 
 @dataclass(frozen=True, slots=True)

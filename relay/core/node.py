@@ -178,12 +178,10 @@ class NodeCore(MeshIntake):
             return
         state = self.streams[req.stream]
         pending = self.publishes.start(self.elapsed_ms, req)
-        for msg_id, payload in req.items:
-            seq = state.lookup_key(req.producer_id, msg_id) if req.producer_id else None
+        for item in req.items:
+            seq = state.lookup_key(req.producer_id, item.msg_id) if req.producer_id else None
             if seq is None:
-                tx = self.origin.originate(
-                    req.stream, now.wall_ms, req.producer_id, msg_id, payload
-                )
+                tx = self.origin.originate(req.stream, now.wall_ms, req.producer_id, item)
                 taken = state.take(tx)
                 assert taken, "a node's own txs always extend its lane"
                 seq = tx.seq

@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from relay.core.dedup import DedupIndex
-from relay.core.digest import fold
 from relay.core.lane import Lane, LaneInput, LaneState
-from relay.core.messages import Tx
+from relay.core.messages import Tx, fold_tx
 from relay.core.timeline import Timeline
 
 Floors = Mapping[int, tuple[int, int]]  # origin -> (epoch, floor)
@@ -76,7 +75,7 @@ def fold_stable(
             continue
         if not admit(tx):
             continue
-        digest = fold(digest, seq, tx.origin, tx.payload)
+        digest = fold_tx(digest, tx)
         folded.append(tx)
         digests.append(digest)
         head_seq = seq

@@ -12,7 +12,7 @@ was not sent is dropped: it can never commit.
 from __future__ import annotations
 
 from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, FlakeClock, make_seq
-from relay.core.messages import Replicate, Tx
+from relay.core.messages import Item, Replicate, Tx
 
 CLAIM_HEARTBEATS = 10  # heartbeats that repeat a stream's last originated seq after it changed
 
@@ -27,13 +27,10 @@ class Origin:
         self.outbox: dict[str, list[Tx]] = {}
         self.heartbeats = 0
 
-    def originate(
-        self, stream: str, wall_ms: int, producer_id: str, msg_id: int, payload: bytes
-    ) -> Tx:
+    def originate(self, stream: str, wall_ms: int, producer_id: str, item: Item) -> Tx:
         seq = self.clock.next_seq(wall_ms)
-        tx = Tx(
-            seq, self.last.get(stream, 0), self.node_id, self.epoch, producer_id, msg_id, payload
-        )
+        prev = self.last.get(stream, 0)
+        tx = Tx(seq, prev, self.node_id, self.epoch, producer_id, *item)
         self.last[stream] = seq
         self.claimed_at[stream] = self.heartbeats
         self.outbox.setdefault(stream, []).append(tx)

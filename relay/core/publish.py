@@ -21,11 +21,15 @@ from relay import errors
 from relay.core.events import Acked, PublishRequested, PublishResults, Rejected, Reply
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
+from relay.core.messages import Item
 from relay.core.params import CoreParams
 from relay.core.stream import StreamReplica
 from relay.core.timer import Timeout
 
 Result = Acked | Rejected | None
+
+HEADERS_MAX = 64  # headers per message
+HEADER_NAME_MAX = 255  # characters in a header name
 
 
 @dataclass(slots=True, eq=False)
@@ -45,10 +49,27 @@ def request_problem(req: PublishRequested, params: CoreParams) -> str | None:
         return "a publish needs at least one message"
     if len(req.items) > params.publish_items_max:
         return f"at most {params.publish_items_max} messages per publish request"
-    largest = max(len(p) for _, p in req.items)
-    if largest > params.payload_bytes_max:
+    for item in req.items:
+        problem = item_problem(item, params.payload_bytes_max)
+        if problem:
+            return problem
+    return None
+
+
+def item_problem(item: Item, bytes_max: int) -> str | None:
+    """Why one message is malformed, or None. Its key, headers and payload together count
+    against ``payload_bytes_max``."""
+    if len(item.headers) > HEADERS_MAX:
+        return f"a message carries {len(item.headers)} headers; at most {HEADERS_MAX}"
+    size = len(item.payload) + len(item.key or b"")
+    for name, value in item.headers:
+        if not 0 < len(name) <= HEADER_NAME_MAX:
+            return f"a header name must have 1 to {HEADER_NAME_MAX} characters"
+        size += len(name) + len(value)
+    if size > bytes_max:
         return (
-            f"a payload of {largest} bytes exceeds payload_bytes_max ({params.payload_bytes_max})"
+            f"a message of {size} bytes (payload, key and headers) exceeds "
+            f"payload_bytes_max ({bytes_max})"
         )
     return None
 

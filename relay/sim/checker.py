@@ -16,7 +16,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from relay.core.digest import fold, genesis
+from relay.core.digest import genesis
+from relay.core.messages import fold_tx
 from relay.core.node import NodeCore
 
 
@@ -85,7 +86,7 @@ class InvariantChecker:
                 else:
                     if ref.seqs and seq <= ref.seqs[-1]:
                         raise InvariantViolation(f"ascending seqs broken in {name!r} at {seq}")
-                    if fold(ref.last_digest, seq, tx.origin, tx.payload) != digest:
+                    if fold_tx(ref.last_digest, tx) != digest:
                         raise InvariantViolation(f"digest chain broken in {name!r} at {seq}")
                     if tx.producer_id:
                         k = (tx.producer_id, tx.msg_id)

@@ -14,7 +14,6 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from relay.core.digest import fold
 from relay.core.events import (
     Acked,
     Event,
@@ -26,6 +25,7 @@ from relay.core.events import (
     Redirect,
     Reply,
 )
+from relay.core.messages import Item, fold_tx
 from relay.sim.checker import InvariantChecker, InvariantViolation
 
 CLIENT_TIMEOUT_MS = 1500  # a client that hears nothing this long retries elsewhere
@@ -97,9 +97,7 @@ class SimClients:
         node = self.rng.choice(self.node_ids)
         pub.attempts += 1
         req_id = self._request(Request(node, now_ms, pub))
-        event = PublishRequested(
-            b"p", req_id, pub.stream, pub.producer_id, ((pub.msg_id, pub.payload),)
-        )
+        event = PublishRequested(b"p", req_id, pub.stream, pub.producer_id, (item_of(pub),))
         self.outgoing.setdefault(node, []).append(event)
         if pub.attempts == 1 and self.retry_rate and self.rng.random() < self.retry_rate:
             # a producer that gives up waiting early and retries elsewhere: a duplicate
@@ -182,7 +180,7 @@ class SimClients:
                 f"{consumer.after_seq} with a chain that does not continue its own"
             )
         for tx, expected in zip(body.txs, body.digests, strict=True):
-            digest = fold(digest, tx.seq, tx.origin, tx.payload)
+            digest = fold_tx(digest, tx)
             if digest != expected or tx.seq <= consumer.after_seq:
                 raise InvariantViolation(
                     f"consumer {consumer.index}: seq {tx.seq} does not chain or ascend"
@@ -223,3 +221,12 @@ class SimClients:
 
     def idle(self) -> bool:
         return not any(r.publish for r in self.requests.values()) and not self.retry_queue
+
+
+def item_of(pub: Publish) -> Item:
+    """The message a publish sends: some carry a key and headers, drawn from the payload so
+    that the seeds' random draws stay as they were."""
+    payload = pub.payload
+    key = payload[:3] if len(payload) % 3 == 0 else None
+    headers = (("h", payload[-2:]), ("h", b"")) if len(payload) % 5 == 0 else ()
+    return Item(pub.msg_id, payload, key, headers)

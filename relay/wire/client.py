@@ -14,10 +14,11 @@ from typing import Any
 
 import msgpack
 
-from relay.wire.fields import as_bytes, as_int, as_list, as_str
+from relay.core.messages import Item
+from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_list, as_str
 from relay.wire.mesh import MalformedFrame
 
-VERSION = 1
+VERSION = 2  # 2: messages carry a key and headers
 REQUEST_BYTES_MAX = 64 << 20
 
 
@@ -26,7 +27,7 @@ class PublishFrame:
     req_id: int
     stream: str
     producer_id: str
-    items: tuple[tuple[int, bytes], ...]
+    items: tuple[Item, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,8 @@ def unpack(body: bytes) -> list[Any]:
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise BadRequest(0, f"frame is not msgpack ({exc})") from None
     if not isinstance(f, list) or len(f) < 3 or f[0] != VERSION:
-        raise BadRequest(0, "frame is not [1, kind, req_id, ...] (relay client protocol v1)")
+        shape = f"[{VERSION}, kind, req_id, ...]"
+        raise BadRequest(0, f"frame is not {shape} (relay client protocol v{VERSION})")
     return f
 
 
@@ -87,7 +89,7 @@ def decode_request(body: bytes) -> Request:
     req_id = f[2] if type(f[2]) is int and f[2] >= 0 else 0
     try:
         if kind == "pub" and len(f) == 6:
-            items = tuple((as_int(m), as_bytes(p)) for m, p in (as_list(i) for i in as_list(f[5])))
+            items = tuple(_item(i) for i in as_list(f[5]))
             return PublishFrame(req_id, as_str(f[3]), as_str(f[4]), items)
         if kind == "fetch" and len(f) == 8:
             return FetchFrame(
@@ -103,6 +105,19 @@ def decode_request(body: bytes) -> Request:
     except (TypeError, ValueError) as exc:
         raise BadRequest(req_id, f"bad field in {kind!r} request: {exc}") from None
     raise BadRequest(req_id, f"unknown request kind {kind!r} with {len(f)} fields")
+
+
+def _item(v: Any) -> Item:
+    row = as_list(v)
+    if len(row) != 4:
+        raise ValueError("a message is [msg id, payload, key, headers]")
+    msg_id, payload, key, headers = row
+    return Item(
+        as_int(msg_id),
+        as_bytes(payload),
+        as_key(key),
+        () if headers == [] else as_headers(headers),
+    )
 
 
 # --- requests, as clients build them -----------------------------------------------------

@@ -24,9 +24,9 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
-from relay.wire.fields import as_bytes, as_int, as_list, as_str
+from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_list, as_str
 
-VERSION = 1
+VERSION = 2  # 2: txs carry a key and headers
 FRAME_BYTES_MAX = 64 << 20
 
 _REPLICATE, _ACK, _HEARTBEAT, _REPAIR_REQUEST, _REPAIR_DATA, _SYNC_REQUEST, _SYNC_DATA = range(1, 8)
@@ -148,7 +148,7 @@ def decode(body: bytes) -> MeshMessage:
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise MalformedFrame(f"not msgpack: {exc}") from None
     if not isinstance(f, list) or len(f) < 2 or f[0] != VERSION:
-        raise MalformedFrame("not a relay mesh frame of version 1")
+        raise MalformedFrame(f"not a relay mesh frame of version {VERSION}")
     kind = f[1]
     try:
         if kind == _REPLICATE:
@@ -235,9 +235,9 @@ def _shape(f: list[Any], n: int) -> list[Any]:
 def _txs(rows: Any) -> tuple[Tx, ...]:
     out = []
     for row in as_list(rows):
-        if type(row) is not list or len(row) != 7:
-            raise ValueError("a tx row has 7 fields")
-        seq, prev, origin, epoch, pid, mid, payload = row
+        if type(row) is not list or len(row) != 9:
+            raise ValueError("a tx row has 9 fields")
+        seq, prev, origin, epoch, pid, mid, payload, key, headers = row
         if not (
             type(seq) is int
             and type(prev) is int
@@ -252,5 +252,6 @@ def _txs(rows: Any) -> tuple[Tx, ...]:
             and mid >= 0
         ):
             raise ValueError(f"bad tx row {row!r:.80}")
-        out.append(Tx(seq, prev, origin, epoch, pid, mid, payload))
+        found = () if headers == [] else as_headers(headers)
+        out.append(Tx(seq, prev, origin, epoch, pid, mid, payload, as_key(key), found))
     return tuple(out)

@@ -15,11 +15,12 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgpack
 
+from relay.core.digest import Headers
 from relay.core.events import Acked, PublishResults, ReadResult, Rejected, SpanResult
 from relay.core.status import NodeStatus, StatusFormatError
 from relay.errors import ProtocolError
 from relay.wire.client import VERSION, pack
-from relay.wire.fields import as_bytes, as_int, as_list, as_str
+from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_list, as_str
 
 Address = tuple[int, str, int]  # (node id, host, client port)
 T = TypeVar("T")
@@ -49,6 +50,8 @@ class TxRow(NamedTuple):
     producer_id: str
     msg_id: int
     payload: bytes
+    key: bytes | None
+    headers: Headers
     digest: bytes
 
 
@@ -110,7 +113,7 @@ def encode_acks(req_id: int, results: PublishResults) -> bytes:
 
 def encode_txs(req_id: int, result: ReadResult) -> bytes:
     rows = [
-        [tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, digest]
+        [tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, tx.key, tx.headers, digest]
         for tx, digest in zip(result.txs, result.digests, strict=True)
     ]
     return pack(
@@ -160,7 +163,9 @@ def decode_reply(body: bytes) -> Reply:
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise ProtocolError(f"a reply that is not msgpack ({exc})") from None
     if not isinstance(f, list) or len(f) < 3 or f[0] != VERSION:
-        raise ProtocolError("a reply that is not [1, kind, req_id, ...] (client protocol v1)")
+        raise ProtocolError(
+            f"a reply that is not [{VERSION}, kind, req_id, ...] (client protocol v{VERSION})"
+        )
     kind, fields = f[1], f[2:]
     shape = SHAPES.get(kind) if isinstance(kind, str) else None
     if shape is None:
@@ -210,9 +215,16 @@ def _ack_row(row: list[Any]) -> AckRow | ErrorRow:
 
 
 def _tx_row(row: list[Any]) -> TxRow:
-    seq, origin, pid, mid, payload, digest = row
+    seq, origin, pid, mid, payload, key, headers, digest = row
     return TxRow(
-        as_int(seq), as_int(origin), as_str(pid), as_int(mid), as_bytes(payload), as_bytes(digest)
+        as_int(seq),
+        as_int(origin),
+        as_str(pid),
+        as_int(mid),
+        as_bytes(payload),
+        as_key(key),
+        () if headers == [] else as_headers(headers),
+        as_bytes(digest),
     )
 
 
@@ -237,7 +249,7 @@ SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
             ("verified_seq", as_int),
             ("earliest_seq", as_int),
             ("lost", _flag),
-            ("rows", rows_of(_tx_row, 6)),
+            ("rows", rows_of(_tx_row, 8)),
         ),
     ),
     "span": (

@@ -1,0 +1,174 @@
+"""The ``relay`` command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+
+from relay.cli.clients import consume, publish
+from relay.cli.cluster import cluster
+from relay.cli.options import CONFIG, load_config
+from relay.config import ConfigError
+
+
+@click.group()
+def main() -> None:
+    """relay: a quorum-replicated relay cluster."""
+
+
+main.add_command(cluster)
+main.add_command(publish)
+main.add_command(consume)
+
+
+# --- node and cluster ----------------------------------------------------------------------
+
+
+@main.command()
+@CONFIG
+@click.option("--id", "node_id", required=True, type=int, help="Which [[node]] of the file.")
+@click.option("--clock-offset-ms", default=0, type=int, help="Skew this node's clock (testing).")
+@click.option("--admin-port", type=int, help="Enable fault injection on this port (testing).")
+@click.option("--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING"]))
+def node(
+    config_path: str, node_id: int, clock_offset_ms: int, admin_port: int | None, log_level: str
+) -> None:
+    """Run one node in the foreground until SIGTERM or Ctrl-C."""
+    from relay.runtime.node import NodeRuntime, StartupError
+
+    logging.basicConfig(
+        level=log_level, format=f"%(asctime)s node{node_id} %(levelname)s %(message)s"
+    )
+    config = load_config(config_path)
+    try:
+        runtime = NodeRuntime(
+            config, node_id, clock_offset_ms=clock_offset_ms, admin_port=admin_port
+        )
+    except (StartupError, ConfigError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    runtime.run()
+
+
+# --- tools ---------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--admin", "address", required=True, help="host:port of a node's --admin-port.")
+@click.option("--loss-in", type=float, help="Fraction of incoming mesh frames to drop.")
+@click.option("--loss-out", type=float, help="Fraction of outgoing mesh frames to drop.")
+@click.option("--block-from", help="Comma-separated node ids whose frames to drop (a cut).")
+@click.option("--delay-ms", type=int, help="Hold every incoming mesh frame this long.")
+@click.option("--clock-offset-ms", type=int, help="Shift the node's clock by this much.")
+@click.option("--clear", is_flag=True, help="Remove every fault (the clock offset stays).")
+@click.option(
+    "--tamper",
+    metavar="STREAM[:SEQ]",
+    help="Corrupt the payload the node holds at SEQ (default: its last verified tx), keeping "
+    "the digest, to check that readers notice.",
+)
+def fault(
+    address: str,
+    loss_in: float | None,
+    loss_out: float | None,
+    block_from: str | None,
+    delay_ms: int | None,
+    clock_offset_ms: int | None,
+    clear: bool,
+    tamper: str | None,
+) -> None:
+    """Inject faults into a node started with --admin-port; prints its fault status."""
+    from relay.runtime.admin import admin_call
+
+    settings: dict[str, object] = {}
+    for key, value in (
+        ("loss_in", loss_in),
+        ("loss_out", loss_out),
+        ("delay_ms", delay_ms),
+        ("clock_offset_ms", clock_offset_ms),
+    ):
+        if value is not None:
+            settings[key] = value
+    if block_from is not None:
+        settings["block_from"] = [int(n) for n in block_from.split(",") if n.strip()]
+    try:
+        if clear:
+            admin_call(address, "clear")
+        if tamper is not None:
+            stream, _, seq = tamper.partition(":")
+            if seq and not seq.isdigit():
+                raise click.BadParameter(
+                    f"{tamper!r} is not STREAM or STREAM:SEQ", param_hint="--tamper"
+                )
+            done = admin_call(address, "tamper", {"stream": stream, "seq": int(seq or 0)})
+            if not done["ok"]:
+                raise click.ClickException(done["error"])
+        reply = admin_call(address, "set", settings) if settings else admin_call(address, "status")
+    except TimeoutError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not reply["ok"]:
+        raise click.ClickException(reply["error"])
+    click.echo(json.dumps(reply["faults"]))
+
+
+@main.command()
+@click.option("--seed", type=int, help="Replay one seed.")
+@click.option("--seeds", type=int, default=0, help="Run this many seeds from --first.")
+@click.option("--first", type=int, default=0, show_default=True)
+@click.option("--nodes", type=click.Choice(["3", "5", "both"]), default="both", show_default=True)
+def sim(seed: int | None, seeds: int, first: int, nodes: str) -> None:
+    """Run the deterministic simulator: one seed, or a campaign of many."""
+    from relay.sim.campaign import CampaignSummary, run_campaign
+
+    sizes = (3, 5) if nodes == "both" else (int(nodes),)
+    chosen = range(seed, seed + 1) if seed is not None else range(first, first + (seeds or 100))
+    total = len(chosen) * len(sizes)
+    tty = sys.stderr.isatty()
+    shown = [0.0]
+
+    def progress(summary: CampaignSummary) -> None:
+        """On a terminal, one line kept current; elsewhere, a line every 10 s."""
+        if tty:
+            click.echo(f"\r{summary.runs}/{total}: {summary.line()}", nl=False, err=True)
+        elif summary.seconds - shown[0] >= 10:
+            shown[0] = summary.seconds
+            click.echo(f"{summary.runs}/{total}: {summary.line()}", err=True)
+
+    summary = run_campaign(chosen, sizes, echo=click.echo, progress=progress)
+    if tty:
+        click.echo(err=True)
+    click.echo(summary.line())
+    if summary.failures:
+        sys.exit(1)
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@CONFIG
+@click.option("--stream", default="bench", show_default=True)
+@click.option("--count", default=100_000, show_default=True, help="Transactions to publish.")
+@click.option("--size", default=100, show_default=True, help="Payload bytes.")
+@click.option("--window", default=16, show_default=True, help="Requests in flight.")
+@click.option("--batch", default=256, show_default=True, help="Messages per request.")
+@click.option("--rate", type=float, help="Target tx/s (open loop); default: as fast as acked.")
+@click.option("--node", "node_id", type=int, help="The node to publish to.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def bench(
+    config_path: str,
+    stream: str,
+    count: int,
+    size: int,
+    window: int,
+    batch: int,
+    rate: float | None,
+    node_id: int | None,
+    as_json: bool,
+) -> None:
+    """Load generator: publish COUNT transactions and report throughput and latency."""
+    from relay.bench import BenchSettings, run_bench
+
+    load_config(config_path)
+    settings = BenchSettings(config_path, stream, count, size, window, batch, rate, node_id)
+    report = run_bench(settings, progress=not as_json)
+    click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.text())
