@@ -6,13 +6,15 @@ Loading refuses a bad file with a ``ConfigError`` whose message names the key at
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Routing, Subscription
+from relay.storage import settings as storage
+from relay.storage.settings import StorageSettings
 
 REPLICAS_MIN = 3
 
@@ -29,6 +31,7 @@ class NodeSpec:
     client_port: int
     metrics_port: int
     streams: tuple[str, ...]
+    data_dir: str | None = None  # default: <run_dir>/data/node-<id>
 
     @property
     def client_address(self) -> str:
@@ -47,6 +50,7 @@ class ClusterConfig:
     nodes: tuple[NodeSpec, ...]
     allow_small_replication: bool
     run_dir: Path
+    storage: StorageSettings = field(default_factory=StorageSettings)
 
     def node(self, node_id: int) -> NodeSpec:
         for spec in self.nodes:
@@ -54,6 +58,14 @@ class ClusterConfig:
                 return spec
         known = ", ".join(str(n.id) for n in self.nodes)
         raise ConfigError(f"no node with id {node_id} in {self.path}; ids are {known}")
+
+    def data_dir(self, node_id: int) -> Path:
+        """Where node ``node_id`` keeps its logs."""
+        spec = self.node(node_id)
+        if spec.data_dir is None:
+            return self.run_dir / "data" / f"node-{node_id}"
+        base = self.path.parent if self.path else Path.cwd()
+        return (base / spec.data_dir).resolve()
 
     def subscriptions(self) -> tuple[Subscription, ...]:
         return tuple(Subscription(n.id, n.streams) for n in self.nodes)
@@ -66,9 +78,10 @@ class ClusterConfig:
         return Routing(self.subscriptions())
 
 
-_PARAM_KEYS = {f.name for f in fields(CoreParams)}
-_CLUSTER_KEYS = {"name", "allow_small_replication", "run_dir"} | _PARAM_KEYS
+_PARAM_KEYS = {f.name for f in fields(CoreParams)} - {"votes_wait_for_disk"}
+_CLUSTER_KEYS = {"name", "allow_small_replication", "run_dir"} | _PARAM_KEYS | storage.KEYS
 _NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
+_NODE_OPTIONAL = {"data_dir"}
 
 
 def load(path: str | Path) -> ClusterConfig:
@@ -100,7 +113,11 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
                 + ", ".join(sorted(_CLUSTER_KEYS))
             )
     defaults = CoreParams()
-    params: dict[str, int] = {}
+    params: dict[str, Any] = {}
+    try:
+        stored = storage.parse(where, cluster)
+    except storage.SettingsError as exc:
+        raise ConfigError(str(exc)) from None
     for key in _PARAM_KEYS:
         value = cluster.get(key, getattr(defaults, key))
         if type(value) is not int or value < 0:
@@ -141,10 +158,11 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     config = ClusterConfig(
         name=name,
         path=path,
-        params=CoreParams(**params),
+        params=CoreParams(**params, votes_wait_for_disk=stored.votes_wait),
         nodes=specs,
         allow_small_replication=allow_small,
         run_dir=(base / run_dir).resolve(),
+        storage=stored,
     )
     if params["quorum"] > len(specs):
         raise ConfigError(
@@ -153,6 +171,14 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         )
     if not allow_small:
         _check_replication(where, config)
+    dirs: dict[Path, int] = {}
+    for spec in specs:
+        other = dirs.setdefault(config.data_dir(spec.id), spec.id)
+        if other != spec.id:
+            raise ConfigError(
+                f"{where}: nodes {other} and {spec.id} share the data_dir "
+                f"{config.data_dir(spec.id)}; every node needs its own"
+            )
     return config
 
 
@@ -161,11 +187,14 @@ def _node(where: str, i: int, n: Any) -> NodeSpec:
     if not isinstance(n, dict):
         raise ConfigError(f"{where}: {label} must be a table")
     for key in n:
-        if key not in _NODE_KEYS:
+        if key not in _NODE_KEYS | _NODE_OPTIONAL:
             raise ConfigError(
                 f"{where}: unknown key '{label}.{key}'; known keys: "
-                + ", ".join(sorted(_NODE_KEYS))
+                + ", ".join(sorted(_NODE_KEYS | _NODE_OPTIONAL))
             )
+    data_dir = n.get("data_dir")
+    if data_dir is not None and (type(data_dir) is not str or not data_dir):
+        raise ConfigError(f"{where}: '{label}.data_dir' must be a non-empty string")
     for key in _NODE_KEYS:
         if key not in n:
             raise ConfigError(f"{where}: '{label}.{key}' is missing")
@@ -193,7 +222,13 @@ def _node(where: str, i: int, n: Any) -> NodeSpec:
             f'patterns such as ["*"] or ["orders.*"], got {streams!r}'
         )
     return NodeSpec(
-        node_id, n["host"], n["mesh_port"], n["client_port"], n["metrics_port"], tuple(streams)
+        node_id,
+        n["host"],
+        n["mesh_port"],
+        n["client_port"],
+        n["metrics_port"],
+        tuple(streams),
+        data_dir,
     )
 
 

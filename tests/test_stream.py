@@ -59,7 +59,7 @@ def test_a_gap_holds_the_origin_back_at_what_it_holds() -> None:
     r.lanes[3].claim(0, BASE + 9)
     stabilize(r)
     assert r.timeline.seqs == [BASE + 1]
-    assert r.lanes[2].missing_range() == (BASE + 1, BASE + 3)
+    assert r.lanes[2].missing_range(r.timeline.head_seq) == (BASE + 1, BASE + 3)
     r.take(Tx(BASE + 2, BASE + 1, 2, 7, "", 0, b"b"))
     stabilize(r)
     assert r.timeline.seqs == [BASE + 1, BASE + 2, BASE + 3]

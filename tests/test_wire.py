@@ -84,7 +84,9 @@ messages = st.one_of(
             st.binary(min_size=32, max_size=32),
             st.just(tuple(rows)),
             st.just(tuple(bytes(32) for _ in rows)),
-            st.lists(st.tuples(st.text(max_size=5), u64, u64), max_size=3).map(tuple),
+            st.lists(
+                st.tuples(st.text(max_size=5), u64, u64, st.binary(max_size=32)), max_size=3
+            ).map(tuple),
         )
     ),
 )

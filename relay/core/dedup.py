@@ -5,7 +5,8 @@ over stable and pending txs). A retry sent to another coordinator gets a second 
 duplicate is removed deterministically when it is folded: every replica folds the same txs
 in the same order, so every replica keeps the first copy and skips the same later one
 (``admit``), remembering the skipped seq's original so its coordinator can answer with it.
-The index covers ``window_ms`` of seq time and at most ``keys_max`` keys.
+The index covers ``window_ms`` of seq time and at most ``keys_max`` keys, and keeps each kept
+copy's digest, so a retry is answered even when the original left the memory ring.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx
 
 Key = tuple[str, int]
+KeyRecord = tuple[str, int, int, bytes]  # (producer id, msg id, seq, digest)
 
 
 class DedupIndex:
-    __slots__ = ("keys_max", "order", "pending", "skipped", "stable", "window_ms")
+    __slots__ = ("digests", "keys_max", "order", "pending", "skipped", "stable", "window_ms")
 
     def __init__(self, window_ms: int, keys_max: int) -> None:
         self.window_ms = window_ms
@@ -28,6 +30,7 @@ class DedupIndex:
         self.order: deque[tuple[int, Key]] = deque()  # (seq, key) in fold order
         self.pending: dict[Key, int] = {}  # key -> seq, held but not yet stable
         self.skipped: dict[int, tuple[Tx, int]] = {}  # duplicate seq -> (tx, original seq)
+        self.digests: dict[int, bytes] = {}  # seq of a kept keyed tx -> its digest
 
     def note_pending(self, tx: Tx) -> None:
         if tx.producer_id:
@@ -53,6 +56,14 @@ class DedupIndex:
         self.order.append((tx.seq, key))
         return True
 
+    def folded(self, tx: Tx, digest: bytes) -> None:
+        """An admitted tx was folded with ``digest``."""
+        if tx.producer_id:
+            self.digests[tx.seq] = digest
+
+    def digest_of(self, seq: int) -> bytes | None:
+        return self.digests.get(seq)
+
     def original_of(self, seq: int) -> int | None:
         """For a skipped duplicate, the seq of the copy that was kept."""
         found = self.skipped.get(seq)
@@ -63,6 +74,7 @@ class DedupIndex:
         order = self.order
         while order and (len(order) > self.keys_max or seq_unix_ms(order[0][0]) < horizon):
             seq, key = order.popleft()
+            self.digests.pop(seq, None)
             if self.stable.get(key) == seq:
                 del self.stable[key]
         if len(self.skipped) > self.keys_max:
@@ -73,28 +85,33 @@ class DedupIndex:
         """Forget every key folded after ``keep_upto``; the skipped copies cut off."""
         while self.order and self.order[-1][0] > keep_upto:
             seq, key = self.order.pop()
+            self.digests.pop(seq, None)
             if self.stable.get(key) == seq:
                 del self.stable[key]
         dropped = [self.skipped.pop(seq)[0] for seq in [s for s in self.skipped if s > keep_upto]]
         self.pending.clear()
         return dropped
 
-    def restore(self, keys: tuple[tuple[str, int, int], ...]) -> None:
-        """Start over from a snapshot's keys: (producer id, msg id, seq)."""
+    def restore(self, keys: tuple[KeyRecord, ...]) -> None:
+        """Start over from a snapshot's (or the log's) keys."""
         self.stable.clear()
         self.order.clear()
-        for pid, mid, seq in keys:
+        self.digests.clear()
+        for pid, mid, seq, digest in keys:
             self.stable[(pid, mid)] = seq
             self.order.append((seq, (pid, mid)))
+            self.digests[seq] = digest
 
-    def add_verified(self, txs: tuple[Tx, ...]) -> None:
-        """Txs adopted from a peer's verified slice (already free of duplicates)."""
-        for tx in txs:
+    def add_verified(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...]) -> None:
+        """Txs adopted from a verified slice (already free of duplicates)."""
+        for tx, digest in zip(txs, digests, strict=True):
             if tx.producer_id:
                 key = (tx.producer_id, tx.msg_id)
                 self.stable[key] = tx.seq
                 self.order.append((tx.seq, key))
+                self.digests[tx.seq] = digest
 
-    def keys_upto(self, seq: int) -> tuple[tuple[str, int, int], ...]:
+    def keys_upto(self, seq: int) -> tuple[KeyRecord, ...]:
         """The keys folded at or before ``seq``, for a snapshot."""
-        return tuple((pid, mid, s) for (s, (pid, mid)) in self.order if s <= seq)
+        digests = self.digests
+        return tuple((pid, mid, s, digests[s]) for (s, (pid, mid)) in self.order if s <= seq)

@@ -49,7 +49,46 @@ class ShutdownRequested:
     """The node is stopping: tell the peers so they cut it at once."""
 
 
-Event = MeshReceived | PublishRequested | FetchRequested | Tick | ShutdownRequested
+@dataclass(frozen=True, slots=True)
+class Persisted:
+    """The stream's log holds write generation ``generation`` up to ``seq`` on disk."""
+
+    stream: str
+    generation: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """The node's seq reservation up to ``seq`` is durable."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """A stream's log as this node's disk holds it, read back at start (before any other
+    event): the stable timeline after ``base_seq``, and how far it was verified."""
+
+    stream: str
+    base_seq: int
+    base_digest: bytes
+    txs: tuple[Tx, ...]
+    digests: tuple[bytes, ...]
+    verified_seq: int
+    dedup_keys: tuple[tuple[str, int, int, bytes], ...]  # (producer, msg id, seq, digest)
+
+
+Event = (
+    MeshReceived
+    | PublishRequested
+    | FetchRequested
+    | Tick
+    | ShutdownRequested
+    | Persisted
+    | Reserved
+    | Restored
+)
 
 
 # --- outcomes the core returns to clients ------------------------------------------------
@@ -138,6 +177,27 @@ class Verified:
 
 
 @dataclass(frozen=True, slots=True)
+class Persist:
+    """Make the stream's log after ``base_seq`` equal to ``txs``."""
+
+    stream: str
+    generation: int
+    base_seq: int
+    base_digest: bytes  # the digest at base_seq
+    reset: bool  # drop the whole log first: it starts over at base_seq
+    txs: tuple[Tx, ...]
+    digests: tuple[bytes, ...]
+    verified_seq: int  # how far a quorum verified: the log may record it
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Make the bound on this node's seqs durable: after a restart it starts above it."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class Notice:
     """Something an operator may want to see; ``kind`` is a short stable label."""
 
@@ -145,4 +205,4 @@ class Notice:
     text: str
 
 
-Effect = Broadcast | Reply | ReadReply | Verified | Notice
+Effect = Broadcast | Reply | ReadReply | Verified | Persist | Reserve | Notice

@@ -148,11 +148,12 @@ class Lane:
             closed or self.closed,
         )
 
-    def contribution(self, floor: int) -> int | None:
+    def contribution(self, floor: int, head: int) -> int | None:
         """The seq at or below which this lane holds every tx it will ever have; None: no
-        bound. ``floor`` is the origin's latest promise heard for its current epoch."""
+        bound. ``floor`` is the origin's latest promise heard for its current epoch; a claim
+        at or below the stable ``head`` is settled (a lane that began after a restart)."""
         if self.state is LaneState.ACTIVE:
-            if self.claimed_last > self.contig:
+            if self.claimed_last > max(self.contig, head):
                 return self.contig
             return max(self.promise, floor)
         if self.state is LaneState.CUTTING:
@@ -198,14 +199,16 @@ class Lane:
             self.early = {p: t for p, t in self.early.items() if t.seq > self.contig}
         return True
 
-    def missing_range(self) -> tuple[int, int] | None:
-        """(after, upto) of txs we know exist but do not hold, or None."""
+    def missing_range(self, head: int) -> tuple[int, int] | None:
+        """(after, upto) of txs we know exist but do not hold, or None; nothing at or below
+        the stable ``head`` is missing (it could not be placed any more)."""
         upto = self.claimed_last
         if self.early:
             upto = max(upto, max(t.seq for t in self.early.values()))
         if self.cut_at is not None:  # a cut epoch: exactly up to the cut
             upto = self.cut_at
-        return (self.contig, upto) if upto > self.contig else None
+        after = max(self.contig, head)
+        return (after, upto) if upto > after else None
 
     def release_held(self) -> list[Tx]:
         """Give up every held tx (queued and early) so it can be placed again."""

@@ -186,7 +186,7 @@ class SyncData:
     base_digest: bytes
     txs: tuple[Tx, ...]
     digests: tuple[bytes, ...]
-    dedup: tuple[tuple[str, int, int], ...]  # (producer id, msg id, seq), snapshots only
+    dedup: tuple[tuple[str, int, int, bytes], ...]  # (producer, msg id, seq, digest): snapshots
 
     channel = Channel.REPAIR
 

@@ -28,6 +28,7 @@ from relay.core.events import (
     FetchRequested,
     MeshReceived,
     Notice,
+    Persisted,
     PublishRequested,
     PublishResults,
     ReadReply,
@@ -35,12 +36,16 @@ from relay.core.events import (
     Redirect,
     Rejected,
     Reply,
+    Reserve,
+    Reserved,
+    Restored,
     ShutdownRequested,
     SpanResult,
     Tick,
     Verified,
 )
 from relay.core.fencing import FenceInput, NodeState, next_state
+from relay.core.flake import SEQ_MAX
 from relay.core.intake import MeshIntake
 from relay.core.messages import (
     Heartbeat,
@@ -63,12 +68,14 @@ Answer = ReadResult | Redirect | Rejected
 
 
 class NodeCore(MeshIntake):
-    def __init__(self, config: CoreConfig, epoch: int, floor: int = 0) -> None:
+    def __init__(
+        self, config: CoreConfig, epoch: int, floor: int = 0, reserved: int = SEQ_MAX
+    ) -> None:
         params = config.params
         self.config = config
         self.params = params
         self.node_id = config.node_id
-        self.origin = Origin(config.node_id, epoch, floor)
+        self.origin = Origin(config.node_id, epoch, floor, reserved)
         ids = [s.node_id for s in config.subscriptions]
         self.peers = Peers(self.node_id, ids, params.fence_after_ms, params.suspect_after_ms)
         limits = StreamLimits(
@@ -78,6 +85,7 @@ class NodeCore(MeshIntake):
             repair_after_ms=params.repair_after_ms,
             cut_grace_ms=params.suspect_after_ms,
             stuck_after_ms=params.stuck_after_ms,
+            votes_wait=params.votes_wait_for_disk,
         )
         self.stream_set = StreamSet(config, limits)
         self.streams = self.stream_set.by_name  # every stream this node replicates
@@ -103,6 +111,12 @@ class NodeCore(MeshIntake):
                 self._on_publish(now, event)
             elif isinstance(event, FetchRequested):
                 self._answer(event, self._read_of(event), park=True)
+            elif isinstance(event, Persisted):
+                self._on_persisted(event)
+            elif isinstance(event, Restored):
+                self._on_restored(event)
+            elif isinstance(event, Reserved):
+                self.origin.reserved_upto(event.seq)
             elif isinstance(event, ShutdownRequested):
                 self._fence_input(FenceInput.SHUTDOWN)
                 self.heartbeat.stop()  # announce it at once
@@ -172,7 +186,7 @@ class NodeCore(MeshIntake):
     # --- publish and fetch --------------------------------------------------------------
 
     def _on_publish(self, now: Now, req: PublishRequested) -> None:
-        refused = self._publish_refusal(req)
+        refused = self._publish_refusal(req) or self._reservation_refusal(now, req)
         if refused is not None:
             self._effects.append(Reply(req.client, req.req_id, refused, 0))
             return
@@ -207,6 +221,11 @@ class NodeCore(MeshIntake):
         problem = refusal(state, up, admitted) if state else "this node holds too many streams"
         return reads.unavailable(problem, replicas, self.node_id, up) if problem else None
 
+    def _reservation_refusal(self, now: Now, req: PublishRequested) -> Rejected | None:
+        if self.origin.room(now.wall_ms, len(req.items)):
+            return None
+        return Rejected(errors.UNAVAILABLE, "this node is reserving seqs on its disk; retry")
+
     def _read_of(self, fetch: FetchRequested) -> Answer:
         return self.read(fetch.stream, fetch.after_seq, fetch.limit, fetch.strict)
 
@@ -221,6 +240,33 @@ class NodeCore(MeshIntake):
         ):
             return
         self._effects.append(ReadReply(fetch.client, fetch.req_id, answer))
+
+    # --- the log on disk ----------------------------------------------------------------
+
+    def _on_persisted(self, event: Persisted) -> None:
+        state = self.streams.get(event.stream)
+        if state is not None:
+            state.persisted(event.generation, event.seq)
+            self._touch(event.stream)
+
+    def _on_restored(self, event: Restored) -> None:
+        if event.stream in self.streams:
+            self._effects.append(Notice("restore", f"{event.stream}: already running; ignored"))
+            return
+        state = self._stream(event.stream)
+        if state is None:
+            why = "this node no longer replicates it or holds too many streams"
+            self._effects.append(Notice("restore", f"{event.stream}: not restored: {why}"))
+            return
+        state.restore(
+            event.base_seq,
+            event.base_digest,
+            event.txs,
+            event.digests,
+            event.verified_seq,
+            event.dedup_keys,
+        )
+        self.origin.clock.observe(state.timeline.head_seq)
 
     # --- upkeep -------------------------------------------------------------------------
 
@@ -301,6 +347,9 @@ class NodeCore(MeshIntake):
 
     def _flush(self, now: Now) -> None:
         floor = self.origin.promise_now(now.wall_ms)
+        reserve = self.origin.to_reserve(now.wall_ms)
+        if reserve is not None:
+            self._effects.append(Reserve(reserve))
         self._effects.extend(Broadcast(m) for m in self.origin.replicates())
         elapsed = self.elapsed_ms
         floors = self.peers.floors
@@ -310,22 +359,25 @@ class NodeCore(MeshIntake):
             claim = self.origin.last.get(name, 0)
             state.lanes[self.node_id].claim(claim, floor)
             state.stabilize(floors, elapsed)
+            persist = state.to_persist()
+            if persist is not None:
+                self._effects.append(persist)
             if state.verify(elapsed):
                 self._verified(name, state)
             if serving:  # a node that does not serve acknowledges nothing
                 self._effects.extend(self.publishes.resolve(elapsed, state))
             if state.needs_ack:
                 state.needs_ack = False
-                timeline = state.timeline
+                vote_seq, vote_digest = state.vote()
                 ack = StreamAck(
                     stream=name,
                     sender=self.node_id,
                     epoch=self.epoch,
                     floor=floor,
                     origin_last=claim,
-                    head_seq=timeline.head_seq,
-                    head_digest=timeline.head_digest,
-                    verified_seq=timeline.verified_seq,
+                    head_seq=vote_seq,
+                    head_digest=vote_digest,
+                    verified_seq=state.verified_seq,
                     reports=state.reports(),
                 )
                 self._effects.append(Broadcast(ack))
@@ -336,4 +388,4 @@ class NodeCore(MeshIntake):
         for fetch, deadline in self.parked.wake(name):
             self._answer(fetch, self._read_of(fetch), park=True, deadline=deadline)
         if state.timeline.over_capacity():
-            state.timeline.trim(self.publishes.oldest_awaited(name))
+            state.trim(self.publishes.oldest_awaited(name))

@@ -41,7 +41,7 @@ def watermark(lanes: dict[int, Lane], head: int, floors: Floors) -> tuple[int, i
                 late += 1
     bounds = [
         c
-        for c in (lane.contribution(floor_of(lane, floors)) for lane in lanes.values())
+        for c in (lane.contribution(floor_of(lane, floors), head) for lane in lanes.values())
         if c is not None
     ]
     return (min(bounds) if bounds else head), late
@@ -76,6 +76,7 @@ def fold_stable(
         if not admit(tx):
             continue
         digest = fold_tx(digest, tx)
+        dedup.folded(tx, digest)
         folded.append(tx)
         digests.append(digest)
         head_seq = seq

@@ -7,21 +7,41 @@ a heartbeat repeats the claims that changed in its last ``CLAIM_HEARTBEATS`` hea
 peer that lost the last ``Replicate`` of a stream sees the gap. When the node's epoch ends
 (peers cut it, or a previous incarnation had a higher one) everything of the old epoch that
 was not sent is dropped: it can never commit.
+
+Seqs survive a crash through a *reservation*: the node originates only seqs at or below
+``reserved``, a bound the shell has made durable (``Reserve`` effect, ``Reserved`` event), and a
+restarted node starts its clock above the last durable bound. So seqs from one node strictly
+increase across its restarts too (invariant 5), though the floor itself is never written. The
+bound runs ``RESERVE_AHEAD_MS`` ahead and is renewed when half of that is left, about one tiny
+write a second; only a jump of the floor past it (a peer's clock far ahead) makes publishes
+wait, for one write.
 """
 
 from __future__ import annotations
 
-from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, FlakeClock, make_seq
+from relay.core.flake import (
+    COUNTER_MAX,
+    NODE_ID_MAX,
+    SEQ_MAX,
+    TIME_SHIFT,
+    FlakeClock,
+    make_seq,
+    seq_unix_ms,
+)
 from relay.core.messages import Item, Replicate, Tx
 
 CLAIM_HEARTBEATS = 10  # heartbeats that repeat a stream's last originated seq after it changed
+RESERVE_AHEAD_MS = 2000  # how far ahead of the clock a seq reservation reaches
 
 
 class Origin:
-    def __init__(self, node_id: int, epoch: int, floor: int) -> None:
+    def __init__(self, node_id: int, epoch: int, floor: int, reserved: int = SEQ_MAX) -> None:
         self.node_id = node_id
         self.epoch = epoch
         self.clock = FlakeClock(node_id, floor)
+        self.reserved = reserved  # the durable bound on the seqs this node may originate
+        self.reserving = False  # a Reserve is on its way to the disk
+        self.short = False  # a publish found no room: reserve at once
         self.last: dict[str, int] = {}  # stream -> last seq originated in this epoch
         self.claimed_at: dict[str, int] = {}  # stream -> heartbeat count when last changed
         self.outbox: dict[str, list[Tx]] = {}
@@ -35,6 +55,27 @@ class Origin:
         self.claimed_at[stream] = self.heartbeats
         self.outbox.setdefault(stream, []).append(tx)
         return tx
+
+    def room(self, wall_ms: int, count: int) -> bool:
+        """Whether ``count`` new seqs stay within the reservation (one ms to spare)."""
+        first = max(make_seq(wall_ms, self.node_id), self.clock.floor + 1)
+        fits = first + ((count >> 12) + 1 << TIME_SHIFT) <= self.reserved
+        self.short |= not fits
+        return fits
+
+    def to_reserve(self, wall_ms: int) -> int | None:
+        """A new bound to make durable, when less than half the reach is left."""
+        if self.reserved == SEQ_MAX or self.reserving:
+            return None
+        now_ms = max(wall_ms, seq_unix_ms(self.clock.floor))
+        if seq_unix_ms(self.reserved) - now_ms > RESERVE_AHEAD_MS // 2 and not self.short:
+            return None
+        self.reserving, self.short = True, False
+        return reservation(now_ms)
+
+    def reserved_upto(self, seq: int) -> None:
+        self.reserved = max(self.reserved, seq)
+        self.reserving = False
 
     def promise_now(self, wall_ms: int) -> int:
         """Promise to originate nothing stamped before the current millisecond; the floor."""
@@ -66,3 +107,8 @@ class Origin:
         self.last.clear()
         self.claimed_at.clear()
         self.outbox.clear()
+
+
+def reservation(now_ms: int) -> int:
+    """The bound a reservation made at ``now_ms`` (unix ms, or the floor's time) reaches."""
+    return make_seq(now_ms + RESERVE_AHEAD_MS, NODE_ID_MAX, COUNTER_MAX)

@@ -23,6 +23,7 @@ class CoreParams:
     streams_max: int = 10_000
     payload_bytes_max: int = 1 << 20
     publish_items_max: int = 4096
+    votes_wait_for_disk: bool = False  # fsync = "always": a vote is the durable head
 
 
 @dataclass(frozen=True, slots=True)

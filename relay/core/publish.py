@@ -144,8 +144,11 @@ class Publishes:
                 while j < len(seqs) and seqs[j] < seq:  # ascending, as usual: walk
                     j += 1
                 original = state.dedup.original_of(seq)
+                kept = state.dedup.digest_of(seq) if seq <= timeline.trimmed_seq else None
                 if j < len(seqs) and seqs[j] == seq:
                     results[i] = Acked(seq, timeline.digests[j])
+                elif kept is not None:  # a retry of a tx the memory ring no longer holds
+                    results[i] = Acked(seq, kept)
                 elif original is not None:  # a duplicate: answer with the original's seq
                     pending.seqs[i] = original
                     waiting = True

@@ -19,13 +19,14 @@ from relay.core.timeline import Timeline
 from relay.core.timer import Timeout
 
 
-def open_gaps(lanes: dict[int, Lane], self_id: int, elapsed_ms: int) -> list[RepairNeed]:
-    """The gaps of active peer lanes that stayed open for their repair delay."""
+def open_gaps(lanes: dict[int, Lane], self_id: int, head: int, elapsed_ms: int) -> list[RepairNeed]:
+    """The gaps above the stable ``head`` of active peer lanes that stayed open for their
+    repair delay."""
     needs: list[RepairNeed] = []
     for lane in lanes.values():
         if lane.state is not LaneState.ACTIVE or lane.origin == self_id:
             continue
-        missing = lane.missing_range()
+        missing = lane.missing_range(head)
         if missing is None:
             lane.gap.stop()
             continue

@@ -19,10 +19,10 @@ from relay.core.catchup import (
     CatchupInput,
     CatchupState,
     PeerView,
-    slice_for,
-    slice_problem,
 )
 from relay.core.dedup import DedupIndex
+from relay.core.durable import LogCursor
+from relay.core.events import Persist
 from relay.core.lane import Lane, LaneInput, LaneState
 from relay.core.messages import (
     OriginReport,
@@ -33,7 +33,8 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
-from relay.core.ordering import Floors, seq_of
+from relay.core.ordering import Floors
+from relay.core.rebuild import TimelineRebuild
 from relay.core.timeline import Timeline
 from relay.core.votes import Votes
 
@@ -46,6 +47,7 @@ class StreamLimits:
     repair_after_ms: int = 200
     cut_grace_ms: int = 1000
     stuck_after_ms: int = 1000
+    votes_wait: bool = False  # a vote waits for the disk (fsync = "always")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +60,9 @@ class Upkeep:
 
 
 PeerStates = Mapping[int, tuple[bool, int]]  # peer -> (up, epoch)
-DedupKeys = tuple[tuple[str, int, int], ...]
-SyncSlice = tuple[int, bytes, tuple[Tx, ...], tuple[bytes, ...], DedupKeys]
 
 
-class StreamReplica:
+class StreamReplica(TimelineRebuild):
     def __init__(
         self,
         stream: str,
@@ -84,6 +84,7 @@ class StreamReplica:
         self.dedup = DedupIndex(limits.dedup_window_ms, limits.dedup_keys_max)
         self.votes = Votes(self_id, replicas, quorum)
         self.catchup = Catchup(limits.stuck_after_ms)
+        self.log = LogCursor(limits.votes_wait)
         self.asks = repair.RepairAsks(limits.repair_after_ms)
         self.announced_seq = 0  # the verified seq last reported by ``verify``
         self.needs_ack = False
@@ -145,7 +146,7 @@ class StreamReplica:
     def verify(self, elapsed_ms: int) -> bool:
         """Let the votes move the verified seq; True if it moved since the last call, by
         votes or by an adopted slice. The node's flush is the only caller."""
-        self.votes.verify(self.timeline)
+        self.votes.verify(self.timeline, self.log.vote_seq(self.timeline))
         if self.timeline.verified_seq <= self.announced_seq:
             return False
         self.announced_seq = self.timeline.verified_seq
@@ -155,6 +156,28 @@ class StreamReplica:
     @property
     def verified_seq(self) -> int:
         return self.timeline.verified_seq
+
+    def vote(self) -> tuple[int, bytes]:
+        """This replica's vote: its stable head, or with ``votes_wait`` its durable head."""
+        seq = self.log.vote_seq(self.timeline)
+        digest = self.timeline.digest_at(seq)
+        assert digest is not None, "the timeline keeps what it has not yet made durable"
+        return seq, digest
+
+    # --- the log on disk ----------------------------------------------------------------
+
+    def to_persist(self) -> Persist | None:
+        """What the log on disk has yet to be told (the node's flush asks after folding)."""
+        return self.log.pending(self.stream, self.timeline)
+
+    def persisted(self, generation: int, seq: int) -> None:
+        if self.log.persisted(generation, seq):
+            self.needs_ack = True
+
+    def trim(self, keep_from: int) -> None:
+        """Let the timeline drop verified entries beyond its capacity, but none the vote or
+        the log still needs."""
+        self.timeline.trim(min(keep_from, self.log.vote_seq(self.timeline) + 1))
 
     # --- origins: their epochs and cuts -------------------------------------------------
 
@@ -197,7 +220,7 @@ class StreamReplica:
         if settled:
             self.needs_ack = True
         if self.catchup.synced:
-            needs += repair.open_gaps(self.lanes, self.self_id, elapsed_ms)
+            needs += repair.open_gaps(self.lanes, self.self_id, self.timeline.head_seq, elapsed_ms)
         repairs = tuple(n for n in needs if self.asks.repair_ready(n[0], elapsed_ms))
         verified = self.verified_seq
         view = PeerView(
@@ -223,6 +246,8 @@ class StreamReplica:
         head, verified = timeline.head_seq, timeline.verified_seq
         if head != verified or verified != self.announced_seq:
             return False
+        if self.log.vote_seq(timeline) != head or self.log.written_seq != head:
+            return False
         for origin, lane in self.lanes.items():
             if lane.queue or lane.early or lane.claimed_last > lane.contig:
                 return False
@@ -239,106 +264,6 @@ class StreamReplica:
                 return False  # we may be behind: the stuck clock must run
 
         return not any(self.votes.pending.values())
-
-    # --- catching up --------------------------------------------------------------------
-
-    def sync_slice(self, after_seq: int, limit: int) -> SyncSlice | None:
-        """What to answer a sync request after ``after_seq``: (base seq, base digest, txs,
-        digests, dedup keys); a snapshot carries the keys of the window before its base."""
-        if not self.catchup.synced:
-            return None
-        found = slice_for(self.timeline, after_seq, limit)
-        if found is None:
-            return None
-        base_seq, base_digest, indexes, snapshot = found
-        timeline = self.timeline
-        return (
-            base_seq,
-            base_digest,
-            tuple(timeline.txs[i] for i in indexes),
-            tuple(timeline.digests[i] for i in indexes),
-            self.dedup.keys_upto(base_seq) if snapshot else (),
-        )
-
-    def adopt(
-        self,
-        elapsed_ms: int,
-        base_seq: int,
-        base_digest: bytes,
-        txs: tuple[Tx, ...],
-        digests: tuple[bytes, ...],
-        dedup_keys: DedupKeys,
-    ) -> str:
-        """Take a peer's verified slice; returns what happened (for the operator)."""
-        problem = slice_problem(base_digest, txs, digests)
-        if problem:
-            return problem
-        timeline = self.timeline
-        synced = self.catchup.synced
-        anchor = timeline.verified_seq if synced else 0
-        held_base = timeline.digest_at(base_seq)
-        reset = not synced or base_seq > anchor or held_base is None
-        if reset and synced and base_seq < anchor:
-            return "refused a sync slice older than what this replica holds"
-        if not reset:
-            if held_base != base_digest:
-                return "refused a sync slice that contradicts this replica's verified timeline"
-            known = sum(1 for tx in txs if tx.seq <= anchor)
-            for tx, digest in zip(txs[:known], digests[:known], strict=True):
-                if timeline.digest_at(tx.seq) != digest:
-                    return "refused a sync slice that contradicts this replica's verified timeline"
-            txs, digests = txs[known:], digests[known:]
-            if not txs:
-                return ""
-        if reset:
-            requeue = timeline.restart_at(base_seq, base_digest)
-            requeue += self.dedup.truncate(base_seq)
-            self.dedup.restore(dedup_keys)
-            self.votes.forget_after(base_seq)
-        else:
-            requeue = self._truncate(anchor)
-        self.dedup.add_verified(txs)
-        timeline.extend(list(txs), list(digests))
-        timeline.verify_upto(timeline.head_seq)
-        self._reposition(requeue)
-        self.catchup.apply(CatchupInput.ADOPTED, elapsed_ms)
-        self.needs_ack = True
-        return f"adopted {len(txs)} verified txs up to seq {timeline.head_seq}" + (
-            f" (snapshot from seq {base_seq})" if reset else ""
-        )
-
-    def refold(self, elapsed_ms: int) -> int:
-        """Give up the stable but unverified tail: requeue it and fold again from the
-        verified seq, fetching what peers hold by gap repair, so that replicas that diverged
-        without a quorum converge on the same txs in the same order. Nothing unverified was
-        ever delivered or acknowledged. Returns how many txs were requeued."""
-        dropped = self._truncate(self.verified_seq)
-        self._reposition(dropped)
-        self.catchup.apply(CatchupInput.REFOLDED, elapsed_ms)
-        self.needs_ack = True
-        return len(dropped)
-
-    def _truncate(self, keep_upto: int) -> list[Tx]:
-        """Cut the stable timeline after ``keep_upto``; the txs cut off, for requeueing."""
-        dropped = self.timeline.truncate_after(keep_upto)
-        dropped += self.dedup.truncate(keep_upto)
-        self.votes.forget_after(keep_upto)
-        return dropped
-
-    def _reposition(self, dropped: list[Tx]) -> None:
-        """After the timeline changed under them, put every lane right after the new head
-        and take back every held tx above it."""
-        head = self.timeline.head_seq
-        held = list(dropped)
-        for lane in self.lanes.values():
-            held += lane.release_held()
-            lane.contig = head  # everything at or below the head is settled now
-            if lane.cut_at is not None and lane.contig > lane.cut_at:
-                lane.cut_at = lane.contig
-        self.dedup.pending.clear()
-        for tx in sorted(held, key=seq_of):
-            if tx.seq > head:
-                self.take(tx, restoring=True)
 
     # --- answering peers -----------------------------------------------------------------
 

@@ -75,9 +75,10 @@ class Votes:
             self.matched[sender] = seq
         return True
 
-    def verify(self, timeline: Timeline) -> bool:
-        """Move the verified seq to what a quorum matched; True if it moved."""
-        marks = sorted([timeline.head_seq, *self.matched.values()], reverse=True)
+    def verify(self, timeline: Timeline, own_vote: int) -> bool:
+        """Move the verified seq to what a quorum matched (this replica counting for its
+        own vote); True if it moved."""
+        marks = sorted([own_vote, *self.matched.values()], reverse=True)
         verified = marks[self.quorum - 1]
         if verified <= timeline.verified_seq:
             return False

@@ -29,6 +29,7 @@ from relay.core.events import (
     FetchRequested,
     MeshReceived,
     Notice,
+    Persist,
     PublishRequested,
     PublishResults,
     ReadReply,
@@ -36,6 +37,7 @@ from relay.core.events import (
     Redirect,
     Rejected,
     Reply,
+    Reserve,
     ShutdownRequested,
     SpanResult,
     Tick,
@@ -44,8 +46,10 @@ from relay.core.events import (
 from relay.core.node import NodeCore
 from relay.core.status import StreamStatus
 from relay.core.timer import Now
+from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_command
 from relay.runtime.metrics import NodeMetrics
+from relay.storage.stream_log import StorageError
 from relay.wire import mesh, replies
 from relay.wire.client import (
     BadRequest,
@@ -81,7 +85,15 @@ class NodeRuntime:
         self.config = config
         self.spec = config.node(node_id)
         self.hooks = FaultHooks(clock_offset_ms=clock_offset_ms)
-        self.core = NodeCore(config.core_config(node_id), epoch=self.now().wall_ms)
+        self.disk = NodeDisk(config, node_id)
+        try:
+            restored, (epoch, floor, reserved) = self.disk.open(self.now().wall_ms)
+        except (StorageError, OSError) as exc:
+            self.disk.close()
+            raise StartupError(f"node {node_id}: {exc}") from None
+        core_config = config.core_config(node_id)
+        self.core = NodeCore(core_config, epoch=epoch, floor=floor, reserved=reserved)
+        self.pending: list[Event] = list(restored)  # the first turn's events
         self.metrics = NodeMetrics(node_id)
         self.gauged: set[str] = set()  # streams whose lag gauge was set above zero
         self.stopping = False
@@ -114,6 +126,7 @@ class NodeRuntime:
         self.poller = zmq.Poller()
         self.poller.register(self.sub, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
+        self.poller.register(self.disk.wake_fd, zmq.POLLIN)
         if self.admin is not None:
             self.poller.register(self.admin, zmq.POLLIN)
 
@@ -151,11 +164,13 @@ class NodeRuntime:
         next_gauge = 0
         try:
             while not self.stopping:
-                wait = max(0, next_tick - int(time.monotonic() * 1000))
+                wait = 0 if self.pending else max(0, next_tick - int(time.monotonic() * 1000))
                 ready = dict(self.poller.poll(wait))
                 now = self.now()
                 elapsed = now.elapsed_ms
-                events: list[Event] = []
+                events, self.pending = self.pending, []
+                if self.disk.wake_fd in ready:
+                    events.extend(self.disk.completed())
                 if ready:
                     self.metrics.loop_turns.inc()
                 if self.sub in ready:
@@ -169,6 +184,7 @@ class NodeRuntime:
                     next_tick = elapsed + TICK_MS
                     events.append(Tick())
                 self._carry_out(self.core.handle(now, events))
+                self.disk.after_turn(elapsed, self.core.epoch)
                 if elapsed >= next_gauge:
                     next_gauge = elapsed + GAUGE_MS
                     self._gauge()
@@ -190,6 +206,7 @@ class NodeRuntime:
         log.info("node %d stopped", self.spec.id)
 
     def close(self) -> None:
+        self.disk.close()
         for sock in (self.pub, self.sub, self.router, self.admin):
             if sock is not None:
                 sock.close()
@@ -286,6 +303,10 @@ class NodeRuntime:
                 self._reply(effect)
             elif isinstance(effect, ReadReply):
                 self._answer(effect.client, effect.req_id, effect.body)
+            elif isinstance(effect, Persist | Reserve):
+                answer = self.disk.carry_out(effect, int(time.time() * 1000))
+                if answer is not None:
+                    self.pending.append(answer)
             elif isinstance(effect, Verified):
                 self.metrics.verified_seq.labels(effect.stream).set(effect.seq)
             elif isinstance(effect, Notice) and effect.kind == "peer_fault":

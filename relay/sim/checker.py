@@ -65,6 +65,8 @@ class InvariantChecker:
             key = (incarnation, name)
             where = f"node {node.node_id} in {name!r}"
             last = self.checked.get(key)
+            if last is not None and timeline.trimmed_seq > last[0]:
+                last = None  # the timeline started over from a snapshot past what we checked
             if last is None:
                 if timeline.trimmed_seq == 0:
                     last = (0, -1)

@@ -22,19 +22,24 @@ from relay.core.events import (
     Broadcast,
     Event,
     MeshReceived,
+    Persist,
     ReadReply,
     Reply,
+    Reserve,
     ShutdownRequested,
     Tick,
     Verified,
 )
+from relay.core.flake import seq_unix_ms
 from relay.core.messages import Replicate
 from relay.core.node import NodeCore
+from relay.core.origin import reservation
 from relay.core.params import CoreConfig
 from relay.core.timer import Now
 from relay.sim.checker import InvariantChecker, InvariantViolation
 from relay.sim.clients import SimClients
-from relay.sim.faults import Fault, FaultKind
+from relay.sim.disk import SimDisk
+from relay.sim.faults import CrashKind, Fault, FaultKind
 from relay.sim.network import LinkFaults, SimNetwork
 from relay.sim.plan import SimPlan
 
@@ -68,6 +73,10 @@ class SimCluster:
         self.backlog: dict[int, list[Event]] = {}
         self.now_ms = START_MS
         self.next_tick: dict[int, int] = {}
+        disk_rng = random.Random(seed * 31 + 7)  # apart from the network's draws
+        self.disk_rng = disk_rng
+        self.disks = {n: SimDisk(disk_rng, plan.disk_latency_ms_max) for n in ids}
+        self.down_by: dict[int, Fault] = {}  # node -> the crash that took it down
         for n in ids:
             self._boot(n)
         self.network = SimNetwork(self.rng, LinkFaults(delay_ms_max=plan.delay_ms_max))
@@ -132,6 +141,7 @@ class SimCluster:
 
     def _next_time(self, publish_times: list[int]) -> int:
         candidates = list(self.next_tick.values())
+        candidates += [t for n in self.nodes if (t := self.disks[n].next_time()) is not None]
         for t in (
             self.network.next_time(),
             publish_times[0] if publish_times else None,
@@ -150,6 +160,10 @@ class SimCluster:
         for n, events in self.clients.outgoing.items():
             if n in self.nodes:
                 inbox.setdefault(n, []).extend(events)
+        for n in self.nodes:
+            synced = self.disks[n].completed(self.now_ms)
+            if synced:
+                inbox.setdefault(n, []).extend(synced)
         self.clients.outgoing = {}
         for n in list(self.nodes):
             if self.next_tick[n] <= self.now_ms and n not in self.paused:
@@ -178,6 +192,8 @@ class SimCluster:
         changed = list(node.streams) if self.turns % 64 == 0 else list(node.active)
         self.checker.check_node(node, incarnation, changed)
         fenced = node.state_name() == "fenced"
+        disk = self.disks[n]
+        disk.epoch = max(disk.epoch, node.epoch)
         for effect in effects:
             if isinstance(effect, Broadcast):
                 msg = effect.message
@@ -189,13 +205,26 @@ class SimCluster:
                         self.network.send(self.now_ms, n, dst, msg)
             elif isinstance(effect, Reply | ReadReply):
                 self.clients.on_reply(self.now_ms, n, effect, fenced)
+            elif isinstance(effect, Persist):
+                disk.write(effect)
+            elif isinstance(effect, Reserve):
+                disk.reserve(self.now_ms, effect.seq)
+        if self.plan.params.votes_wait_for_disk:
+            disk.start_syncs(self.now_ms)
 
     def _boot(self, n: int) -> None:
-        """Start node ``n`` with empty memory (a new epoch from its own clock)."""
+        """Start node ``n`` from its disk, in a new epoch above every one it had."""
         config = CoreConfig(n, self.plan.subscriptions, self.plan.params)
-        self.nodes[n] = NodeCore(config, epoch=self.wall_ms(n))
+        disk = self.disks[n]
+        disk.epoch = max(self.wall_ms(n), disk.epoch + 1)
+        floor = disk.reserved  # above every seq the node may have issued before
+        disk.reserved = reservation(max(self.wall_ms(n), seq_unix_ms(floor)))
+        self.nodes[n] = NodeCore(config, epoch=disk.epoch, floor=floor, reserved=disk.reserved)
         self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
         self.next_tick[n] = self.now_ms
+        restored = disk.restored(tail_extra=self.disk_rng.randint(0, 50))
+        if restored:
+            self._handle(n, list(restored))
 
     # --- faults -------------------------------------------------------------------------
 
@@ -204,11 +233,18 @@ class SimCluster:
             f"{self.now_ms - START_MS} ms: {'start' if start else 'heal'} {fault.describe()}"
         )
         kind, f = fault.kind, self.network.faults
-        if kind in (FaultKind.CRASH, FaultKind.STOP):
+        if kind is FaultKind.STOP:
             for n in fault.nodes:
-                if start:
-                    self._kill(n, graceful=kind is FaultKind.STOP and fault.amount == 1)
-                elif kind is FaultKind.CRASH:
+                self.down_by.pop(n, None)
+                self._kill(n, graceful=fault.amount == 1)
+        elif kind is FaultKind.CRASH:
+            for n in fault.nodes:
+                if start and n in self.nodes:
+                    self._kill(n, graceful=False)
+                    self.down_by[n] = fault
+                    self._crash_disk(n, fault.amount)
+                elif not start and self.down_by.get(n) is fault:
+                    del self.down_by[n]
                     self._boot(n)
         elif kind is FaultKind.ISOLATE:
             links = {(a, b) for a in fault.nodes for b in self.offsets if a != b}
@@ -240,6 +276,12 @@ class SimCluster:
             f.duplicate_per_mille = fault.amount if start else 0
         elif kind is FaultKind.REORDER:
             f.reorder_per_mille = fault.amount if start else 0
+
+    def _crash_disk(self, n: int, kind: int) -> None:
+        if kind == CrashKind.NEW_DISK:  # a replaced machine: no log, no memory of its epochs
+            self.disks[n] = SimDisk(self.disk_rng, self.plan.disk_latency_ms_max)
+        else:
+            self.disks[n].crash(power_loss=kind == CrashKind.POWER)
 
     def _kill(self, n: int, graceful: bool) -> None:
         node = self.nodes.pop(n, None)

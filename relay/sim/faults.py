@@ -13,7 +13,7 @@ from enum import Enum
 
 
 class FaultKind(Enum):
-    CRASH = "crash"  # killed; restarted at end_ms with empty memory
+    CRASH = "crash"  # killed, restarted at end_ms from its disk (amount: one of CrashKind)
     STOP = "stop"  # stopped for good (graceful when amount == 1)
     ISOLATE = "isolate"  # every link to and from the nodes is cut
     ONE_WAY = "one-way"  # frames from nodes[0] to nodes[1] are lost
@@ -37,6 +37,12 @@ class Fault:
         target = f" nodes {list(self.nodes)}" if self.nodes else ""
         extra = f" amount {self.amount}" if self.amount else ""
         return f"{self.kind.value}{target}{extra} from {self.start_ms} to {self.end_ms} ms"
+
+
+class CrashKind:
+    PROCESS = 0  # the kernel keeps what was written
+    POWER = 1  # only what was fsynced survives, and maybe part of what was not
+    NEW_DISK = 2  # the node comes back on an empty disk (a replaced machine)
 
 
 # Faults that take nodes out of the quorum; at most a minority may overlap.
@@ -94,3 +100,27 @@ def draw_faults(
         else:
             faults.append(Fault(kind, start, end, (), rng.randint(10, 150)))
     return tuple(sorted(faults, key=lambda f: f.start_ms))
+
+
+def crashes_of(
+    rng: random.Random,
+    faults: tuple[Fault, ...],
+    nodes: int,
+    horizon_ms: int,
+    power_losses: bool,
+) -> tuple[Fault, ...]:
+    """How each crash treats the disk; with ``power_losses`` (every vote waits for fsync)
+    a crash may lose power, and a third of the runs lose power on every node at once."""
+    kinds = [CrashKind.PROCESS, CrashKind.NEW_DISK] + [CrashKind.POWER] * 2 * power_losses
+    found = [
+        Fault(f.kind, f.start_ms, f.end_ms, f.nodes, rng.choice(kinds))
+        if f.kind is FaultKind.CRASH
+        else f
+        for f in faults
+    ]
+    if power_losses and rng.random() < 1 / 3:
+        start = rng.randint(50, max(60, horizon_ms - 100))
+        every = tuple(range(1, nodes + 1))
+        end = start + rng.randint(50, 1000)
+        found.append(Fault(FaultKind.CRASH, start, end, every, CrashKind.POWER))
+    return tuple(sorted(found, key=lambda f: f.start_ms))

@@ -10,11 +10,11 @@ campaign explores configurations, not one configuration.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from relay.core.params import CoreParams
 from relay.core.routing import Subscription
-from relay.sim.faults import Fault, FaultKind, draw_faults
+from relay.sim.faults import Fault, FaultKind, crashes_of, draw_faults
 
 SKEW_MS_MAX = 10_000
 
@@ -34,6 +34,7 @@ class SimPlan:
     consumers: int
     skews_ms: tuple[int, ...]  # each node's wall clock offset at the start
     faults: tuple[Fault, ...]
+    disk_latency_ms_max: int = 0  # an fsync takes 0 to this many ms
 
     @staticmethod
     def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
@@ -53,20 +54,24 @@ class SimPlan:
         replica_sets = tuple(
             frozenset(s.node_id for s in subscriptions if s.covers(f"{p}.0")) for p in prefixes
         )
+        # the disk is drawn from its own stream of numbers, so that the draws above stay
+        # what they were before the simulator had a disk (the regression seeds replay)
+        disk = random.Random(seed * 104_729 + nodes)
+        votes_wait = disk.random() < 0.7  # fsync = "always"; else "never"
+        faults = draw_faults(rng, nodes, publish_ms, enabled, replica_sets) if with_faults else ()
         return SimPlan(
             nodes=nodes,
             streams=streams,
             subscriptions=subscriptions,
-            params=_params(rng),
+            params=replace(_params(rng), votes_wait_for_disk=votes_wait),
             publish_ms=publish_ms,
             publishes=rng.randint(100, 400) if many else rng.randint(20, 150),
             retry_rate=rng.choice([0.0, 0.1, 0.3]),
             delay_ms_max=rng.randint(0, 5),
             consumers=rng.randint(0, 3),
             skews_ms=skews,
-            faults=draw_faults(rng, nodes, publish_ms, enabled, replica_sets)
-            if with_faults
-            else (),
+            faults=crashes_of(disk, faults, nodes, publish_ms, votes_wait) if with_faults else (),
+            disk_latency_ms_max=disk.choice([0, 1, 3, 10]),
         )
 
 

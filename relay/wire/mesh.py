@@ -205,7 +205,9 @@ def decode(body: bytes) -> MeshMessage:
             found = tuple(as_bytes(d) for d in as_list(digests))
             if len(found) != len(txs):
                 raise ValueError("a sync slice needs one digest per tx")
-            keys = tuple((as_str(p), as_int(m), as_int(s)) for p, m, s in as_list(dedup))
+            keys = tuple(
+                (as_str(p), as_int(m), as_int(s), as_bytes(d)) for p, m, s, d in as_list(dedup)
+            )
             return SyncData(
                 as_str(stream),
                 as_int(sender),

@@ -1,0 +1,167 @@
+"""How a replica's stable timeline is rebuilt: from a peer's verified slice (sync), from its
+own log on disk (restore), or by giving up an unverified tail no quorum agreed on (refold).
+
+How this works: each path replaces part of the timeline and then *repositions* the lanes: every
+lane continues right after the new head, and every tx held above it is taken back, so that
+nothing a peer may still need is lost and folding resumes from the new head. Each cut or reset
+tells the log cursor, so the log on disk follows the timeline. ``StreamReplica`` is this class
+plus the rooms it composes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from relay.core.catchup import Catchup, CatchupInput, slice_for, slice_problem
+from relay.core.dedup import DedupIndex, KeyRecord
+from relay.core.durable import LogCursor
+from relay.core.lane import Lane
+from relay.core.messages import Tx
+from relay.core.ordering import seq_of
+from relay.core.timeline import Timeline
+from relay.core.votes import Votes
+
+DedupKeys = tuple[KeyRecord, ...]
+SyncSlice = tuple[int, bytes, tuple[Tx, ...], tuple[bytes, ...], DedupKeys]
+
+
+class TimelineRebuild:
+    lanes: dict[int, Lane]
+    timeline: Timeline
+    dedup: DedupIndex
+    votes: Votes
+    catchup: Catchup
+    log: LogCursor
+    announced_seq: int
+    needs_ack: bool
+
+    if TYPE_CHECKING:  # StreamReplica's
+
+        def take(self, tx: Tx, restoring: bool = False) -> bool: ...
+
+    def restore(
+        self,
+        base_seq: int,
+        base_digest: bytes,
+        txs: tuple[Tx, ...],
+        digests: tuple[bytes, ...],
+        verified_seq: int,
+        dedup_keys: DedupKeys,
+    ) -> None:
+        """Start from this replica's own log (after a restart): its stable timeline as the
+        disk holds it, verified as far as the log recorded. What is past the verified seq
+        is stable but unverified, and the votes settle it as they would have."""
+        problem = slice_problem(base_digest, txs, digests)
+        assert not problem, problem  # the shell re-checked the chain when it read the log
+        timeline = self.timeline
+        timeline.restart_at(base_seq, base_digest)
+        self.dedup.restore(dedup_keys)
+        self.dedup.add_verified(txs, digests)
+        if txs:
+            timeline.extend(list(txs), list(digests))
+        timeline.verify_upto(min(max(verified_seq, base_seq), timeline.head_seq))
+        self.log.restored(timeline.head_seq)
+        self._reposition([])
+        self.catchup.apply(CatchupInput.ADOPTED, 0)
+        self.needs_ack = True
+
+    def sync_slice(self, after_seq: int, limit: int) -> SyncSlice | None:
+        """What to answer a sync request after ``after_seq``: (base seq, base digest, txs,
+        digests, dedup keys); a snapshot carries the keys of the window before its base."""
+        if not self.catchup.synced:
+            return None
+        found = slice_for(self.timeline, after_seq, limit)
+        if found is None:
+            return None
+        base_seq, base_digest, indexes, snapshot = found
+        timeline = self.timeline
+        return (
+            base_seq,
+            base_digest,
+            tuple(timeline.txs[i] for i in indexes),
+            tuple(timeline.digests[i] for i in indexes),
+            self.dedup.keys_upto(base_seq) if snapshot else (),
+        )
+
+    def adopt(
+        self,
+        elapsed_ms: int,
+        base_seq: int,
+        base_digest: bytes,
+        txs: tuple[Tx, ...],
+        digests: tuple[bytes, ...],
+        dedup_keys: DedupKeys,
+    ) -> str:
+        """Take a peer's verified slice; returns what happened (for the operator)."""
+        problem = slice_problem(base_digest, txs, digests)
+        if problem:
+            return problem
+        timeline = self.timeline
+        synced = self.catchup.synced
+        anchor = timeline.verified_seq if synced else 0
+        held_base = timeline.digest_at(base_seq)
+        reset = not synced or base_seq > anchor or held_base is None
+        if reset and synced and base_seq < anchor:
+            return "refused a sync slice older than what this replica holds"
+        if not reset:
+            if held_base != base_digest:
+                return "refused a sync slice that contradicts this replica's verified timeline"
+            known = sum(1 for tx in txs if tx.seq <= anchor)
+            for tx, digest in zip(txs[:known], digests[:known], strict=True):
+                if timeline.digest_at(tx.seq) != digest:
+                    return "refused a sync slice that contradicts this replica's verified timeline"
+            txs, digests = txs[known:], digests[known:]
+            if not txs:
+                return ""
+        if reset:
+            requeue = timeline.restart_at(base_seq, base_digest)
+            self.log.restart(base_seq)
+            requeue += self.dedup.truncate(base_seq)
+            self.dedup.restore(dedup_keys)
+            self.votes.forget_after(base_seq)
+        else:
+            requeue = self._truncate(anchor)
+        self.dedup.add_verified(txs, digests)
+        if txs:  # a snapshot of a peer that holds nothing past its base has none
+            timeline.extend(list(txs), list(digests))
+        timeline.verify_upto(timeline.head_seq)
+        self._reposition(requeue)
+        self.catchup.apply(CatchupInput.ADOPTED, elapsed_ms)
+        self.needs_ack = True
+        return f"adopted {len(txs)} verified txs up to seq {timeline.head_seq}" + (
+            f" (snapshot from seq {base_seq})" if reset else ""
+        )
+
+    def refold(self, elapsed_ms: int) -> int:
+        """Give up the stable but unverified tail: requeue it and fold again from the
+        verified seq, fetching what peers hold by gap repair, so that replicas that diverged
+        without a quorum converge on the same txs in the same order. Nothing unverified was
+        ever delivered or acknowledged. Returns how many txs were requeued."""
+        dropped = self._truncate(self.timeline.verified_seq)
+        self._reposition(dropped)
+        self.catchup.apply(CatchupInput.REFOLDED, elapsed_ms)
+        self.needs_ack = True
+        return len(dropped)
+
+    def _truncate(self, keep_upto: int) -> list[Tx]:
+        """Cut the stable timeline after ``keep_upto``; the txs cut off, for requeueing."""
+        dropped = self.timeline.truncate_after(keep_upto)
+        self.log.cut(keep_upto)
+        dropped += self.dedup.truncate(keep_upto)
+        self.votes.forget_after(keep_upto)
+        return dropped
+
+    def _reposition(self, dropped: list[Tx]) -> None:
+        """After the timeline changed under them, put every lane right after the new head
+        and take back every held tx above it."""
+        head = self.timeline.head_seq
+        held = list(dropped)
+        for lane in self.lanes.values():
+            held += lane.release_held()
+            lane.contig = head  # everything at or below the head is settled now
+            if lane.cut_at is not None and lane.contig > lane.cut_at:
+                lane.cut_at = lane.contig
+        self.dedup.pending.clear()
+        for tx in sorted(held, key=seq_of):
+            if tx.seq > head:
+                self.take(tx, restoring=True)

@@ -1,0 +1,96 @@
+"""The node's disk, as its loop sees it: open and restore, write what the core persists,
+sync in the background, and hand the core what became durable.
+
+How this works: at start the data directory is checked and every stream's log recovered; the
+core is built on the epoch, seq floor and reservation kept there, and the restored timelines
+are its first events. Each turn, ``Persist`` effects are written and ``Reserve`` effects made
+durable at once (rare and tiny); after the turn the syncer starts a group commit, and its
+completions come back through ``wake_fd`` as ``Persisted`` events. A write or sync the disk
+refuses is reported (``storage_error``), never acknowledged: the core's vote waits for a
+``Persisted`` that does not come.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from relay.config import ClusterConfig
+from relay.core.events import Event, Persist, Reserve, Reserved, Restored
+from relay.storage.recovery import Window
+from relay.storage.store import NodeStore
+from relay.storage.stream_log import StorageError
+from relay.storage.syncer import Syncer
+
+log = logging.getLogger("relay.disk")
+
+
+class NodeDisk:
+    def __init__(self, config: ClusterConfig, node_id: int) -> None:
+        self.store = NodeStore(config.data_dir(node_id), config.name, node_id, config.storage)
+        params = config.params
+        self.window = Window(
+            keep=max(1, params.buffer_txs_max // 2),
+            dedup_ms=params.dedup_window_ms,
+            dedup_keys_max=params.dedup_keys_max,
+        )
+        self.syncer: Syncer | None = None
+        self.error = ""  # the last write or sync the disk refused
+
+    def open(self, wall_ms: int) -> tuple[list[Restored], tuple[int, int, int]]:
+        """The logs to restore, and (epoch, floor, reservation) to start the core on."""
+        restored, problems = self.store.open(self.window, wall_ms)
+        for problem in problems:
+            log.error("recovery: %s", problem)
+        start = self.store.start(wall_ms)
+        self.syncer = Syncer(self.store)
+        held = sum(len(r.txs) for r in restored)
+        log.info(
+            "restored %d streams (%d txs in memory) from %s",
+            len(restored),
+            held,
+            self.store.data_dir,
+        )
+        return restored, start
+
+    @property
+    def wake_fd(self) -> int:
+        assert self.syncer is not None
+        return self.syncer.wake_fd
+
+    def carry_out(self, effect: Persist | Reserve, wall_ms: int) -> Event | None:
+        """Write one effect; the event it answers at once, if any."""
+        assert self.syncer is not None
+        try:
+            if isinstance(effect, Reserve):
+                self.store.reserve(effect.seq)
+                return Reserved(effect.seq)
+            self.store.apply(effect, wall_ms)
+            self.syncer.wrote(effect.stream)
+        except (StorageError, OSError) as exc:
+            self._refused(str(exc))
+        return None
+
+    def after_turn(self, elapsed_ms: int, epoch: int) -> None:
+        assert self.syncer is not None
+        try:
+            self.store.epoch_started(epoch)
+        except OSError as exc:
+            self._refused(f"node.json: {exc}")
+        self.syncer.after_turn(elapsed_ms)
+
+    def completed(self) -> list[Event]:
+        assert self.syncer is not None
+        done: list[Event] = list(self.syncer.completed())
+        if self.syncer.error:
+            self._refused(self.syncer.error)
+        return done
+
+    def close(self) -> None:
+        if self.syncer is not None:
+            self.syncer.close()
+        self.store.close()
+
+    def _refused(self, why: str) -> None:
+        if why != self.error:
+            log.error("storage: %s", why)
+        self.error = why

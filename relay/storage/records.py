@@ -1,0 +1,139 @@
+"""How a segment file is laid out: a header, then framed records.
+
+Every frame is ``length u32 | crc32 u32 | kind u8 | body`` (big-endian; the CRC covers kind and
+body), so a torn write or a flipped byte is found where it is. Kinds:
+
+- ``HEADER`` (first frame of every segment): msgpack ``[format, stream, base_seq, base_digest]``;
+  the segment continues a timeline whose digest at ``base_seq`` is ``base_digest``.
+- ``TX``: msgpack ``[seq, prev, origin, epoch, producer_id, msg_id, payload, key, headers,
+  digest]``: the record of docs/design.md with its replication fields and its rolling digest.
+- ``MARK``: ``seq u64``: a quorum verified the timeline up to ``seq`` (a lower bound).
+
+Everything read back is checked as hostile input: a bad frame raises ``CorruptRecord`` naming
+what is wrong; nothing here trusts a length or a type it has not checked.
+"""
+
+from __future__ import annotations
+
+import mmap
+import zlib
+from dataclasses import dataclass
+from struct import Struct
+from typing import Any
+
+import msgpack
+
+from relay.core.digest import DIGEST_BYTES
+from relay.core.messages import Tx
+from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_str
+
+FORMAT = 1
+FRAME = Struct(">IIB")  # length of kind + body, crc32 of kind + body, kind
+MARK_BODY = Struct(">Q")
+HEADER, TX, MARK = 1, 2, 3
+FRAME_BYTES_MAX = 8 << 20  # far above a record of payload_bytes_max (1 MiB) with its fields
+
+
+class CorruptRecord(ValueError):
+    """A frame that is torn, fails its checksum, or does not decode."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    stream: str
+    base_seq: int
+    base_digest: bytes
+
+
+def frame(kind: int, body: bytes) -> bytes:
+    crc = zlib.crc32(body, zlib.crc32(bytes((kind,))))
+    return FRAME.pack(len(body) + 1, crc, kind) + body
+
+
+def header_frame(header: SegmentHeader) -> bytes:
+    body = msgpack.packb([FORMAT, header.stream, header.base_seq, header.base_digest])
+    return frame(HEADER, body)
+
+
+def tx_frame(tx: Tx, digest: bytes) -> bytes:
+    return frame(TX, msgpack.packb([*tx[:7], tx.key, tx.headers, digest]))
+
+
+def mark_frame(seq: int) -> bytes:
+    return frame(MARK, MARK_BODY.pack(seq))
+
+
+def read_frame(data: bytes | mmap.mmap, offset: int) -> tuple[int, bytes, int] | None:
+    """(kind, body, next offset) of the frame at ``offset``; None at a clean end of data.
+    A frame cut short (a torn write) or failing its checksum raises ``CorruptRecord``."""
+    end = len(data)
+    if offset == end:
+        return None
+    if offset + FRAME.size > end:
+        raise CorruptRecord(f"a frame header cut short at offset {offset}")
+    length, crc, kind = FRAME.unpack_from(data, offset)
+    if not 1 <= length <= FRAME_BYTES_MAX:
+        raise CorruptRecord(f"a frame of impossible length {length} at offset {offset}")
+    start = offset + FRAME.size
+    stop = start + length - 1
+    if stop > end:
+        raise CorruptRecord(f"a frame cut short at offset {offset} (torn write)")
+    body = bytes(data[start:stop])
+    if zlib.crc32(body, zlib.crc32(bytes((kind,)))) != crc:
+        raise CorruptRecord(f"a frame fails its checksum at offset {offset}")
+    return kind, body, stop
+
+
+def decode_header(body: bytes) -> SegmentHeader:
+    f = _unpack(body)
+    if len(f) != 4 or f[0] != FORMAT:
+        raise CorruptRecord(f"not a segment header of format {FORMAT}")
+    try:
+        digest = as_bytes(f[3])
+        if len(digest) != DIGEST_BYTES:
+            raise ValueError("a digest has 32 bytes")
+        return SegmentHeader(as_str(f[1]), as_int(f[2]), digest)
+    except ValueError as exc:
+        raise CorruptRecord(f"bad segment header: {exc}") from None
+
+
+def decode_tx(body: bytes) -> tuple[Tx, bytes]:
+    f = _unpack(body)
+    if len(f) != 10:
+        raise CorruptRecord("a tx record has 10 fields")
+    try:
+        seq, prev, origin, epoch = (as_int(v) for v in f[:4])
+        tx = Tx(
+            seq,
+            prev,
+            origin,
+            epoch,
+            as_str(f[4]),
+            as_int(f[5]),
+            as_bytes(f[6]),
+            as_key(f[7]),
+            () if f[8] == [] else as_headers(f[8]),
+        )
+        digest = as_bytes(f[9])
+        if len(digest) != DIGEST_BYTES or not seq > prev or origin > 1023:
+            raise ValueError("fields out of range")
+    except ValueError as exc:
+        raise CorruptRecord(f"bad tx record: {exc}") from None
+    return tx, digest
+
+
+def decode_mark(body: bytes) -> int:
+    if len(body) != MARK_BODY.size:
+        raise CorruptRecord("a verified mark has 8 bytes")
+    seq: int = MARK_BODY.unpack(body)[0]
+    return seq
+
+
+def _unpack(body: bytes) -> list[Any]:
+    try:
+        f = msgpack.unpackb(body, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise CorruptRecord(f"not msgpack: {exc}") from None
+    if type(f) is not list:
+        raise CorruptRecord(f"a record body is a list, not {type(f).__name__}")
+    return f

@@ -1,0 +1,205 @@
+"""Opening a stream's log after a restart: every segment re-checked, a torn or corrupt tail cut.
+
+How this works: the segments are read in seq order. Each must name the stream, continue the
+previous one's chain (its header's base seq and digest are the previous last record's), and
+hold frames that pass their checksum, decode, ascend, and fold to their stored digests. At the
+first record that does not, the log is cut there: the files from that point on are moved to
+``quarantine/`` for the operator, the problem is reported with the file and offset, and the
+node fetches what follows from its peers. A torn tail (the last write cut short by a crash) is
+the common case of the same rule.
+
+What the core gets back (``Restored``): the last ``keep`` records up to the verified mark and
+every record after it (the unverified tail), the digest before them, the mark, and the
+producer keys of the dedup window before them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relay.core.digest import genesis
+from relay.core.events import Restored
+from relay.core.flake import seq_unix_ms
+from relay.core.messages import Tx, fold_tx
+from relay.storage.records import TX, CorruptRecord
+from relay.storage.segment import Segment, parse_name, scan
+from relay.storage.settings import StorageSettings
+from relay.storage.stream_log import StreamLog
+
+KeyRecord = tuple[str, int, int, bytes]
+
+
+@dataclass(slots=True)
+class Recovered:
+    log: StreamLog
+    restored: Restored
+    problems: list[str] = field(default_factory=list)  # what was cut, for the operator
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """How much of the log the core takes back into memory."""
+
+    keep: int  # records up to the verified mark kept in memory
+    dedup_ms: int
+    dedup_keys_max: int
+
+
+def open_log(
+    directory: Path, stream: str, settings: StorageSettings, window: Window, wall_ms: int
+) -> Recovered:
+    problems: list[str] = []
+    files = sorted((p for p in directory.iterdir() if parse_name(p.name)), key=lambda p: _order(p))
+    segments: list[Segment] = []
+    tail = _Tail(window.keep, window.dedup_keys_max)
+    for i, path in enumerate(files):
+        try:
+            segment = _check(path, stream, segments, tail)
+        except _Cut as cut:
+            problems.append(cut.reason)
+            _quarantine(directory, files[i:], cut, segments)
+            break
+        segments.append(segment)
+    if segments and segments[-1].sealed is False:
+        segments[-1].created_ms = wall_ms
+    log = StreamLog(directory, stream, settings, segments, min(tail.mark_seq, _head(segments)))
+    if segments and not segments[-1].sealed:
+        log.fd = os.open(segments[-1].path, os.O_WRONLY | os.O_APPEND)
+        os.fsync(log.fd)  # what the kernel kept of a crashed process is durable from here on
+    return Recovered(log, tail.restored(stream, log.mark, window.dedup_ms), problems)
+
+
+def _order(path: Path) -> int:
+    name = parse_name(path.name)
+    assert name is not None
+    return name.first_seq if name.sealed else name.base_seq + 1
+
+
+def _head(segments: list[Segment]) -> int:
+    return segments[-1].head_seq if segments else 0
+
+
+class _Cut(Exception):
+    def __init__(self, reason: str, path: Path, offset: int, segment: Segment | None) -> None:
+        super().__init__(reason)
+        self.reason, self.path, self.offset, self.segment = reason, path, offset, segment
+
+
+def _check(path: Path, stream: str, before: list[Segment], tail: _Tail) -> Segment:
+    try:
+        header, frames = scan(path)
+    except (CorruptRecord, OSError) as exc:
+        raise _Cut(f"{path}: unreadable segment ({exc}); cut here", path, 0, None) from None
+    if header.stream != stream:
+        raise _Cut(f"{path}: belongs to stream {header.stream!r}; cut here", path, 0, None)
+    head = before[-1] if before else None
+    if head is not None and (header.base_seq, header.base_digest) != (
+        head.head_seq,
+        head.head_digest,
+    ):
+        raise _Cut(f"{path}: does not continue the segment before it; cut here", path, 0, None)
+    segment = Segment(path, header)
+    tail.start(header.base_seq, header.base_digest)
+    chain, last = header.base_digest, header.base_seq
+    offset = segment.data_start
+    segment.size = offset
+    try:
+        for kind, offset, end, item, digest in frames:
+            if kind == TX:
+                assert isinstance(item, Tx)
+                if item.seq <= last or fold_tx(chain, item) != digest:
+                    raise CorruptRecord(f"a record that does not chain at offset {offset}")
+                chain, last = digest, item.seq
+                segment.noted(item.seq, digest, offset, end)
+                tail.add(item, digest)
+            else:
+                assert isinstance(item, int)
+                tail.mark(min(item, last))
+            segment.size = end
+    except CorruptRecord as exc:
+        raise _Cut(f"{path}: {exc}; cut here", path, segment.size, segment) from None
+    return segment
+
+
+def _quarantine(directory: Path, rest: list[Path], cut: _Cut, kept: list[Segment]) -> None:
+    """Move the files from the cut on aside; the cut one keeps its good part, and a copy
+    of the whole of it goes aside too."""
+    aside = directory / "quarantine" / time.strftime("%Y%m%dT%H%M%S")
+    aside.mkdir(parents=True, exist_ok=True)
+    salvage = cut.segment if cut.segment is not None and cut.segment.first_seq else None
+    for path in rest:
+        if path == cut.path and salvage is not None:
+            shutil.copy2(path, aside / path.name)
+        else:
+            path.replace(aside / path.name)
+    if salvage is not None:
+        os.truncate(cut.path, cut.offset)
+        if salvage.sealed:
+            opened = cut.path.with_name(f"{salvage.header.base_seq:020d}.open")
+            os.rename(cut.path, opened)
+            salvage.path = opened
+        kept.append(salvage)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Tail:
+    """The records a recovery hands the core: a bounded window before the verified mark and
+    everything after it, and the dedup keys of what falls out of the window."""
+
+    def __init__(self, keep: int, keys_max: int) -> None:
+        self.verified: deque[tuple[Tx, bytes]] = deque()
+        self.unverified: list[tuple[Tx, bytes]] = []
+        self.keep = keep
+        self.base: tuple[int, bytes] | None = None  # the last record that fell out
+        self.keys: deque[KeyRecord] = deque(maxlen=keys_max)
+        self.mark_seq = 0  # the highest verified mark read
+
+    def start(self, base_seq: int, base_digest: bytes) -> None:
+        """A segment begins; the first one says where the log starts."""
+        if self.base is None:
+            self.base = (base_seq, base_digest)
+
+    def add(self, tx: Tx, digest: bytes) -> None:
+        self.unverified.append((tx, digest))
+
+    def mark(self, seq: int) -> None:
+        if seq <= self.mark_seq:
+            return
+        self.mark_seq = seq
+        moved = 0
+        for tx, _ in self.unverified:
+            if tx.seq > seq:
+                break
+            moved += 1
+        self.verified.extend(self.unverified[:moved])
+        del self.unverified[:moved]
+        while len(self.verified) > self.keep:
+            tx, digest = self.verified.popleft()
+            self.base = (tx.seq, digest)
+            if tx.producer_id:
+                self.keys.append((tx.producer_id, tx.msg_id, tx.seq, digest))
+
+    def restored(self, stream: str, mark: int, dedup_ms: int) -> Restored:
+        records = [*self.verified, *self.unverified]
+        base_seq, base_digest = self.base or (0, genesis(stream))
+        head = records[-1][0].seq if records else base_seq
+        horizon = seq_unix_ms(head) - dedup_ms
+        keys = tuple(k for k in self.keys if seq_unix_ms(k[2]) >= horizon)
+        return Restored(
+            stream,
+            base_seq,
+            base_digest,
+            tuple(tx for tx, _ in records),
+            tuple(d for _, d in records),
+            mark,
+            keys,
+        )

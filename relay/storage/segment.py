@@ -1,0 +1,154 @@
+"""One segment file of a stream's log: its name, its sparse index, appends, scans and reads.
+
+How this works: the active segment is named by the seq its timeline continues from
+(``<base>.open``); sealing renames it to ``<first>-<last>_<first ms>-<last ms>.seg``, so a
+reader finds the file for a seq or a time from the names alone. While a segment is written or
+scanned it keeps a sparse index, one ``(seq, offset)`` every ``INDEX_BYTES`` of records, so a
+read seeks near its start and parses forward.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relay.core.flake import seq_unix_ms
+from relay.core.messages import Tx
+from relay.storage.records import (
+    HEADER,
+    MARK,
+    TX,
+    CorruptRecord,
+    SegmentHeader,
+    decode_header,
+    decode_mark,
+    decode_tx,
+    header_frame,
+    read_frame,
+)
+
+INDEX_BYTES = 64 << 10
+SEALED = re.compile(r"^(\d{20})-(\d{20})_(\d{13})-(\d{13})\.seg$")
+ACTIVE = re.compile(r"^(\d{20})\.open$")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentName:
+    base_seq: int  # for an open segment; 0 for a sealed one (its header says)
+    first_seq: int
+    last_seq: int
+    first_ms: int
+    last_ms: int
+    sealed: bool
+
+
+def parse_name(name: str) -> SegmentName | None:
+    m = SEALED.match(name)
+    if m:
+        first, last, first_ms, last_ms = (int(g) for g in m.groups())
+        return SegmentName(0, first, last, first_ms, last_ms, True)
+    m = ACTIVE.match(name)
+    if m:
+        return SegmentName(int(m.group(1)), 0, 0, 0, 0, False)
+    return None
+
+
+@dataclass(slots=True)
+class Segment:
+    path: Path
+    header: SegmentHeader
+    first_seq: int = 0  # 0 while empty
+    last_seq: int = 0
+    last_digest: bytes = b""
+    size: int = 0
+    created_ms: int = 0  # wall time it was opened for writing (segment_ms rolls on it)
+    index: list[tuple[int, int]] = field(default_factory=list)  # (seq, frame offset)
+    indexed_at: int = -INDEX_BYTES  # offset of the last indexed frame
+
+    @property
+    def sealed(self) -> bool:
+        return self.path.suffix == ".seg"
+
+    @property
+    def head_seq(self) -> int:
+        return self.last_seq or self.header.base_seq
+
+    @property
+    def head_digest(self) -> bytes:
+        return self.last_digest or self.header.base_digest
+
+    def sealed_name(self) -> str:
+        first, last = self.first_seq, self.last_seq
+        return f"{first:020d}-{last:020d}_{seq_unix_ms(first):013d}-{seq_unix_ms(last):013d}.seg"
+
+    def noted(self, seq: int, digest: bytes, offset: int, end: int) -> None:
+        """A tx record at ``offset`` (ending at ``end``) was written or scanned."""
+        if not self.first_seq:
+            self.first_seq = seq
+        self.last_seq, self.last_digest = seq, digest
+        if offset - self.indexed_at >= INDEX_BYTES:
+            self.index.append((seq, offset))
+            self.indexed_at = offset
+
+    def offset_before(self, seq: int) -> int:
+        """An offset at or before the frame of the first tx above ``seq`` (a frame start)."""
+        i = bisect_right(self.index, (seq, 1 << 62))
+        return self.index[i - 1][1] if i and self.index[i - 1][0] <= seq else self.data_start
+
+    @property
+    def data_start(self) -> int:
+        return len(header_frame(self.header))
+
+    def forget_after(self, offset: int) -> None:
+        """The file was cut at ``offset``: index entries past it go."""
+        self.index = [(s, o) for s, o in self.index if o < offset]
+        self.indexed_at = self.index[-1][1] if self.index else -INDEX_BYTES
+        self.size = offset
+
+
+def create(directory: Path, header: SegmentHeader, wall_ms: int) -> tuple[Segment, int]:
+    """A new open segment with its header written; (segment, fd for appending)."""
+    path = directory / f"{header.base_seq:020d}.open"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    data = header_frame(header)
+    os.write(fd, data)
+    return Segment(path, header, size=len(data), created_ms=wall_ms), fd
+
+
+Entry = tuple[int, int, int, Tx | int | None, bytes]  # (kind, offset, end, tx or mark, digest)
+
+
+def scan(path: Path) -> tuple[SegmentHeader, Iterator[Entry]]:
+    """The header and the frames of a whole segment file; a bad frame raises
+    ``CorruptRecord`` from the iterator with the offset in its message."""
+    data = path.read_bytes()
+    first = read_frame(data, 0)
+    if first is None or first[0] != HEADER:
+        raise CorruptRecord(f"{path}: no segment header at offset 0")
+    header = decode_header(first[1])
+    return header, entries(data, first[2])
+
+
+def entries(data: bytes | mmap.mmap, offset: int) -> Iterator[Entry]:
+    while True:
+        found = read_frame(data, offset)
+        if found is None:
+            return
+        kind, body, end = found
+        try:
+            if kind == TX:
+                tx, digest = decode_tx(body)
+                entry: Entry = (kind, offset, end, tx, digest)
+            elif kind == MARK:
+                entry = (kind, offset, end, decode_mark(body), b"")
+            else:
+                raise CorruptRecord(f"a frame of unknown kind {kind}")
+        except CorruptRecord as exc:
+            raise CorruptRecord(f"{exc} at offset {offset}") from None
+        yield entry
+        offset = end

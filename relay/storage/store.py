@@ -1,0 +1,167 @@
+"""A node's data directory: whose it is, its epoch and seq reservation, and its streams' logs.
+
+Layout::
+
+    <data_dir>/node.json               {"format", "cluster", "node_id", "epoch", "reserved"}
+    <data_dir>/streams/<name>/         one directory per stream (see ``dir_name``)
+        <first>-<last>_<first ms>-<last ms>.seg   sealed segments
+        <base>.open                    the segment being appended to
+        quarantine/                    files cut from the log at recovery, for the operator
+
+``node.json`` is replaced atomically (write, fsync, rename, fsync the directory) and refuses a
+data directory that belongs to another cluster name or node id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from blake3 import blake3
+
+from relay.core.events import Persist, Restored
+from relay.core.flake import seq_unix_ms
+from relay.core.origin import reservation
+from relay.core.routing import stream_name_problem
+from relay.storage.recovery import Window, open_log
+from relay.storage.settings import StorageSettings
+from relay.storage.stream_log import StorageError, StreamLog
+
+FORMAT = 1
+NAME_BYTES_MAX = 180  # longer (quoted) stream names get a hashed directory name
+
+
+def dir_name(stream: str) -> str:
+    """A directory name for a stream: readable when it can be, unique always."""
+    quoted = "s." + quote(stream, safe="-_.~")
+    if len(quoted.encode()) <= NAME_BYTES_MAX:
+        return quoted
+    return "h." + blake3(stream.encode()).hexdigest()[:40]
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class NodeStore:
+    def __init__(
+        self, data_dir: Path, cluster: str, node_id: int, settings: StorageSettings
+    ) -> None:
+        self.data_dir = data_dir
+        self.cluster = cluster
+        self.node_id = node_id
+        self.settings = settings
+        self.streams_dir = data_dir / "streams"
+        self.logs: dict[str, StreamLog] = {}
+        self.meta: dict[str, Any] = {}
+
+    # --- opening ------------------------------------------------------------------------
+
+    def open(self, window: Window, wall_ms: int) -> tuple[list[Restored], list[str]]:
+        """Check whose directory this is and recover every stream's log: what to restore
+        into the core, and what was cut (file and offset) for the operator."""
+        try:
+            self.streams_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"data_dir {self.data_dir}: {exc.strerror or exc}") from None
+        self.meta = self._read_meta()
+        restored, problems = [], []
+        for directory in sorted(self.streams_dir.iterdir()):
+            stream = self._stream_of(directory)
+            if stream is None:
+                problems.append(f"{directory}: not a stream directory; left alone")
+                continue
+            found = open_log(directory, stream, self.settings, window, wall_ms)
+            self.logs[stream] = found.log
+            problems += found.problems
+            if found.log.segments:
+                restored.append(found.restored)
+        return restored, problems
+
+    def _stream_of(self, directory: Path) -> str | None:
+        name = directory.name
+        if name.startswith("s."):
+            stream = unquote(name[2:])
+        elif name.startswith("h.") and (directory / "stream").is_file():
+            stream = (directory / "stream").read_text()
+        else:
+            return None
+        return None if stream_name_problem(stream) or dir_name(stream) != name else stream
+
+    def _read_meta(self) -> dict[str, Any]:
+        path = self.data_dir / "node.json"
+        if not path.exists():
+            meta = {"format": FORMAT, "cluster": self.cluster, "node_id": self.node_id}
+            return {**meta, "epoch": 0, "reserved": 0}
+        try:
+            meta = json.loads(path.read_text())
+            ok = isinstance(meta, dict) and meta.get("format") == FORMAT
+            ok = ok and all(type(meta.get(k)) is int for k in ("node_id", "epoch", "reserved"))
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"{path}: unreadable ({exc})") from None
+        if not ok:
+            raise StorageError(f"{path}: not a relay node file of format {FORMAT}")
+        if (meta.get("cluster"), meta["node_id"]) != (self.cluster, self.node_id):
+            raise StorageError(
+                f"data_dir {self.data_dir} belongs to node {meta['node_id']} of cluster "
+                f"{meta.get('cluster')!r}, not node {self.node_id} of {self.cluster!r}; "
+                "give this node its own data_dir"
+            )
+        return dict(meta)
+
+    def _write_meta(self) -> None:
+        path = self.data_dir / "node.json"
+        temporary = path.with_suffix(".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, json.dumps(self.meta).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        fsync_dir(self.data_dir)
+
+    # --- the node's epoch and seqs ------------------------------------------------------
+
+    def start(self, wall_ms: int) -> tuple[int, int, int]:
+        """(epoch, floor, reservation) for a node starting now: an epoch above every one it
+        had, and seqs above every one it may have issued."""
+        floor = self.meta["reserved"]
+        self.meta["epoch"] = max(wall_ms, self.meta["epoch"] + 1)
+        self.meta["reserved"] = reservation(max(wall_ms, seq_unix_ms(floor)))
+        self._write_meta()
+        return self.meta["epoch"], floor, self.meta["reserved"]
+
+    def epoch_started(self, epoch: int) -> None:
+        if epoch > self.meta["epoch"]:
+            self.meta["epoch"] = epoch
+            self._write_meta()
+
+    def reserve(self, seq: int) -> None:
+        if seq > self.meta["reserved"]:
+            self.meta["reserved"] = seq
+            self._write_meta()
+
+    # --- the logs -----------------------------------------------------------------------
+
+    def apply(self, p: Persist, wall_ms: int) -> None:
+        log = self.logs.get(p.stream)
+        if log is None:
+            directory = self.streams_dir / dir_name(p.stream)
+            directory.mkdir(exist_ok=True)
+            if directory.name.startswith("h."):
+                (directory / "stream").write_text(p.stream)
+            fsync_dir(self.streams_dir)
+            log = self.logs[p.stream] = StreamLog(directory, p.stream, self.settings, [], 0)
+        log.apply(p, wall_ms)
+
+    def close(self) -> None:
+        for log in self.logs.values():
+            log.close()

@@ -1,0 +1,266 @@
+"""One stream's log on disk: its segments, in order, continuing one digest chain.
+
+How this works: ``apply`` carries out the core's ``Persist``: start over (a snapshot), cut the
+unverified tail back to a seq, append records and a verified mark, rolling to a new segment at
+``segment_bytes`` or ``segment_ms``. Writes go to the page cache; the file descriptors written
+since the last sync are handed to the syncer (``take_unsynced``), which makes them durable
+and reports the write generation and head they cover. ``read`` serves a range from the files,
+checking each record's checksum and the digest chain as it goes: nothing is served unproven.
+Opening a log re-checks every segment and is in ``recovery.py``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relay.core.events import Persist
+from relay.core.messages import Tx, fold_tx
+from relay.storage.records import (
+    MARK,
+    CorruptRecord,
+    SegmentHeader,
+    mark_frame,
+    tx_frame,
+)
+from relay.storage.segment import Entry, Segment, create, entries
+from relay.storage.settings import StorageSettings
+
+
+class StorageError(RuntimeError):
+    """The disk refused a write (full, I/O error) or the log is out of step with the core."""
+
+
+@dataclass(slots=True)
+class Unsynced:
+    """What one sync of this log must cover."""
+
+    fds: list[int] = field(default_factory=list)  # duplicates, closed by the syncer
+    directory: bool = False  # files were created, renamed or removed
+    active: bool = False  # fds holds a duplicate of the current append descriptor
+    generation: int = 0
+    head_seq: int = 0
+
+
+class StreamLog:
+    def __init__(
+        self,
+        directory: Path,
+        stream: str,
+        settings: StorageSettings,
+        segments: list[Segment],
+        mark: int,
+    ) -> None:
+        self.directory = directory
+        self.stream = stream
+        self.settings = settings
+        self.segments = segments  # in seq order; the last may be open for appends
+        self.mark = mark  # the highest verified mark written
+        self.generation = 0
+        self.fd: int | None = None
+        self.unsynced = Unsynced()
+        self.written = 0  # bytes written since the log was opened
+
+    # --- where the log is ---------------------------------------------------------------
+
+    @property
+    def base_seq(self) -> int:
+        """The oldest seq's predecessor: reads after it can be served."""
+        return self.segments[0].header.base_seq if self.segments else 0
+
+    @property
+    def head_seq(self) -> int:
+        return self.segments[-1].head_seq if self.segments else 0
+
+    @property
+    def head_digest(self) -> bytes:
+        return self.segments[-1].head_digest if self.segments else b""
+
+    def bytes_on_disk(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # --- writing ------------------------------------------------------------------------
+
+    def apply(self, p: Persist, wall_ms: int) -> None:
+        """Make the log after ``p.base_seq`` hold ``p.txs``; ``StorageError`` if the disk
+        refuses (nothing is then reported durable)."""
+        try:
+            if p.reset or not self.segments:
+                self._start_over(p.base_seq, p.base_digest, wall_ms)
+            elif p.base_seq < self.mark:
+                raise StorageError(
+                    f"{self.stream}: a write from seq {p.base_seq} would cut records verified "
+                    f"up to {self.mark}"
+                )
+            elif p.base_seq < self.head_seq:
+                self._cut_after(p.base_seq)
+            if p.base_seq != self.head_seq:
+                raise StorageError(
+                    f"{self.stream}: the log ends at seq {self.head_seq}, "
+                    f"a write continues from {p.base_seq}"
+                )
+            if p.txs:
+                self._append(p.txs, p.digests, wall_ms)
+            mark = min(p.verified_seq, self.head_seq)
+            if mark > self.mark:
+                self._write(mark_frame(mark))
+                self.mark = mark
+        except OSError as exc:
+            raise StorageError(f"{self.stream}: {exc.strerror or exc}") from exc
+        self.generation = p.generation
+        self.unsynced.generation, self.unsynced.head_seq = p.generation, self.head_seq
+
+    def take_unsynced(self) -> Unsynced:
+        """What the next sync covers: the descriptors written and the head they hold."""
+        found = self.unsynced
+        self.unsynced = Unsynced(generation=self.generation, head_seq=self.head_seq)
+        return found
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        for fd in self.take_unsynced().fds:
+            os.close(fd)
+
+    def _append(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], wall_ms: int) -> None:
+        active = self._active(wall_ms)
+        frames = [tx_frame(tx, d) for tx, d in zip(txs, digests, strict=True)]
+        offset = active.size
+        self._write(b"".join(frames))
+        for tx, digest, data in zip(txs, digests, frames, strict=True):
+            active.noted(tx.seq, digest, offset, offset + len(data))
+            offset += len(data)
+
+    def _write(self, data: bytes) -> None:
+        assert self.fd is not None
+        written = os.write(self.fd, data)
+        if written != len(data):
+            raise OSError(28, "short write (disk full?)")
+        self.segments[-1].size += written
+        self.written += written
+        self._track()
+
+    def _track(self) -> None:
+        """The current append descriptor has writes the next sync must cover."""
+        if not self.unsynced.active and self.fd is not None:
+            self.unsynced.fds.append(os.dup(self.fd))
+            self.unsynced.active = True
+
+    def _retire(self) -> None:
+        """The append descriptor is done with; the syncer closes it once synced."""
+        if self.fd is not None:
+            self.unsynced.fds.append(self.fd)
+            self.fd = None
+        self.unsynced.active = False
+
+    def _active(self, wall_ms: int) -> Segment:
+        """The segment to append to, rolling to a new one when this one is full or old."""
+        last = self.segments[-1]
+        full = last.size >= self.settings.segment_bytes
+        old = wall_ms - last.created_ms >= self.settings.segment_ms
+        if not last.sealed and last.first_seq and (full or old):
+            self._seal(last)
+        if self.segments[-1].sealed:
+            header = SegmentHeader(self.stream, self.head_seq, self.head_digest)
+            segment, self.fd = create(self.directory, header, wall_ms)
+            self.segments.append(segment)
+            self.unsynced.directory = True
+            self._track()
+        return self.segments[-1]
+
+    def _seal(self, segment: Segment) -> None:
+        self._retire()
+        sealed = segment.path.with_name(segment.sealed_name())
+        os.rename(segment.path, sealed)
+        segment.path = sealed
+        self.unsynced.directory = True
+
+    def _start_over(self, base_seq: int, base_digest: bytes, wall_ms: int) -> None:
+        """Drop the whole log; it continues from ``base_seq`` (a peer's snapshot)."""
+        self._retire()
+        for segment in self.segments:
+            segment.path.unlink(missing_ok=True)
+        header = SegmentHeader(self.stream, base_seq, base_digest)
+        segment, self.fd = create(self.directory, header, wall_ms)
+        self.segments = [segment]
+        self.mark = base_seq
+        self.unsynced.directory = True
+        self._track()
+
+    def _cut_after(self, seq: int) -> None:
+        """Cut the log after ``seq`` (the core gave up an unverified tail)."""
+        while len(self.segments) > 1 and self.segments[-1].header.base_seq >= seq:
+            self.segments.pop().path.unlink()
+            self.unsynced.directory = True
+        segment = self.segments[-1]
+        if seq < segment.header.base_seq:
+            raise StorageError(f"{self.stream}: a cut after {seq} reaches below the log")
+        start = segment.offset_before(seq)
+        cut, last, digest = start, 0, b""
+        for kind, _, end, item, found in self._frames(segment, start):
+            if kind == MARK:
+                continue
+            assert isinstance(item, Tx)
+            if item.seq > seq:
+                break
+            cut, last, digest = end, item.seq, found
+        if seq != segment.header.base_seq and last != seq:
+            raise StorageError(f"{self.stream}: the log holds no seq {seq} to cut after")
+        self._retire()
+        if segment.sealed:
+            opened = segment.path.with_name(f"{segment.header.base_seq:020d}.open")
+            os.rename(segment.path, opened)
+            segment.path = opened
+            self.unsynced.directory = True
+        os.truncate(segment.path, cut)
+        segment.forget_after(cut)
+        if last:
+            segment.last_seq, segment.last_digest = last, digest
+        else:
+            segment.first_seq, segment.last_seq, segment.last_digest = 0, 0, b""
+        self.mark = min(self.mark, self.head_seq)
+        self.fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
+        self._track()
+        if self.mark:  # the cut may have taken the last mark with it
+            self._write(mark_frame(self.mark))
+
+    # --- reading ------------------------------------------------------------------------
+
+    def read(
+        self, after_seq: int, upto_seq: int, limit: int
+    ) -> tuple[bytes, list[tuple[Tx, bytes]]] | None:
+        """(digest at ``after_seq``, up to ``limit`` records after it and at or below
+        ``upto_seq``), the chain re-checked; None if the log no longer holds ``after_seq``.
+        Stops at the end of a segment: ask again from the last seq."""
+        segment = next((s for s in self.segments if s.head_seq > after_seq), None)
+        if segment is None or after_seq < segment.header.base_seq:
+            return None
+        chain = segment.header.base_digest
+        found: list[tuple[Tx, bytes]] = []
+        start = segment.offset_before(after_seq)
+        for kind, offset, _, item, digest in self._frames(segment, start):
+            if kind == MARK:
+                continue
+            assert isinstance(item, Tx)
+            if item.seq <= after_seq:
+                chain = digest  # the anchor: checked against what follows it
+                continue
+            if item.seq > upto_seq or len(found) >= limit:
+                break
+            expected = fold_tx(found[-1][1] if found else chain, item)
+            if expected != digest:
+                raise CorruptRecord(f"{segment.path}: the record at offset {offset} does not chain")
+            found.append((item, digest))
+        return chain, found
+
+    @staticmethod
+    def _frames(segment: Segment, offset: int) -> Iterator[Entry]:
+        with open(segment.path, "rb") as f:
+            if os.fstat(f.fileno()).st_size <= offset:
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                yield from entries(data, offset)

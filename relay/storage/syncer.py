@@ -1,0 +1,120 @@
+"""Group commit: one background sync covers every log a loop turn (or several) wrote.
+
+How this works: the node's loop writes into the page cache and, after its turn, hands the
+syncer every log touched since the last sync, unless a sync is still running, in which case
+those writes wait and the next sync covers them all. The syncer thread ``fdatasync``s each
+descriptor (the GIL is released meanwhile, so the loop goes on receiving), fsyncs directories
+that gained or lost files, and reports through a pipe the loop polls: per stream, the write
+generation and head now durable (``Persisted``). With ``fsync = "interval"`` a sync starts at
+most every ``fsync_interval_ms``; with ``"never"`` the kernel decides when data reaches the disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+
+from relay.core.events import Persisted
+from relay.storage.store import NodeStore, fsync_dir
+from relay.storage.stream_log import StreamLog, Unsynced
+
+
+@dataclass(slots=True)
+class _Job:
+    work: list[tuple[StreamLog, Unsynced]]
+    done: list[Persisted]
+    error: str = ""
+
+
+class Syncer:
+    def __init__(self, store: NodeStore) -> None:
+        self.store = store
+        self.mode = store.settings.fsync
+        self.interval_ms = store.settings.fsync_interval_ms
+        self.touched: dict[str, StreamLog] = {}
+        self.wake_fd, self._signal_fd = os.pipe()
+        os.set_blocking(self.wake_fd, False)
+        self._job: _Job | None = None
+        self._finished: _Job | None = None
+        self._cond = threading.Condition()
+        self._stop = False
+        self._last_ms = 0
+        self.syncs = 0
+        self.error = ""  # the last sync's failure, if any: the node stops voting
+        self._thread = threading.Thread(target=self._run, name="relay-syncer", daemon=True)
+        self._thread.start()
+
+    def wrote(self, stream: str) -> None:
+        self.touched[stream] = self.store.logs[stream]
+
+    def after_turn(self, elapsed_ms: int) -> None:
+        """Start a sync of what was written, if none is running (and, for ``interval``,
+        if it is time)."""
+        if not self.touched:
+            return
+        if self.mode == "never":
+            for log in self.touched.values():
+                for fd in log.take_unsynced().fds:
+                    os.close(fd)
+            self.touched.clear()
+            return
+        if self.mode == "interval" and elapsed_ms - self._last_ms < self.interval_ms:
+            return
+        with self._cond:
+            if self._job is not None or self._finished is not None:
+                return
+            work = [(log, log.take_unsynced()) for log in self.touched.values()]
+            self.touched.clear()
+            self._job = _Job(work, [])
+            self._last_ms = elapsed_ms
+            self._cond.notify()
+
+    def completed(self) -> list[Persisted]:
+        """What the last sync made durable (call when ``wake_fd`` is readable)."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.wake_fd, 4096)
+        with self._cond:
+            job, self._finished = self._finished, None
+        if job is None:
+            return []
+        self.error = job.error
+        return job.done
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(5)
+        os.close(self.wake_fd)
+        os.close(self._signal_fd)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._job is None and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                job = self._job
+            assert job is not None
+            self._sync(job)
+            with self._cond:
+                self._job, self._finished = None, job
+            os.write(self._signal_fd, b"s")
+
+    def _sync(self, job: _Job) -> None:
+        for log, unsynced in job.work:
+            try:
+                for fd in unsynced.fds:
+                    os.fdatasync(fd)
+                if unsynced.directory:
+                    fsync_dir(log.directory)
+                job.done.append(Persisted(log.stream, unsynced.generation, unsynced.head_seq))
+            except OSError as exc:
+                job.error = f"{log.stream}: sync failed: {exc.strerror or exc}"
+            finally:
+                for fd in unsynced.fds:
+                    os.close(fd)
+        self.syncs += 1

@@ -1,0 +1,168 @@
+"""The log on disk: records, segments, cuts, rolls, reads, recovery from torn and corrupt files,
+and the data directory's identity. Real files in a temporary directory."""
+
+from pathlib import Path
+
+import pytest
+
+from relay.core.digest import genesis
+from relay.core.events import Persist
+from relay.core.flake import make_seq
+from relay.core.messages import Tx, fold_tx
+from relay.storage import records
+from relay.storage.recovery import Window, open_log
+from relay.storage.settings import StorageSettings
+from relay.storage.store import NodeStore, dir_name
+from relay.storage.stream_log import StorageError, StreamLog
+
+T0 = 1_790_000_000_000
+WINDOW = Window(keep=1000, dedup_ms=120_000, dedup_keys_max=1000)
+
+
+def chain(stream: str, count: int, start: int = 0) -> tuple[list[Tx], list[bytes]]:
+    txs, digests, digest = [], [], genesis(stream)
+    for i in range(start, start + count):
+        tx = Tx(make_seq(T0 + i, 1), 0, 1, 7, "p", i + 1, b"payload %d" % i, b"k", (("h", b"v"),))
+        digest = fold_tx(digest, tx)
+        txs.append(tx)
+        digests.append(digest)
+    return txs, digests
+
+
+def persist(stream: str, txs: list[Tx], digests: list[bytes], verified: int = 0) -> Persist:
+    return Persist(stream, 0, 0, genesis(stream), False, tuple(txs), tuple(digests), verified)
+
+
+def write_in_batches(log: StreamLog, txs: list[Tx], digests: list[bytes], size: int) -> None:
+    """Apply ``txs`` as the core would, a batch per turn, each verifying its first tx."""
+    for i in range(0, len(txs), size):
+        base_seq, base_digest = (txs[i - 1].seq, digests[i - 1]) if i else (0, genesis(log.stream))
+        batch, batch_digests = tuple(txs[i : i + size]), tuple(digests[i : i + size])
+        log.apply(
+            Persist(log.stream, 0, base_seq, base_digest, False, batch, batch_digests, txs[i].seq),
+            T0,
+        )
+
+
+def fresh(tmp_path: Path, settings: StorageSettings | None = None) -> StreamLog:
+    directory = tmp_path / dir_name("s")
+    directory.mkdir(parents=True, exist_ok=True)
+    return StreamLog(directory, "s", settings or StorageSettings(), [], 0)
+
+
+def test_a_record_round_trips_and_any_flipped_byte_is_found() -> None:
+    (tx,), (digest,) = chain("s", 1)
+    data = records.tx_frame(tx, digest)
+    kind, body, end = records.read_frame(data, 0) or (0, b"", 0)
+    assert (kind, end) == (records.TX, len(data))
+    assert records.decode_tx(body) == (tx, digest)
+    for i in range(len(data)):
+        broken = bytearray(data)
+        broken[i] ^= 0x01
+        with pytest.raises(records.CorruptRecord):
+            found = records.read_frame(bytes(broken), 0)
+            assert found is not None and found[0] == records.TX
+            records.decode_tx(found[1])
+    with pytest.raises(records.CorruptRecord, match="cut short"):
+        records.read_frame(data[:-3], 0)
+
+
+def test_appends_roll_into_sealed_segments_named_by_seq_and_time(tmp_path: Path) -> None:
+    log = fresh(tmp_path, StorageSettings(segment_bytes=4096))
+    txs, digests = chain("s", 200)
+    for i in range(0, 200, 20):
+        base_seq, base_digest = (txs[i - 1].seq, digests[i - 1]) if i else (0, genesis("s"))
+        batch, batch_digests = tuple(txs[i : i + 20]), tuple(digests[i : i + 20])
+        log.apply(
+            Persist("s", 0, base_seq, base_digest, False, batch, batch_digests, txs[i].seq), T0
+        )
+    assert len(log.segments) > 2 and all(s.sealed for s in log.segments[:-1])
+    first = log.segments[0]
+    assert first.path.name.startswith(f"{txs[0].seq:020d}-{first.last_seq:020d}_{T0:013d}-")
+    prev, found = log.read(txs[49].seq, txs[-1].seq, 1000) or (b"", [])
+    assert prev == digests[49]
+    assert [tx for tx, _ in found] == txs[50 : 50 + len(found)] and found
+    log.close()
+    again = open_log(log.directory, "s", StorageSettings(segment_bytes=4096), WINDOW, T0)
+    assert not again.problems
+    assert again.restored.txs == tuple(txs) and again.restored.digests == tuple(digests)
+    assert again.restored.verified_seq == txs[180].seq
+    again.log.close()
+
+
+def test_a_cut_takes_back_the_tail_even_across_segments(tmp_path: Path) -> None:
+    log = fresh(tmp_path, StorageSettings(segment_bytes=4096))
+    txs, digests = chain("s", 100)
+    log.apply(persist("s", txs, digests, txs[10].seq), T0)
+    log.apply(Persist("s", 1, txs[30].seq, digests[30], False, (), (), txs[10].seq), T0)
+    assert log.head_seq == txs[30].seq and log.head_digest == digests[30]
+    other, _ = chain("s", 5, start=1000)  # a different continuation
+    chained, d = [], digests[30]
+    for tx in other:
+        d = fold_tx(d, tx)
+        chained.append(d)
+    log.apply(Persist("s", 1, txs[30].seq, digests[30], False, tuple(other), tuple(chained), 0), T0)
+    log.close()
+    again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert not again.problems
+    assert again.restored.txs == (*txs[:31], *other)
+    again.log.close()
+    with pytest.raises(StorageError, match="would cut records verified"):
+        again.log.apply(persist("s", txs[:1], digests[:1]), T0)
+    with pytest.raises(StorageError, match="holds no seq"):
+        again.log.apply(Persist("s", 2, txs[50].seq, digests[50], False, (), (), 0), T0)
+    ahead = Persist("s", 2, other[-1].seq + 1, digests[50], False, (), (), 0)
+    with pytest.raises(StorageError, match="continues from"):
+        again.log.apply(ahead, T0)
+
+
+def test_a_torn_tail_is_cut_and_a_flipped_byte_quarantines_what_follows(tmp_path: Path) -> None:
+    log = fresh(tmp_path, StorageSettings(segment_bytes=4096))
+    txs, digests = chain("s", 120)
+    write_in_batches(log, txs, digests, 20)
+    log.close()
+    active = log.segments[-1].path
+    active.write_bytes(active.read_bytes()[:-5])  # the last write cut short by a crash
+    torn = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert len(torn.problems) == 1 and "cut short" in torn.problems[0]
+    assert torn.restored.txs == tuple(txs)  # the torn frame was the mark after them
+    assert torn.restored.verified_seq == txs[80].seq  # the mark before it
+    torn.log.close()
+    sealed = torn.log.segments[0].path
+    assert sealed.suffix == ".seg" and len(torn.log.segments) == 2
+    data = bytearray(sealed.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    sealed.write_bytes(bytes(data))
+    corrupt = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert len(corrupt.problems) == 1 and str(sealed) in corrupt.problems[0]
+    assert "offset" in corrupt.problems[0]
+    held = corrupt.restored.txs
+    assert held == tuple(txs[: len(held)]) and len(held) < 60
+    assert list((log.directory / "quarantine").rglob("*.seg")), "the cut files are kept aside"
+    corrupt.log.close()
+
+
+def test_a_data_dir_of_another_node_is_refused(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "d", "east", 1, StorageSettings())
+    store.open(WINDOW, T0)
+    epoch, floor, reserved = store.start(T0)
+    assert epoch == T0 and floor == 0 and reserved > make_seq(T0, 1)
+    again = NodeStore(tmp_path / "d", "east", 1, StorageSettings())
+    again.open(WINDOW, T0 - 5000)  # the clock went back: the epoch still rises
+    epoch2, floor2, _ = again.start(T0 - 5000)
+    assert epoch2 == T0 + 1 and floor2 == reserved
+    with pytest.raises(StorageError, match="belongs to node 1 of cluster 'east'"):
+        NodeStore(tmp_path / "d", "east", 2, StorageSettings()).open(WINDOW, T0)
+    with pytest.raises(StorageError, match="cluster 'east'"):
+        NodeStore(tmp_path / "d", "west", 1, StorageSettings()).open(WINDOW, T0)
+    (tmp_path / "d" / "node.json").write_text("{not json")
+    with pytest.raises(StorageError, match="unreadable"):
+        NodeStore(tmp_path / "d", "east", 1, StorageSettings()).open(WINDOW, T0)
+
+
+def test_stream_directories_are_readable_and_unique() -> None:
+    assert dir_name("orders.eu") == "s.orders.eu"
+    assert dir_name("a/b") != dir_name("a_b") and "/" not in dir_name("a/b")
+    assert dir_name("..") == "s..."
+    long = "x" * 200
+    assert dir_name(long).startswith("h.") and len(dir_name(long)) < 60
