@@ -76,14 +76,14 @@ def test_without_a_quorum_up_a_publish_is_unavailable_and_names_other_nodes() ->
 
 def test_reads_redirect_too() -> None:
     node = core(4)
-    assert isinstance(node.read("orders.x", 0, 10, False), Redirect)
+    assert isinstance(node.read("orders.x", 0, 10), Redirect)
 
 
 def test_a_node_that_hears_no_quorum_is_fenced_and_serves_nothing() -> None:
     node = core(4)
     node.handle(at(0), [Tick()])
     assert node.state_name() == "fenced"
-    result = node.read("payments.x", 0, 10, False)
+    result = node.read("payments.x", 0, 10)
     assert isinstance(result, Rejected) and result.code == errors.UNAVAILABLE
     assert "fenced" in result.message
     body = publish(node, "payments.x")

@@ -8,6 +8,7 @@ import pytest
 
 from relay.core.durable import LogCursor
 from relay.core.routing import Subscription
+from relay.core.stream import StreamReplica
 from relay.sim.campaign import run_campaign
 from relay.sim.checker import InvariantViolation
 from relay.sim.cluster import SimCluster, run_seed
@@ -201,12 +202,14 @@ def test_a_power_loss_of_every_node_loses_nothing_acknowledged() -> None:
     assert acked > 500
 
 
-def test_the_checker_catches_votes_that_do_not_wait_for_the_disk(
+def test_the_checker_catches_acks_that_do_not_wait_for_the_disk(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Break the rule (a replica votes for its stable head, synced or not): a power loss of
-    every node then loses acknowledged txs, and the checker says so."""
+    """Break the rules (a replica votes for its stable head, synced or not, and a publish is
+    acknowledged once verified, marked or not): a power loss of every node then loses
+    acknowledged txs, and the checker says so."""
     monkeypatch.setattr(LogCursor, "vote_seq", lambda self, timeline: timeline.head_seq)
+    monkeypatch.setattr(StreamReplica, "acked_seq", property(lambda self: self.verified_seq))
     failures = 0
     for seed in _power_loss_seeds(12):
         try:

@@ -10,9 +10,17 @@ starts a new generation, so a late answer about a log that has since been cut ne
 With ``votes_wait`` (``fsync = "always"``) a replica's vote is its durable head, not its stable
 head: it never tells a peer it holds what a power loss could take from it, so a quorum's
 agreement means a quorum's disks. Otherwise the vote is the stable head and the log trails it.
+
+Every ``Persist`` also records how far the timeline is verified (a *mark*); the cursor knows
+which mark is durable (``durable_mark``) and the replica reports it in its acks. A publish is
+acknowledged only once a quorum's durable marks cover it: then, whatever crashes, every
+quorum that comes back holds a node that knows the tx is verified, and verified history is
+never given up (docs/design.md, invariant 8).
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from relay.core.events import Persist
 from relay.core.timeline import Timeline
@@ -20,8 +28,11 @@ from relay.core.timeline import Timeline
 
 class LogCursor:
     __slots__ = (
+        "base_seq",
+        "durable_mark",
         "durable_seq",
         "generation",
+        "marks",
         "reset",
         "votes_wait",
         "written_seq",
@@ -35,10 +46,14 @@ class LogCursor:
         self.durable_seq = 0  # the head the log reported durable in this generation
         self.written_verified = 0
         self.reset = False  # the next Persist starts the log over
+        self.base_seq = 0  # the log holds every seq after this (retention moves it up)
+        self.durable_mark = 0  # the verified seq the log holds durably
+        self.marks: deque[tuple[int, int, int]] = deque()  # (generation, head, verified) written
 
-    def restored(self, head_seq: int) -> None:
+    def restored(self, head_seq: int, verified_seq: int) -> None:
         """The timeline was rebuilt from the log itself: all of it is there."""
         self.written_seq = self.durable_seq = head_seq
+        self.written_verified = self.durable_mark = verified_seq
 
     def cut(self, after_seq: int) -> None:
         """The timeline was cut after ``after_seq``."""
@@ -51,7 +66,8 @@ class LogCursor:
         """The timeline starts over at ``base_seq`` (a peer's snapshot)."""
         self.generation += 1
         self.reset = True
-        self.written_seq = self.durable_seq = base_seq
+        self.written_seq = self.durable_seq = self.base_seq = base_seq
+        self.durable_mark = 0  # the old log goes: nothing is claimed until the new one is synced
 
     def pending(self, stream: str, timeline: Timeline) -> Persist | None:
         """What the log has yet to be told; None if nothing."""
@@ -68,12 +84,23 @@ class LogCursor:
             stream, self.generation, base, base_digest, self.reset, txs, digests, verified
         )
         self.written_seq, self.written_verified, self.reset = head, verified, False
+        if self.votes_wait:  # otherwise no publish waits for a mark
+            self.marks.append((self.generation, head, verified))
         return persist
 
     def persisted(self, generation: int, seq: int) -> bool:
-        """The shell's answer; True if the durable head moved."""
+        """The shell's answer; True if the durable head or the durable mark moved."""
+        marks, mark = self.marks, self.durable_mark
+        while marks and (
+            marks[0][0] < generation or (marks[0][0] == generation and marks[0][1] <= seq)
+        ):
+            written_in, _, verified = marks.popleft()
+            if written_in == generation:
+                mark = max(mark, verified)
+        moved = mark > self.durable_mark
+        self.durable_mark = mark
         if generation != self.generation or seq <= self.durable_seq:
-            return False
+            return moved
         self.durable_seq = min(seq, self.written_seq)
         return True
 

@@ -77,6 +77,15 @@ class Restored:
     digests: tuple[bytes, ...]
     verified_seq: int
     dedup_keys: tuple[tuple[str, int, int, bytes], ...]  # (producer, msg id, seq, digest)
+    log_base: int = 0  # the log holds every seq after this one
+
+
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """Retention removed the stream's oldest segments: the log now starts after ``base_seq``."""
+
+    stream: str
+    base_seq: int
 
 
 Event = (
@@ -88,6 +97,7 @@ Event = (
     | Persisted
     | Reserved
     | Restored
+    | Retained
 )
 
 
@@ -132,6 +142,18 @@ class ReadResult:
 
 
 @dataclass(frozen=True, slots=True)
+class LogRead:
+    """A read the memory ring no longer holds: the shell answers it from the log, with the
+    verified txs in (``after_seq``, ``upto_seq``], at most ``limit``."""
+
+    stream: str
+    after_seq: int
+    upto_seq: int
+    limit: int
+    verified_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class SpanResult:
     """Where a range of verified txs can be cut into parts, without the txs themselves.
 
@@ -167,7 +189,19 @@ class Reply:
 class ReadReply:
     client: bytes
     req_id: int
-    body: ReadResult | Redirect | Rejected
+    body: ReadResult | LogRead | Redirect | Rejected
+
+
+@dataclass(frozen=True, slots=True)
+class LogSync:
+    """Answer a peer's sync from the log: the verified txs in (``after_seq``, ``upto_seq``],
+    at most ``limit``, as a ``SyncData`` from this node to ``requester``."""
+
+    stream: str
+    requester: int
+    after_seq: int
+    upto_seq: int
+    limit: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,4 +239,4 @@ class Notice:
     text: str
 
 
-Effect = Broadcast | Reply | ReadReply | Verified | Persist | Reserve | Notice
+Effect = Broadcast | Reply | ReadReply | Verified | Persist | Reserve | LogSync | Notice

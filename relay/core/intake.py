@@ -10,7 +10,7 @@ message that breaks the protocol is dropped and reported (``peer_fault``), namin
 
 from __future__ import annotations
 
-from relay.core.events import Broadcast, Effect, Notice
+from relay.core.events import Broadcast, Effect, LogSync, Notice
 from relay.core.messages import (
     Heartbeat,
     MeshMessage,
@@ -126,7 +126,9 @@ class MeshIntake:
         state = self.streams.get(ask.stream)
         if state is not None and ask.requester != self.node_id:
             answer = state.answer(ask, self.params.repair_batch_txs_max)
-            if answer is not None:
+            if isinstance(answer, LogSync):
+                self._effects.append(answer)
+            elif answer is not None:
                 self._effects.append(Broadcast(answer))
 
     def _on_repair_data(self, data: RepairData) -> None:

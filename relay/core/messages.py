@@ -101,6 +101,8 @@ class StreamAck:
     head_digest: bytes
     verified_seq: int
     reports: tuple[OriginReport, ...] = ()
+    marked_seq: int = 0  # how far its log durably records the timeline as verified
+    readable_seq: int = 0  # how far a quorum's marks let it serve and acknowledge
 
     channel = Channel.ACK
 

@@ -26,6 +26,7 @@ from relay.core.events import (
     Effect,
     Event,
     FetchRequested,
+    LogRead,
     MeshReceived,
     Notice,
     Persisted,
@@ -39,6 +40,7 @@ from relay.core.events import (
     Reserve,
     Reserved,
     Restored,
+    Retained,
     ShutdownRequested,
     SpanResult,
     Tick,
@@ -64,7 +66,7 @@ from relay.core.streams import StreamSet
 from relay.core.timeline import Timeline
 from relay.core.timer import Now, Timeout
 
-Answer = ReadResult | Redirect | Rejected
+Answer = ReadResult | LogRead | Redirect | Rejected
 
 
 class NodeCore(MeshIntake):
@@ -115,6 +117,8 @@ class NodeCore(MeshIntake):
                 self._on_persisted(event)
             elif isinstance(event, Restored):
                 self._on_restored(event)
+            elif isinstance(event, Retained):
+                self._on_retained(event)
             elif isinstance(event, Reserved):
                 self.origin.reserved_upto(event.seq)
             elif isinstance(event, ShutdownRequested):
@@ -144,11 +148,13 @@ class NodeCore(MeshIntake):
 
     # --- queries (no state change) ------------------------------------------------------
 
-    def read(self, stream: str, after_seq: int, limit: int, strict: bool) -> Answer:
+    def read(self, stream: str, after_seq: int, limit: int) -> Answer:
         timeline = self._readable(stream)
         if not isinstance(timeline, Timeline):
             return timeline
-        return reads.read(timeline, stream, after_seq, limit, strict)
+        state = self.streams.get(stream)
+        log_base = state.log.base_seq if state else 0
+        return reads.read(timeline, stream, after_seq, limit, log_base)
 
     def span(
         self, stream: str, after_seq: int, upto_seq: int, max_txs: int, parts: int, strict: bool
@@ -227,14 +233,14 @@ class NodeCore(MeshIntake):
         return Rejected(errors.UNAVAILABLE, "this node is reserving seqs on its disk; retry")
 
     def _read_of(self, fetch: FetchRequested) -> Answer:
-        return self.read(fetch.stream, fetch.after_seq, fetch.limit, fetch.strict)
+        return self.read(fetch.stream, fetch.after_seq, fetch.limit)
 
     def _answer(
         self, fetch: FetchRequested, answer: Answer, park: bool, deadline: Timeout | None = None
     ) -> None:
         if (
             park
-            and isinstance(answer, ReadResult)
+            and isinstance(answer, ReadResult | LogRead)
             and reads.worth_parking(answer, fetch)
             and self.parked.park(self.elapsed_ms, fetch, deadline)
         ):
@@ -266,7 +272,13 @@ class NodeCore(MeshIntake):
             event.verified_seq,
             event.dedup_keys,
         )
+        state.log.base_seq = event.log_base
         self.origin.clock.observe(state.timeline.head_seq)
+
+    def _on_retained(self, event: Retained) -> None:
+        state = self.streams.get(event.stream)
+        if state is not None:
+            state.log.base_seq = max(state.log.base_seq, event.base_seq)
 
     # --- upkeep -------------------------------------------------------------------------
 
@@ -378,13 +390,15 @@ class NodeCore(MeshIntake):
                     head_seq=vote_seq,
                     head_digest=vote_digest,
                     verified_seq=state.verified_seq,
+                    marked_seq=state.log.durable_mark,
+                    readable_seq=state.timeline.readable_seq,
                     reports=state.reports(),
                 )
                 self._effects.append(Broadcast(ack))
         self.stream_set.dirty.clear()
 
     def _verified(self, name: str, state: StreamReplica) -> None:
-        self._effects.append(Verified(name, state.verified_seq))
+        self._effects.append(Verified(name, state.timeline.readable_seq))
         for fetch, deadline in self.parked.wake(name):
             self._answer(fetch, self._read_of(fetch), park=True, deadline=deadline)
         if state.timeline.over_capacity():

@@ -126,7 +126,7 @@ class Publishes:
         replies: list[Reply] = []
         if not heap:
             return replies
-        verified = state.verified_seq
+        verified = state.timeline.readable_seq
         timeline = state.timeline
         seqs = timeline.seqs
         while heap and heap[0][0] <= verified:

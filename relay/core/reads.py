@@ -15,7 +15,14 @@ from collections.abc import Iterable
 from itertools import pairwise
 
 from relay import errors
-from relay.core.events import FetchRequested, ReadResult, Redirect, Rejected, SpanResult
+from relay.core.events import (
+    FetchRequested,
+    LogRead,
+    ReadResult,
+    Redirect,
+    Rejected,
+    SpanResult,
+)
 from relay.core.timeline import Timeline
 from relay.core.timer import Timeout
 
@@ -66,18 +73,28 @@ def readable(
     return timeline
 
 
-def read(timeline: Timeline, stream: str, after_seq: int, limit: int, strict: bool) -> ReadResult:
-    """Up to ``limit`` verified txs after ``after_seq``. ``strict``: the caller already holds
-    ``after_seq``, so a range trimmed from the buffer is data loss."""
-    start, indexes = timeline.read_verified(after_seq, min(limit, FETCH_TXS_MAX))
+def read(
+    timeline: Timeline, stream: str, after_seq: int, limit: int, log_base: int
+) -> ReadResult | LogRead:
+    """Up to ``limit`` verified txs after ``after_seq``: from memory, or from the log
+    (``LogRead``) below the memory ring. A start the log no longer holds either (retention) is
+    data loss, except after seq 0: "from the oldest available"."""
+    limit = min(limit, FETCH_TXS_MAX)
+    trimmed = timeline.trimmed_seq
+    if after_seq < trimmed and log_base < trimmed:
+        if after_seq >= log_base:
+            return LogRead(stream, after_seq, trimmed, limit, timeline.readable_seq)
+        if after_seq == 0:
+            return LogRead(stream, log_base, trimmed, limit, timeline.readable_seq)
+    start, indexes = timeline.read_verified(after_seq, limit)
     return ReadResult(
         stream=stream,
         txs=tuple(timeline.txs[i] for i in indexes),
         digests=tuple(timeline.digests[i] for i in indexes),
         prev_digest=timeline.digest_before(start),
-        verified_seq=timeline.verified_seq,
+        verified_seq=timeline.readable_seq,
         earliest_seq=timeline.earliest_seq(),
-        lost=strict and after_seq < timeline.trimmed_seq,
+        lost=0 < after_seq < trimmed,
     )
 
 
@@ -93,7 +110,7 @@ def span(
     """The verified txs in (``after_seq``, ``upto_seq``], at most ``max_txs`` of them, cut
     into at most ``parts`` parts of near-equal size. 0 means no bound for ``upto_seq`` and
     ``max_txs``."""
-    upto = timeline.verified_seq if upto_seq <= 0 else min(upto_seq, timeline.verified_seq)
+    upto = timeline.readable_seq if upto_seq <= 0 else min(upto_seq, timeline.readable_seq)
     start = bisect_right(timeline.seqs, after_seq)
     end = max(start, bisect_right(timeline.seqs, upto))
     if max_txs > 0:
@@ -107,13 +124,15 @@ def span(
     return SpanResult(
         stream=stream,
         bounds=bounds,
-        verified_seq=timeline.verified_seq,
+        verified_seq=timeline.readable_seq,
         earliest_seq=timeline.earliest_seq(),
         lost=strict and after_seq < timeline.trimmed_seq,
     )
 
 
-def worth_parking(result: ReadResult, fetch: FetchRequested) -> bool:
+def worth_parking(result: ReadResult | LogRead, fetch: FetchRequested) -> bool:
+    if isinstance(result, LogRead):
+        return False
     return not result.txs and not result.lost and fetch.limit > 0 and fetch.wait_ms > 0
 
 

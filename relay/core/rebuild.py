@@ -60,7 +60,7 @@ class TimelineRebuild:
         if txs:
             timeline.extend(list(txs), list(digests))
         timeline.verify_upto(min(max(verified_seq, base_seq), timeline.head_seq))
-        self.log.restored(timeline.head_seq)
+        self.log.restored(timeline.head_seq, timeline.verified_seq)
         self._reposition([])
         self.catchup.apply(CatchupInput.ADOPTED, 0)
         self.needs_ack = True

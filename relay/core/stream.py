@@ -22,7 +22,7 @@ from relay.core.catchup import (
 )
 from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
-from relay.core.events import Persist
+from relay.core.events import LogSync, Persist
 from relay.core.lane import Lane, LaneInput, LaneState
 from relay.core.messages import (
     OriginReport,
@@ -86,7 +86,8 @@ class StreamReplica(TimelineRebuild):
         self.catchup = Catchup(limits.stuck_after_ms)
         self.log = LogCursor(limits.votes_wait)
         self.asks = repair.RepairAsks(limits.repair_after_ms)
-        self.announced_seq = 0  # the verified seq last reported by ``verify``
+        self.announced_seq = 0  # the readable seq last reported by ``verify``
+        self.verified_noted = 0  # the verified seq ``verify`` last saw
         self.needs_ack = False
         self.late_txs = 0
         self.owed_reports: dict[tuple[int, int], int] = {}  # (origin, epoch) -> highest held
@@ -130,6 +131,10 @@ class StreamReplica(TimelineRebuild):
                 key = (report.origin, report.epoch)
                 self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
                 self.needs_ack = True
+        if ack.sender in self.votes.matched and ack.marked_seq > self.votes.marks.get(
+            ack.sender, 0
+        ):
+            self.votes.marks[ack.sender] = ack.marked_seq
         contradicted = self.votes.take(
             ack.sender,
             ack.head_seq,
@@ -140,22 +145,37 @@ class StreamReplica(TimelineRebuild):
         )
         if contradicted:
             self.catchup.apply(CatchupInput.CONTRADICTED, elapsed_ms)
-        if ack.head_seq < self.timeline.head_seq or ack.verified_seq < self.verified_seq:
-            self.needs_ack = True  # the peer is behind us: tell it where we are
+        behind = ack.head_seq < self.timeline.head_seq or ack.verified_seq < self.verified_seq
+        if behind or ack.readable_seq < min(self.log.durable_mark, ack.verified_seq):
+            self.needs_ack = True  # the peer is behind us, or lacks our mark: tell it
 
     def verify(self, elapsed_ms: int) -> bool:
-        """Let the votes move the verified seq; True if it moved since the last call, by
-        votes or by an adopted slice. The node's flush is the only caller."""
-        self.votes.verify(self.timeline, self.log.vote_seq(self.timeline))
-        if self.timeline.verified_seq <= self.announced_seq:
+        """Let the votes move the verified seq, and the durable marks the readable seq; True
+        if the readable seq moved since the last call (announce it). The node's flush is the
+        only caller."""
+        timeline = self.timeline
+        self.votes.verify(timeline, self.log.vote_seq(timeline))
+        if timeline.verified_seq > self.verified_noted:  # by votes or by an adopted slice
+            self.verified_noted = timeline.verified_seq
+            self.catchup.apply(CatchupInput.VERIFIED_MOVED, elapsed_ms)
+        readable = self.acked_seq
+        if readable <= self.announced_seq:
             return False
-        self.announced_seq = self.timeline.verified_seq
-        self.catchup.apply(CatchupInput.VERIFIED_MOVED, elapsed_ms)
+        timeline.readable_seq = self.announced_seq = readable
         return True
 
     @property
     def verified_seq(self) -> int:
         return self.timeline.verified_seq
+
+    @property
+    def acked_seq(self) -> int:
+        """How far a publish may be acknowledged and a reader served: the verified seq, and
+        with ``votes_wait`` no further than a quorum's durable marks."""
+        verified = self.timeline.verified_seq
+        if not self.log.votes_wait:
+            return verified
+        return min(verified, self.votes.marked(self.log.durable_mark))
 
     def vote(self) -> tuple[int, bytes]:
         """This replica's vote: its stable head, or with ``votes_wait`` its durable head."""
@@ -267,13 +287,19 @@ class StreamReplica(TimelineRebuild):
 
     # --- answering peers -----------------------------------------------------------------
 
-    def answer(self, ask: RepairRequest | SyncRequest, limit: int) -> RepairData | SyncData | None:
-        """What to send a peer that asks for txs (repair) or the verified timeline (sync)."""
+    def answer(
+        self, ask: RepairRequest | SyncRequest, limit: int
+    ) -> RepairData | SyncData | LogSync | None:
+        """What to send a peer that asks for txs (repair) or the verified timeline (sync);
+        a sync from below the memory ring is answered from the log (``LogSync``)."""
         if isinstance(ask, RepairRequest):
             txs = self.txs_of(ask.origin, ask.origin_epoch, ask.after_seq, ask.upto_seq, limit)
             if not txs:
                 return None
             return RepairData(self.stream, self.self_id, ask.origin, ask.origin_epoch, tuple(txs))
+        trimmed = self.timeline.trimmed_seq
+        if self.log.base_seq <= ask.after_seq < trimmed and self.catchup.synced:
+            return LogSync(self.stream, ask.requester, ask.after_seq, trimmed, limit)
         found = self.sync_slice(ask.after_seq, limit)
         return SyncData(self.stream, self.self_id, ask.requester, *found) if found else None
 

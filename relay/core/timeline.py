@@ -3,9 +3,10 @@
 How this works: three parallel lists (seqs, digests, txs) grow at the tail as transactions
 become stable and are trimmed at the head, in chunks, once they are verified, the list holds
 more than ``capacity`` entries and no publish is still waiting to be answered with them.
-``verified_seq`` marks how far a quorum agreed; readers see only that prefix. The digest of
-the last trimmed entry is kept so a reader starting at the head of the buffer can still check
-the chain.
+``verified_seq`` marks how far a quorum agreed, ``readable_seq`` how far a quorum's logs
+durably record that (the same without ``fsync = "always"``); readers see only that prefix.
+The digest of the last trimmed entry is kept so a reader starting at the head of the buffer
+can still check the chain.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class Timeline:
     __slots__ = (
         "capacity",
         "digests",
+        "readable_seq",
         "seqs",
         "trimmed_digest",
         "trimmed_seq",
@@ -36,6 +38,7 @@ class Timeline:
         self.digests: list[bytes] = []
         self.txs: list[Tx] = []
         self.verified_seq = 0
+        self.readable_seq = 0  # at most verified_seq: what readers and acks may see
         self.trimmed_seq = 0  # seq of the last entry dropped from the head, 0 if none
         self.trimmed_digest = genesis(stream)  # digest at trimmed_seq
 
@@ -70,7 +73,7 @@ class Timeline:
     def read_verified(self, after_seq: int, limit: int) -> tuple[int, list[int]]:
         """Indexes of up to ``limit`` verified entries after ``after_seq``; (start, [i...])."""
         start = bisect_right(self.seqs, after_seq)
-        end = min(bisect_right(self.seqs, self.verified_seq), start + limit)
+        end = min(bisect_right(self.seqs, self.readable_seq), start + limit)
         return start, list(range(start, end))
 
     def digest_before(self, index: int) -> bytes:
@@ -114,6 +117,7 @@ class Timeline:
         self.trimmed_seq = base_seq
         self.trimmed_digest = base_digest
         self.verified_seq = base_seq
+        self.readable_seq = min(self.readable_seq, base_seq)
         return dropped
 
     def trim(self, keep_from: int) -> None:

@@ -19,7 +19,7 @@ VOTES_PENDING_MAX = 64  # votes ahead of our head kept per peer until our head c
 
 
 class Votes:
-    __slots__ = ("heads", "matched", "mismatches", "pending", "quorum", "verified")
+    __slots__ = ("heads", "marks", "matched", "mismatches", "pending", "quorum", "verified")
 
     def __init__(self, self_id: int, replicas: tuple[int, ...], quorum: int) -> None:
         peers = [r for r in replicas if r != self_id]
@@ -30,6 +30,7 @@ class Votes:
         }
         self.heads: dict[int, int] = {}  # each peer's latest vote (its stable head)
         self.verified: dict[int, int] = {}  # each peer's latest verified seq
+        self.marks: dict[int, int] = {}  # each peer's durable verified mark
         self.mismatches = 0
 
     def take(
@@ -74,6 +75,11 @@ class Votes:
         if seq > self.matched[sender]:
             self.matched[sender] = seq
         return True
+
+    def marked(self, own_mark: int) -> int:
+        """The seq a quorum's durable marks cover (this replica counting for ``own_mark``)."""
+        marks = sorted([own_mark, *self.marks.values()], reverse=True)
+        return marks[self.quorum - 1] if len(marks) >= self.quorum else 0
 
     def verify(self, timeline: Timeline, own_vote: int) -> bool:
         """Move the verified seq to what a quorum matched (this replica counting for its

@@ -14,8 +14,21 @@ from __future__ import annotations
 
 import logging
 
+from relay import errors
 from relay.config import ClusterConfig
-from relay.core.events import Event, Persist, Reserve, Reserved, Restored
+from relay.core.events import (
+    Event,
+    LogRead,
+    LogSync,
+    Persist,
+    ReadResult,
+    Rejected,
+    Reserve,
+    Reserved,
+    Restored,
+)
+from relay.core.messages import SyncData, Tx
+from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
 from relay.storage.store import NodeStore
 from relay.storage.stream_log import StorageError
@@ -84,6 +97,45 @@ class NodeDisk:
         if self.syncer.error:
             self._refused(self.syncer.error)
         return done
+
+    # --- reads below the memory ring ----------------------------------------------------
+
+    def read(self, q: LogRead) -> ReadResult | Rejected:
+        """A consumer's read from the log, re-checked record by record."""
+        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit)
+        if isinstance(found, Rejected):
+            return found
+        log_ = self.store.logs.get(q.stream)
+        earliest = log_.first_seq() if log_ else 0
+        if found is None:
+            return ReadResult(q.stream, (), (), b"", q.verified_seq, earliest, True)
+        prev, records = found
+        txs = tuple(tx for tx, _ in records)
+        digests = tuple(d for _, d in records)
+        return ReadResult(q.stream, txs, digests, prev, q.verified_seq, earliest, False)
+
+    def sync_data(self, q: LogSync, node_id: int) -> SyncData | None:
+        """A peer's sync from below the memory ring, answered from the log."""
+        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit)
+        if found is None or isinstance(found, Rejected) or not found[1]:
+            return None
+        prev, records = found
+        txs = tuple(tx for tx, _ in records)
+        digests = tuple(d for _, d in records)
+        return SyncData(q.stream, node_id, q.requester, q.after_seq, prev, txs, digests, ())
+
+    def _records(
+        self, stream: str, after_seq: int, upto_seq: int, limit: int
+    ) -> tuple[bytes, list[tuple[Tx, bytes]]] | Rejected | None:
+        log_ = self.store.logs.get(stream)
+        if log_ is None:
+            return None
+        try:
+            return log_.read(after_seq, upto_seq, limit)
+        except (CorruptRecord, OSError) as exc:
+            self._refused(f"{stream}: a read found the log damaged: {exc}")
+            why = "this replica's log is damaged there; read from another replica"
+            return Rejected(errors.UNAVAILABLE, why)
 
     def close(self) -> None:
         if self.syncer is not None:

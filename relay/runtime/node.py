@@ -27,6 +27,8 @@ from relay.core.events import (
     Effect,
     Event,
     FetchRequested,
+    LogRead,
+    LogSync,
     MeshReceived,
     Notice,
     Persist,
@@ -302,7 +304,13 @@ class NodeRuntime:
             elif isinstance(effect, Reply):
                 self._reply(effect)
             elif isinstance(effect, ReadReply):
-                self._answer(effect.client, effect.req_id, effect.body)
+                read = effect.body
+                served = self.disk.read(read) if isinstance(read, LogRead) else read
+                self._answer(effect.client, effect.req_id, served)
+            elif isinstance(effect, LogSync):
+                sync = self.disk.sync_data(effect, self.spec.id)
+                if sync is not None and self.hooks.keep_outgoing():
+                    self.pub.send_multipart(mesh.encode(sync))
             elif isinstance(effect, Persist | Reserve):
                 answer = self.disk.carry_out(effect, int(time.time() * 1000))
                 if answer is not None:

@@ -75,7 +75,7 @@ class InvariantChecker:
                     last = (timeline.trimmed_seq, base)
             last_seq, pos = last
             i = bisect_right(timeline.seqs, last_seq)
-            end = bisect_right(timeline.seqs, timeline.verified_seq)
+            end = bisect_right(timeline.seqs, timeline.readable_seq)
             while i < end:
                 seq, digest, tx = timeline.seqs[i], timeline.digests[i], timeline.txs[i]
                 pos += 1
@@ -102,12 +102,13 @@ class InvariantChecker:
                 i += 1
             self.checked[key] = (last_seq, pos)
             seen = self.verified_seen.get(key, 0)
-            if state.verified_seq > seen and self.announced.get(key) != state.verified_seq:
+            readable = state.timeline.readable_seq
+            if readable > seen and self.announced.get(key) != readable:
                 raise InvariantViolation(
-                    f"node {node.node_id} verified {name!r} up to {state.verified_seq} "
+                    f"node {node.node_id} verified {name!r} up to {readable} "
                     f"without announcing it (announced {self.announced.get(key)})"
                 )
-            self.verified_seen[key] = state.verified_seq
+            self.verified_seen[key] = readable
 
     def note_announced(self, incarnation: int, stream: str, seq: int) -> None:
         """A node announced its verified seq (parked reads wait for it)."""
@@ -171,7 +172,7 @@ class InvariantChecker:
                 if state is not None and seq <= state.timeline.trimmed_seq:
                     continue  # held once, trimmed from the buffer since
                 got = state.timeline.digest_at(seq) if state else None
-                verified = state.verified_seq if state else 0
+                verified = state.timeline.readable_seq if state else 0
                 if got != digest or verified < seq:
                     raise InvariantViolation(
                         f"acknowledged loss: {stream!r} seq {seq} ({pid}, {mid}) is not verified "

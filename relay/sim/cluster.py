@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from relay.core.events import (
     Broadcast,
     Event,
+    LogRead,
+    LogSync,
     MeshReceived,
     Persist,
     ReadReply,
@@ -203,8 +205,15 @@ class SimCluster:
                 for dst in self.offsets:
                     if dst != n:
                         self.network.send(self.now_ms, n, dst, msg)
+            elif isinstance(effect, ReadReply) and isinstance(effect.body, LogRead):
+                self.clients.on_reply(self.now_ms, n, disk.read_reply(effect), fenced)
             elif isinstance(effect, Reply | ReadReply):
                 self.clients.on_reply(self.now_ms, n, effect, fenced)
+            elif isinstance(effect, LogSync):
+                sync = disk.sync_data(effect, n)
+                for dst in self.offsets:
+                    if dst != n and sync is not None:
+                        self.network.send(self.now_ms, n, dst, sync)
             elif isinstance(effect, Persist):
                 disk.write(effect)
             elif isinstance(effect, Reserve):
@@ -314,10 +323,10 @@ class SimCluster:
             for name, state in node.streams.items():
                 if not state.catchup.synced or any(x.queue for x in state.lanes.values()):
                     return False
-                if state.verified_seq != state.timeline.head_seq:
+                if state.timeline.readable_seq != state.timeline.head_seq:
                     return False
                 heads.setdefault(name, set()).add(state.timeline.head_digest)
-                verified[name] = state.verified_seq
+                verified[name] = state.timeline.readable_seq
         for name in heads:
             for node in self.nodes.values():
                 if node.replicates(name) and name not in node.streams:

@@ -17,8 +17,17 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from relay.core.digest import genesis
-from relay.core.events import Persist, Persisted, Reserved, Restored
-from relay.core.messages import Tx
+from relay.core.events import (
+    LogRead,
+    LogSync,
+    Persist,
+    Persisted,
+    ReadReply,
+    ReadResult,
+    Reserved,
+    Restored,
+)
+from relay.core.messages import SyncData, Tx
 
 
 @dataclass(slots=True)
@@ -151,6 +160,41 @@ class SimDisk:
                 state = log.cached
             log.cached, log.durable, log.unsynced = state, state.copy(), []
 
+    def read(
+        self, stream: str, after_seq: int, upto_seq: int, limit: int
+    ) -> tuple[bytes, list[tuple[Tx, bytes]]] | None:
+        """What the node's own log (as its kernel has it) holds after ``after_seq``."""
+        log = self.logs.get(stream)
+        if log is None or after_seq < log.cached.base_seq:
+            return None
+        state = log.cached
+        start = bisect_right(state.seqs, after_seq)
+        prev = state.digests[start - 1] if start else state.base_digest
+        end = min(bisect_right(state.seqs, upto_seq), start + limit)
+        return prev, list(zip(state.txs[start:end], state.digests[start:end], strict=True))
+
+    def read_reply(self, reply: ReadReply) -> ReadReply:
+        """A consumer's read below the node's memory ring, served from this disk."""
+        q = reply.body
+        assert isinstance(q, LogRead)
+        found = self.read(q.stream, q.after_seq, q.upto_seq, q.limit)
+        if found is None:
+            result = ReadResult(q.stream, (), (), b"", q.verified_seq, 0, True)
+        else:
+            txs = tuple(tx for tx, _ in found[1])
+            digests = tuple(d for _, d in found[1])
+            result = ReadResult(q.stream, txs, digests, found[0], q.verified_seq, 0, False)
+        return ReadReply(reply.client, reply.req_id, result)
+
+    def sync_data(self, q: LogSync, node_id: int) -> SyncData | None:
+        """A peer's sync from below the node's memory ring, served from this disk."""
+        found = self.read(q.stream, q.after_seq, q.upto_seq, q.limit)
+        if not found or not found[1]:
+            return None
+        txs = tuple(tx for tx, _ in found[1])
+        digests = tuple(d for _, d in found[1])
+        return SyncData(q.stream, node_id, q.requester, q.after_seq, found[0], txs, digests, ())
+
     def restored(self, tail_extra: int) -> list[Restored]:
         """What a restarted node reads back: every log from up to ``tail_extra`` txs before
         its verified mark (the rest stays on disk, as a real node keeps only a tail)."""
@@ -174,6 +218,7 @@ class SimDisk:
                     tuple(state.digests[start:]),
                     state.verified,
                     tuple(k for k in keys if k[0]),
+                    state.base_seq,
                 )
             )
         return events

@@ -165,8 +165,9 @@ class _Tail:
 
     def start(self, base_seq: int, base_digest: bytes) -> None:
         """A segment begins; the first one says where the log starts."""
-        if self.base is None:
+        if self.base is None:  # the log starts at a verified seq (genesis or a snapshot's)
             self.base = (base_seq, base_digest)
+            self.mark_seq = base_seq
 
     def add(self, tx: Tx, digest: bytes) -> None:
         self.unverified.append((tx, digest))

@@ -71,6 +71,10 @@ class StreamLog:
         """The oldest seq's predecessor: reads after it can be served."""
         return self.segments[0].header.base_seq if self.segments else 0
 
+    def first_seq(self) -> int:
+        """The oldest seq the log holds (0 if none)."""
+        return next((s.first_seq for s in self.segments if s.first_seq), 0)
+
     @property
     def head_seq(self) -> int:
         return self.segments[-1].head_seq if self.segments else 0

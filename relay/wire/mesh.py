@@ -82,6 +82,8 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.head_digest,
             m.verified_seq,
             reports,
+            m.marked_seq,
+            m.readable_seq,
         ]
         return topic(Channel.ACK, m.stream), msgpack.packb(body)
     if isinstance(m, Heartbeat):
@@ -157,8 +159,8 @@ def decode(body: bytes) -> MeshMessage:
                 as_str(stream), as_int(origin), as_int(epoch), as_int(floor), _txs(rows)
             )
         if kind == _ACK:
-            _, _, stream, sender, epoch, floor, last, head, digest, verified, reports = _shape(
-                f, 11
+            _, _, stream, sender, epoch, floor, last, head, digest, verified, reports, *marks = (
+                _shape(f, 13)
             )
             return StreamAck(
                 as_str(stream),
@@ -173,6 +175,8 @@ def decode(body: bytes) -> MeshMessage:
                     OriginReport(as_int(o), as_int(e), as_int(c), bool(s), bool(a))
                     for o, e, c, s, a in as_list(reports)
                 ),
+                as_int(marks[0]),
+                as_int(marks[1]),
             )
         if kind == _HEARTBEAT:
             _, _, sender, epoch, floor, lasts, accepts, leaving, epochs, shared = _shape(f, 10)
