@@ -16,6 +16,7 @@ from load import Load
 from relay import Consumer, Producer
 from relay.client.producer import Ack
 from relay.runtime.local_cluster import LocalCluster
+from relay.wire.client import publish_request
 
 pytestmark = pytest.mark.slow
 
@@ -179,7 +180,7 @@ def raw_publish(cluster: LocalCluster, node_id: int, stream: str, payload: bytes
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(cluster.config.node(node_id).client_address)
     try:
-        sock.send(msgpack.packb([1, "pub", 1, stream, "raw", [[1, payload]]]))
+        sock.send(publish_request(1, stream, "raw", [[1, payload, None, []]]))
         assert sock.poll(10_000), "no answer"
         reply: list = msgpack.unpackb(sock.recv(), raw=False)  # type: ignore[type-arg]
         return reply

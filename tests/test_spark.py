@@ -183,20 +183,13 @@ def test_a_payload_tampered_inside_a_node_fails_verification(
     assert clean.where("verified").count() == 500
 
 
-def test_a_trimmed_range_fails_the_read_unless_fail_on_data_loss_is_false(
+def test_a_range_older_than_the_memory_ring_is_read_from_the_log(
     spark: SparkSession, cluster: LocalCluster
 ) -> None:
-    seqs = publish(cluster, "orders.loss", 2 * BUFFER)
-    with pytest.raises(Exception, match="data_loss") as failure:
-        relay_read(spark, cluster, "orders.loss", startingOffsets=seqs[0]).collect()
-    assert "failOnDataLoss=false" in str(failure.value)
-
-    rows = relay_read(
-        spark, cluster, "orders.loss", startingOffsets=seqs[0], failOnDataLoss="false"
-    ).collect()
-    held = sorted(r.seq for r in rows)
-    assert BUFFER <= len(held) < 2 * BUFFER
-    assert held == seqs[-len(held) :]
+    seqs = publish(cluster, "orders.old", 4 * BUFFER)
+    rows = relay_read(spark, cluster, "orders.old", startingOffsets=seqs[0], minPartitions=3)
+    assert sorted(r.seq for r in rows.collect()) == seqs
+    assert rows.where("verified").count() == 4 * BUFFER
 
 
 def test_a_node_killed_mid_stream_does_not_stop_the_query(

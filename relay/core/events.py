@@ -154,6 +154,20 @@ class LogRead:
 
 
 @dataclass(frozen=True, slots=True)
+class LogSpan:
+    """A span that starts below the memory ring: the shell counts (``after_seq``,
+    ``trimmed_seq``] in the log and the rest, up to ``upto_seq``, in memory."""
+
+    stream: str
+    after_seq: int
+    upto_seq: int
+    max_txs: int
+    parts: int
+    readable_seq: int
+    trimmed_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class SpanResult:
     """Where a range of verified txs can be cut into parts, without the txs themselves.
 

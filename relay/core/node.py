@@ -27,6 +27,7 @@ from relay.core.events import (
     Event,
     FetchRequested,
     LogRead,
+    LogSpan,
     MeshReceived,
     Notice,
     Persisted,
@@ -157,12 +158,23 @@ class NodeCore(MeshIntake):
         return reads.read(timeline, stream, after_seq, limit, log_base)
 
     def span(
-        self, stream: str, after_seq: int, upto_seq: int, max_txs: int, parts: int, strict: bool
-    ) -> SpanResult | Redirect | Rejected:
+        self, stream: str, after_seq: int, upto_seq: int, max_txs: int, parts: int
+    ) -> SpanResult | LogSpan | Redirect | Rejected:
         timeline = self._readable(stream)
         if not isinstance(timeline, Timeline):
             return timeline
-        return reads.span(timeline, stream, after_seq, upto_seq, max_txs, parts, strict)
+        state = self.streams.get(stream)
+        log_base = state.log.base_seq if state else 0
+        return reads.span(timeline, stream, after_seq, upto_seq, max_txs, parts, log_base)
+
+    def held(
+        self, stream: str, after_seq: int, upto_seq: int, max_txs: int
+    ) -> tuple[list[int], list[bytes]]:
+        """The seqs and digests the memory ring holds in (``after_seq``, ``upto_seq``]."""
+        state = self.streams.get(stream)
+        if state is None:
+            return [], []
+        return reads.entries(state.timeline, after_seq, upto_seq, max_txs)
 
     def _readable(self, stream: str) -> Timeline | Redirect | Rejected:
         problem = stream_name_problem(stream)

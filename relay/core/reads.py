@@ -18,6 +18,7 @@ from relay import errors
 from relay.core.events import (
     FetchRequested,
     LogRead,
+    LogSpan,
     ReadResult,
     Redirect,
     Rejected,
@@ -105,29 +106,48 @@ def span(
     upto_seq: int,
     max_txs: int,
     parts: int,
-    strict: bool,
-) -> SpanResult:
-    """The verified txs in (``after_seq``, ``upto_seq``], at most ``max_txs`` of them, cut
-    into at most ``parts`` parts of near-equal size. 0 means no bound for ``upto_seq`` and
-    ``max_txs``."""
-    upto = timeline.readable_seq if upto_seq <= 0 else min(upto_seq, timeline.readable_seq)
+    log_base: int,
+) -> SpanResult | LogSpan:
+    """The readable txs in (``after_seq``, ``upto_seq``], at most ``max_txs`` of them, cut
+    into at most ``parts`` parts of near-equal size (0: no bound for ``upto_seq`` and
+    ``max_txs``); from the log (``LogSpan``) when it starts below the memory ring."""
+    readable = timeline.readable_seq
+    upto = readable if upto_seq <= 0 else min(upto_seq, readable)
+    trimmed = timeline.trimmed_seq
+    if after_seq < trimmed and log_base < trimmed and (after_seq >= log_base or after_seq == 0):
+        start = max(after_seq, log_base)
+        return LogSpan(stream, start, upto, max_txs, parts, readable, trimmed)
+    seqs, digests = entries(timeline, after_seq, upto, max_txs)
+    lost = 0 < after_seq < trimmed
+    return cut_span(stream, seqs, digests, parts, readable, timeline.earliest_seq(), lost)
+
+
+def entries(
+    timeline: Timeline, after_seq: int, upto_seq: int, max_txs: int
+) -> tuple[list[int], list[bytes]]:
+    """The seqs and digests the memory ring holds in (``after_seq``, ``upto_seq``]."""
     start = bisect_right(timeline.seqs, after_seq)
-    end = max(start, bisect_right(timeline.seqs, upto))
+    end = max(start, bisect_right(timeline.seqs, upto_seq))
     if max_txs > 0:
         end = min(end, start + max_txs)
-    total = end - start
+    return timeline.seqs[start:end], timeline.digests[start:end]
+
+
+def cut_span(
+    stream: str,
+    seqs: list[int],
+    digests: list[bytes],
+    parts: int,
+    readable_seq: int,
+    earliest_seq: int,
+    lost: bool,
+) -> SpanResult:
+    """Cut a run of txs into at most ``parts`` parts of near-equal size."""
+    total = len(seqs)
     count = max(1, min(parts, total))
-    cuts = [start + (total * k) // count for k in range(count + 1)]
-    bounds = tuple(
-        (timeline.seqs[b - 1], timeline.digests[b - 1], b - a) for a, b in pairwise(cuts) if b > a
-    )
-    return SpanResult(
-        stream=stream,
-        bounds=bounds,
-        verified_seq=timeline.readable_seq,
-        earliest_seq=timeline.earliest_seq(),
-        lost=strict and after_seq < timeline.trimmed_seq,
-    )
+    cuts = [(total * k) // count for k in range(count + 1)]
+    bounds = tuple((seqs[b - 1], digests[b - 1], b - a) for a, b in pairwise(cuts) if b > a)
+    return SpanResult(stream, bounds, readable_seq, earliest_seq, lost)
 
 
 def worth_parking(result: ReadResult | LogRead, fetch: FetchRequested) -> bool:

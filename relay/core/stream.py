@@ -131,10 +131,7 @@ class StreamReplica(TimelineRebuild):
                 key = (report.origin, report.epoch)
                 self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
                 self.needs_ack = True
-        if ack.sender in self.votes.matched and ack.marked_seq > self.votes.marks.get(
-            ack.sender, 0
-        ):
-            self.votes.marks[ack.sender] = ack.marked_seq
+        self.votes.take_mark(ack.sender, ack.epoch, ack.marked_seq)
         contradicted = self.votes.take(
             ack.sender,
             ack.head_seq,

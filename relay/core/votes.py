@@ -19,7 +19,16 @@ VOTES_PENDING_MAX = 64  # votes ahead of our head kept per peer until our head c
 
 
 class Votes:
-    __slots__ = ("heads", "marks", "matched", "mismatches", "pending", "quorum", "verified")
+    __slots__ = (
+        "heads",
+        "mark_epochs",
+        "marks",
+        "matched",
+        "mismatches",
+        "pending",
+        "quorum",
+        "verified",
+    )
 
     def __init__(self, self_id: int, replicas: tuple[int, ...], quorum: int) -> None:
         peers = [r for r in replicas if r != self_id]
@@ -31,6 +40,7 @@ class Votes:
         self.heads: dict[int, int] = {}  # each peer's latest vote (its stable head)
         self.verified: dict[int, int] = {}  # each peer's latest verified seq
         self.marks: dict[int, int] = {}  # each peer's durable verified mark
+        self.mark_epochs: dict[int, int] = {}  # the peer epoch each mark was heard in
         self.mismatches = 0
 
     def take(
@@ -75,6 +85,15 @@ class Votes:
         if seq > self.matched[sender]:
             self.matched[sender] = seq
         return True
+
+    def take_mark(self, sender: int, epoch: int, mark: int) -> None:
+        """A peer's durable mark: it only grows within an epoch; a restarted peer starts over
+        (what its old incarnation marked may not be on its disk any more)."""
+        if sender not in self.matched:
+            return
+        known = self.mark_epochs.get(sender, 0)
+        if epoch > known or (epoch == known and mark > self.marks.get(sender, 0)):
+            self.marks[sender], self.mark_epochs[sender] = mark, epoch
 
     def marked(self, own_mark: int) -> int:
         """The seq a quorum's durable marks cover (this replica counting for ``own_mark``)."""

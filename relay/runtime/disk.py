@@ -13,12 +13,14 @@ refuses is reported (``storage_error``), never acknowledged: the core's vote wai
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from relay import errors
 from relay.config import ClusterConfig
 from relay.core.events import (
     Event,
     LogRead,
+    LogSpan,
     LogSync,
     Persist,
     ReadResult,
@@ -26,8 +28,10 @@ from relay.core.events import (
     Reserve,
     Reserved,
     Restored,
+    SpanResult,
 )
 from relay.core.messages import SyncData, Tx
+from relay.core.reads import cut_span
 from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
 from relay.storage.store import NodeStore
@@ -35,6 +39,10 @@ from relay.storage.stream_log import StorageError
 from relay.storage.syncer import Syncer
 
 log = logging.getLogger("relay.disk")
+
+SPAN_TXS_MAX = 10_000_000  # a span with no bound counts at most this many txs of the log
+SPAN_CHUNK = 10_000  # records read from the log at a time
+Held = Callable[[str, int, int, int], tuple[list[int], list[bytes]]]
 
 
 class NodeDisk:
@@ -113,6 +121,33 @@ class NodeDisk:
         txs = tuple(tx for tx, _ in records)
         digests = tuple(d for _, d in records)
         return ReadResult(q.stream, txs, digests, prev, q.verified_seq, earliest, False)
+
+    def span(self, q: LogSpan, held: Held) -> SpanResult | Rejected:
+        """A span starting below the memory ring: the log's part counted record by record
+        (chain-checked), then what memory ``held`` has up to ``q.upto_seq``."""
+        limit = q.max_txs if q.max_txs > 0 else SPAN_TXS_MAX
+        seqs: list[int] = []
+        digests: list[bytes] = []
+        after = q.after_seq
+        while len(seqs) < limit and after < min(q.trimmed_seq, q.upto_seq):
+            upto = min(q.trimmed_seq, q.upto_seq)
+            found = self._records(q.stream, after, upto, min(SPAN_CHUNK, limit - len(seqs)))
+            if isinstance(found, Rejected):
+                return found
+            if found is None:
+                return cut_span(q.stream, [], [], q.parts, q.readable_seq, 0, True)
+            if not found[1]:
+                break
+            seqs += [tx.seq for tx, _ in found[1]]
+            digests += [d for _, d in found[1]]
+            after = seqs[-1]
+        if len(seqs) < limit:
+            more_seqs, more_digests = held(q.stream, after, q.upto_seq, limit - len(seqs))
+            seqs += more_seqs
+            digests += more_digests
+        log_ = self.store.logs.get(q.stream)
+        earliest = log_.first_seq() if log_ else 0
+        return cut_span(q.stream, seqs, digests, q.parts, q.readable_seq, earliest, False)
 
     def sync_data(self, q: LogSync, node_id: int) -> SyncData | None:
         """A peer's sync from below the memory ring, answered from the log."""

@@ -6,6 +6,7 @@ SIGKILL for any that ignore SIGTERM.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -45,7 +47,9 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def write_config(folder: Path, nodes: int, overrides: dict[str, int] | None = None) -> Path:
+def write_config(
+    folder: Path, nodes: int, overrides: Mapping[str, int | str] | None = None
+) -> Path:
     """A config for ``nodes`` nodes on free ports (3 per node), written into ``folder``."""
     ports = free_ports(3 * nodes)
     text = cluster_toml(nodes, "127.0.0.1", 0, name=f"test{nodes}")
@@ -56,7 +60,7 @@ def write_config(folder: Path, nodes: int, overrides: dict[str, int] | None = No
         text = text.replace(f"metrics_port = {200 + i}\n", f"metrics_port = {metrics}\n", 1)
     for key, value in (overrides or {}).items():
         lines = [
-            f"{key} = {value}" if line.split("=")[0].strip() == key else line
+            f"{key} = {json.dumps(value)}" if line.split("=")[0].strip() == key else line
             for line in text.splitlines()
         ]
         text = "\n".join(lines) + "\n"
@@ -71,7 +75,7 @@ class LocalCluster:
         self,
         folder: Path,
         nodes: int = 3,
-        overrides: dict[str, int] | None = None,
+        overrides: Mapping[str, int | str] | None = None,
         node_args: dict[int, list[str]] | None = None,
         admin: bool = False,
     ) -> None:

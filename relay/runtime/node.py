@@ -28,6 +28,7 @@ from relay.core.events import (
     Event,
     FetchRequested,
     LogRead,
+    LogSpan,
     LogSync,
     MeshReceived,
     Notice,
@@ -284,9 +285,9 @@ class NodeRuntime:
                 )
             elif isinstance(request, SpanFrame):
                 q = request
-                got = self.core.span(
-                    q.stream, q.after_seq, q.upto_seq, q.max_txs, q.parts, q.strict
-                )
+                got = self.core.span(q.stream, q.after_seq, q.upto_seq, q.max_txs, q.parts)
+                if isinstance(got, LogSpan):
+                    got = self.disk.span(got, self.core.held)
                 self._answer(client, q.req_id, got)
             elif isinstance(request, StatusFrame):
                 self._send(client, replies.encode_status(request.req_id, self.core.status()))

@@ -14,13 +14,18 @@ fence_after_ms = 800        # a node that hears no quorum this long fences itsel
 publish_timeout_ms = 5000   # a publish not verified by a quorum by then gets a timeout error
 repair_after_ms = 200       # a gap open this long is repaired from peers
 stuck_after_ms = 1000       # peers ahead and no progress this long: catch up by sync
-buffer_txs_max = 200000     # verified txs each stream keeps in memory for consumers
+buffer_txs_max = 200000     # verified txs each stream keeps in memory (older ones: from disk)
 dedup_window_ms = 120000    # producer retries within this window never duplicate
 dedup_keys_max = 200000
 quorum = 0                  # 0: a majority of each stream's replicas
 payload_bytes_max = 1048576
 streams_max = 10000         # streams a node holds at most; idle ones cost no CPU
 run_dir = ".relay/{name}"   # pid and log files of `relay cluster up`, relative to this file
+fsync = "always"            # always: a vote waits for fdatasync; or "interval", "never"
+fsync_interval_ms = 100     # with fsync = "interval"
+segment_bytes = 67108864    # a stream's log rolls to a new segment file at this size
+segment_ms = 3600000        # or at this age
+# each node keeps its logs in <run_dir>/data/node-<id> unless its [[node]] sets data_dir
 """
 
 NODE = """

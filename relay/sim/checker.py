@@ -70,6 +70,8 @@ class InvariantChecker:
             if last is None:
                 if timeline.trimmed_seq == 0:
                     last = (0, -1)
+                elif not ref.seqs or timeline.trimmed_seq > ref.seqs[-1]:
+                    continue  # it starts where no replica has made readable yet: check later
                 else:
                     base = ref.index_of(timeline.trimmed_seq, timeline.trimmed_digest, where)
                     last = (timeline.trimmed_seq, base)
