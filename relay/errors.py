@@ -8,6 +8,8 @@ Codes travel on the wire; each says whose move it is:
 - ``not_committed``: the transaction was dropped (its coordinator was cut); retry.
 - ``no_replicas``: no node replicates the stream; fix the cluster config or the stream name.
 - ``bad_request``: the request itself is wrong (malformed frame, bad stream name, too large).
+- ``storage``: this node's disk refuses writes (full, I/O error); it acknowledges nothing
+  until the disk takes writes again. Try another node.
 - ``protocol`` (raised by clients, never sent): a node's reply broke the protocol.
 """
 
@@ -19,8 +21,9 @@ NOT_COMMITTED = "not_committed"
 NO_REPLICAS = "no_replicas"
 BAD_REQUEST = "bad_request"
 PROTOCOL = "protocol"
+STORAGE = "storage"
 
-RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED})
+RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED, STORAGE})
 
 
 class RelayError(Exception):

@@ -9,11 +9,15 @@ import threading
 import time
 from pathlib import Path
 
+import msgpack
 import pytest
+import zmq
 
 from relay import Consumer, Producer
 from relay.client.producer import Ack
+from relay.core.status import NodeStatus
 from relay.runtime.local_cluster import LocalCluster
+from relay.wire.client import publish_request
 
 pytestmark = pytest.mark.slow
 
@@ -161,3 +165,59 @@ def test_a_flipped_byte_and_a_torn_tail_are_found_and_fetched_again(tmp_path: Pa
             assert got == [(a.seq, a.digest) for a in acks], (node_id, txs[0], len(txs))
         listing = relay_cli("log", "ls", "--config", cfg, "--node", "3")
         assert listing.returncode == 0 and "sealed" in listing.stdout
+
+
+def raw_publish(cluster: LocalCluster, node_id: int, payload: bytes) -> list[object]:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(cluster.config.node(node_id).client_address)
+    try:
+        sock.send(publish_request(1, "orders", "raw", [[1, payload, None, []]]))
+        assert sock.poll(10_000), "no answer"
+        reply: list[object] = msgpack.unpackb(sock.recv(), raw=False)
+        return reply
+    finally:
+        sock.close()
+
+
+def test_a_full_disk_acknowledges_nothing_and_recovers_when_space_returns(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(tmp_path / "c", 3, overrides={"publish_timeout_ms": 2000})
+    full = cluster.config.data_dir(3)
+    full.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(full)])
+    if mounted.returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        with cluster:
+            cluster.start()
+            cluster.wait_serving()
+            with Producer(config=cluster.config_path, node=1) as producer:
+                deadline = time.monotonic() + 60
+                while not (cluster.status(3) or fail_status()).storage:
+                    assert time.monotonic() < deadline, "node 3's disk never filled"
+                    for _ in range(50):
+                        producer.send("orders", bytes(2000))
+                    producer.flush()
+            reply = raw_publish(cluster, 3, b"on a full disk")
+            assert reply[1] == "error" and reply[3] == "storage", reply
+            cluster.stop(2, signal.SIGKILL)  # node 1 alone has a disk that takes writes
+            with Producer(config=cluster.config_path, node=1, timeout_s=3) as producer:
+                future = producer.send("orders", b"needs two disks")
+                producer.flush()
+                assert future.failed(), "acknowledged with one disk of three"
+            subprocess.run(["mount", "-o", "remount,size=64m", str(full)], check=True)
+            deadline = time.monotonic() + 30
+            while (cluster.status(3) or fail_status()).storage:
+                assert time.monotonic() < deadline, "node 3 never took writes again"
+                time.sleep(0.1)
+            with Producer(config=cluster.config_path, node=3) as producer:
+                ack = producer.publish("orders", b"space again")
+            assert ack.seq > 0
+    finally:
+        subprocess.run(["umount", "-l", str(full)])
+
+
+def fail_status() -> NodeStatus:
+    raise AssertionError("node 3 stopped answering")

@@ -119,6 +119,8 @@ def cluster_status(config_path: str, as_json: bool) -> None:
             down += 1
             click.echo(f"{node_id:<5} {'down':<10} {'-':<20} {'-':>20} {'-':<16} {'-':>6}")
             continue
+        if status.storage:
+            click.echo(f"{node_id:<5} storage: {status.storage} (acknowledging nothing)", err=True)
         if not status.streams:
             click.echo(f"{node_id:<5} {status.state:<10} {'-':<20} {'-':>20} {'-':<16} {'-':>6}")
         for s in status.streams:

@@ -88,6 +88,12 @@ class LogCursor:
             self.marks.append((self.generation, head, verified))
         return persist
 
+    def failed(self) -> None:
+        """The disk refused a write: write again from what is durable, in a new generation."""
+        self.generation += 1
+        self.written_seq = self.durable_seq
+        self.marks.clear()
+
     def persisted(self, generation: int, seq: int) -> bool:
         """The shell's answer; True if the durable head or the durable mark moved."""
         marks, mark = self.marks, self.durable_mark

@@ -59,6 +59,14 @@ class Persisted:
 
 
 @dataclass(frozen=True, slots=True)
+class PersistFailed:
+    """The disk refused the stream's last write (``why``): nothing of it counts as durable."""
+
+    stream: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reserved:
     """The node's seq reservation up to ``seq`` is durable."""
 
@@ -95,6 +103,7 @@ Event = (
     | Tick
     | ShutdownRequested
     | Persisted
+    | PersistFailed
     | Reserved
     | Restored
     | Retained

@@ -31,6 +31,7 @@ from relay.core.events import (
     MeshReceived,
     Notice,
     Persisted,
+    PersistFailed,
     PublishRequested,
     PublishResults,
     ReadReply,
@@ -50,6 +51,7 @@ from relay.core.events import (
 from relay.core.fencing import FenceInput, NodeState, next_state
 from relay.core.flake import SEQ_MAX
 from relay.core.intake import MeshIntake
+from relay.core.log_events import LogEvents
 from relay.core.messages import (
     Heartbeat,
     RepairRequest,
@@ -70,7 +72,7 @@ from relay.core.timer import Now, Timeout
 Answer = ReadResult | LogRead | Redirect | Rejected
 
 
-class NodeCore(MeshIntake):
+class NodeCore(MeshIntake, LogEvents):
     def __init__(
         self, config: CoreConfig, epoch: int, floor: int = 0, reserved: int = SEQ_MAX
     ) -> None:
@@ -97,6 +99,7 @@ class NodeCore(MeshIntake):
         self.publishes = Publishes(params.publish_timeout_ms)
         self.parked = reads.ParkedFetches()
         self.heartbeat = Timeout(params.heartbeat_ms)
+        self.storage_error = ""  # what the disk refused last, until a write succeeds
         self.state = NodeState.FENCED  # until it hears a quorum of the cluster
         self.elapsed_ms = 0
         self._effects: list[Effect] = []
@@ -116,6 +119,8 @@ class NodeCore(MeshIntake):
                 self._answer(event, self._read_of(event), park=True)
             elif isinstance(event, Persisted):
                 self._on_persisted(event)
+            elif isinstance(event, PersistFailed):
+                self._on_persist_failed(event)
             elif isinstance(event, Restored):
                 self._on_restored(event)
             elif isinstance(event, Retained):
@@ -196,7 +201,9 @@ class NodeCore(MeshIntake):
 
     def status(self) -> NodeStatus:
         ups = {n: p.up for n, p in self.peers.by_id.items()}
-        return NodeStatus.of(self.node_id, self.epoch, self.state.value, ups, self.streams)
+        return NodeStatus.of(
+            self.node_id, self.epoch, self.state.value, ups, self.streams, self.storage_error
+        )
 
     def state_name(self) -> str:
         return self.state.value
@@ -240,6 +247,10 @@ class NodeCore(MeshIntake):
         return reads.unavailable(problem, replicas, self.node_id, up) if problem else None
 
     def _reservation_refusal(self, now: Now, req: PublishRequested) -> Rejected | None:
+        if self.storage_error:
+            why = f"this node's disk refuses writes ({self.storage_error}); try another node"
+            others = tuple(n for n in self.routing.replicas_of(req.stream) if n != self.node_id)
+            return Rejected(errors.STORAGE, why, others)
         if self.origin.room(now.wall_ms, len(req.items)):
             return None
         return Rejected(errors.UNAVAILABLE, "this node is reserving seqs on its disk; retry")
@@ -258,39 +269,6 @@ class NodeCore(MeshIntake):
         ):
             return
         self._effects.append(ReadReply(fetch.client, fetch.req_id, answer))
-
-    # --- the log on disk ----------------------------------------------------------------
-
-    def _on_persisted(self, event: Persisted) -> None:
-        state = self.streams.get(event.stream)
-        if state is not None:
-            state.persisted(event.generation, event.seq)
-            self._touch(event.stream)
-
-    def _on_restored(self, event: Restored) -> None:
-        if event.stream in self.streams:
-            self._effects.append(Notice("restore", f"{event.stream}: already running; ignored"))
-            return
-        state = self._stream(event.stream)
-        if state is None:
-            why = "this node no longer replicates it or holds too many streams"
-            self._effects.append(Notice("restore", f"{event.stream}: not restored: {why}"))
-            return
-        state.restore(
-            event.base_seq,
-            event.base_digest,
-            event.txs,
-            event.digests,
-            event.verified_seq,
-            event.dedup_keys,
-        )
-        state.log.base_seq = event.log_base
-        self.origin.clock.observe(state.timeline.head_seq)
-
-    def _on_retained(self, event: Retained) -> None:
-        state = self.streams.get(event.stream)
-        if state is not None:
-            state.log.base_seq = max(state.log.base_seq, event.base_seq)
 
     # --- upkeep -------------------------------------------------------------------------
 

@@ -96,6 +96,7 @@ class NodeStatus:
     peers_up: tuple[int, ...]
     peers_down: tuple[int, ...]
     streams: tuple[StreamStatus, ...]
+    storage: str = ""  # what the disk refused, while it refuses ("" when healthy)
 
     @staticmethod
     def of(
@@ -104,6 +105,7 @@ class NodeStatus:
         state: str,
         peers_up: dict[int, bool],
         streams: dict[str, StreamReplica],
+        storage: str = "",
     ) -> NodeStatus:
         return NodeStatus(
             node=node,
@@ -112,6 +114,7 @@ class NodeStatus:
             peers_up=tuple(sorted(n for n, up in peers_up.items() if up)),
             peers_down=tuple(sorted(n for n, up in peers_up.items() if not up)),
             streams=tuple(StreamStatus.of(s) for _, s in sorted(streams.items())),
+            storage=storage,
         )
 
     def stream(self, name: str) -> StreamStatus | None:
@@ -125,6 +128,7 @@ class NodeStatus:
             "peers_up": list(self.peers_up),
             "peers_down": list(self.peers_down),
             "streams": {s.name: s.to_wire() for s in self.streams},
+            "storage": self.storage,
         }
 
     @staticmethod
@@ -143,6 +147,7 @@ class NodeStatus:
             peers_up=tuple(peers_up),
             peers_down=tuple(peers_down),
             streams=tuple(StreamStatus.from_wire(str(n), s) for n, s in sorted(streams.items())),
+            storage=_field(raw, "storage", str, "status"),
         )
 
 

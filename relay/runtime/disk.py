@@ -23,6 +23,7 @@ from relay.core.events import (
     LogSpan,
     LogSync,
     Persist,
+    PersistFailed,
     ReadResult,
     Rejected,
     Reserve,
@@ -40,6 +41,7 @@ from relay.storage.syncer import Syncer
 
 log = logging.getLogger("relay.disk")
 
+RETRY_MS = 1000  # after the disk refused a write, how long until the next try
 SPAN_TXS_MAX = 10_000_000  # a span with no bound counts at most this many txs of the log
 SPAN_CHUNK = 10_000  # records read from the log at a time
 Held = Callable[[str, int, int, int], tuple[list[int], list[bytes]]]
@@ -55,7 +57,8 @@ class NodeDisk:
             dedup_keys_max=params.dedup_keys_max,
         )
         self.syncer: Syncer | None = None
-        self.error = ""  # the last write or sync the disk refused
+        self.error = ""  # the last write or sync the disk refused, until one succeeds
+        self.retry_at_ms = 0
 
     def open(self, wall_ms: int) -> tuple[list[Restored], tuple[int, int, int]]:
         """The logs to restore, and (epoch, floor, reservation) to start the core on."""
@@ -78,9 +81,14 @@ class NodeDisk:
         assert self.syncer is not None
         return self.syncer.wake_fd
 
-    def carry_out(self, effect: Persist | Reserve, wall_ms: int) -> Event | None:
-        """Write one effect; the event it answers at once, if any."""
+    def carry_out(self, effect: Persist | Reserve, wall_ms: int, elapsed_ms: int) -> Event | None:
+        """Write one effect; the event it answers at once, if any. After the disk refused a
+        write, writes are tried again once per ``RETRY_MS``; meanwhile each is refused."""
         assert self.syncer is not None
+        if self.error and elapsed_ms < self.retry_at_ms:
+            if isinstance(effect, Persist):
+                return PersistFailed(effect.stream, self.error)
+            return None
         try:
             if isinstance(effect, Reserve):
                 self.store.reserve(effect.seq)
@@ -88,7 +96,9 @@ class NodeDisk:
             self.store.apply(effect, wall_ms)
             self.syncer.wrote(effect.stream)
         except (StorageError, OSError) as exc:
-            self._refused(str(exc))
+            self._refused(str(exc), elapsed_ms)
+            return PersistFailed(effect.stream, self.error) if isinstance(effect, Persist) else None
+        self.error = ""
         return None
 
     def after_turn(self, elapsed_ms: int, epoch: int) -> None:
@@ -96,15 +106,17 @@ class NodeDisk:
         try:
             self.store.epoch_started(epoch)
         except OSError as exc:
-            self._refused(f"node.json: {exc}")
+            self._refused(f"node.json: {exc}", elapsed_ms)
         self.syncer.after_turn(elapsed_ms)
 
-    def completed(self) -> list[Event]:
+    def completed(self, elapsed_ms: int) -> list[Event]:
         assert self.syncer is not None
-        done: list[Event] = list(self.syncer.completed())
-        if self.syncer.error:
-            self._refused(self.syncer.error)
-        return done
+        done, failed = self.syncer.completed()
+        events: list[Event] = list(done)
+        for stream, why in failed:
+            self._refused(f"{stream}: {why}", elapsed_ms)
+            events.append(PersistFailed(stream, self.error))
+        return events
 
     # --- reads below the memory ring ----------------------------------------------------
 
@@ -168,7 +180,7 @@ class NodeDisk:
         try:
             return log_.read(after_seq, upto_seq, limit)
         except (CorruptRecord, OSError) as exc:
-            self._refused(f"{stream}: a read found the log damaged: {exc}")
+            log.error("storage: %s: a read found the log damaged: %s", stream, exc)
             why = "this replica's log is damaged there; read from another replica"
             return Rejected(errors.UNAVAILABLE, why)
 
@@ -177,7 +189,8 @@ class NodeDisk:
             self.syncer.close()
         self.store.close()
 
-    def _refused(self, why: str) -> None:
+    def _refused(self, why: str, elapsed_ms: int) -> None:
         if why != self.error:
             log.error("storage: %s", why)
         self.error = why
+        self.retry_at_ms = elapsed_ms + RETRY_MS

@@ -65,6 +65,18 @@ class NodeMetrics:
         )
         self.node = Gauge("relay_node_id", "This node's id", registry=r)
         self.node.set(node_id)
+        self.storage_ok = Gauge(
+            "relay_storage_ok",
+            "0 while the disk refuses writes (the node acknowledges nothing)",
+            registry=r,
+        )
+        self.log_bytes = Gauge("relay_log_bytes", "Bytes of a stream's log", ["stream"], registry=r)
+        self.log_segments = Gauge(
+            "relay_log_segments", "Segment files of a stream's log", ["stream"], registry=r
+        )
+        self.syncs = Gauge(
+            "relay_log_syncs", "Group commits (fdatasync batches) so far", registry=r
+        )
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -173,7 +173,7 @@ class NodeRuntime:
                 elapsed = now.elapsed_ms
                 events, self.pending = self.pending, []
                 if self.disk.wake_fd in ready:
-                    events.extend(self.disk.completed())
+                    events.extend(self.disk.completed(elapsed))
                 if ready:
                     self.metrics.loop_turns.inc()
                 if self.sub in ready:
@@ -313,7 +313,9 @@ class NodeRuntime:
                 if sync is not None and self.hooks.keep_outgoing():
                     self.pub.send_multipart(mesh.encode(sync))
             elif isinstance(effect, Persist | Reserve):
-                answer = self.disk.carry_out(effect, int(time.time() * 1000))
+                answer = self.disk.carry_out(
+                    effect, int(time.time() * 1000), int(time.monotonic() * 1000)
+                )
                 if answer is not None:
                     self.pending.append(answer)
             elif isinstance(effect, Verified):
@@ -377,5 +379,10 @@ class NodeRuntime:
             self.metrics.lag.labels(name).set(0)
         self.gauged = active
         self.metrics.peers_up.set(len(core.peers.up_nodes()) - 1)
+        self.metrics.storage_ok.set(0 if core.storage_error else 1)
+        for name, stream_log in self.disk.store.logs.items():
+            self.metrics.log_bytes.labels(name).set(stream_log.bytes_on_disk())
+            self.metrics.log_segments.labels(name).set(len(stream_log.segments))
+        self.metrics.syncs.set(self.disk.syncer.syncs if self.disk.syncer else 0)
         for state in ("serving", "fenced", "leaving"):
             self.metrics.state.labels(state).set(1 if core.state_name() == state else 0)

@@ -11,6 +11,7 @@ Opening a log re-checks every segment and is in ``recovery.py``.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections.abc import Iterator
@@ -113,9 +114,16 @@ class StreamLog:
                 self._write(mark_frame(mark))
                 self.mark = mark
         except OSError as exc:
+            self._drop_partial()
             raise StorageError(f"{self.stream}: {exc.strerror or exc}") from exc
         self.generation = p.generation
         self.unsynced.generation, self.unsynced.head_seq = p.generation, self.head_seq
+
+    def _drop_partial(self) -> None:
+        """A write failed part way: cut the active file back to its last whole frame."""
+        if self.fd is not None and self.segments:
+            with contextlib.suppress(OSError):  # else recovery cuts the torn tail at restart
+                os.ftruncate(self.fd, self.segments[-1].size)
 
     def take_unsynced(self) -> Unsynced:
         """What the next sync covers: the descriptors written and the head they hold."""

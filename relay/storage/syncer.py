@@ -25,7 +25,7 @@ from relay.storage.stream_log import StreamLog, Unsynced
 class _Job:
     work: list[tuple[StreamLog, Unsynced]]
     done: list[Persisted]
-    error: str = ""
+    failed: list[tuple[str, str]]  # (stream, what the disk said)
 
 
 class Syncer:
@@ -42,7 +42,6 @@ class Syncer:
         self._stop = False
         self._last_ms = 0
         self.syncs = 0
-        self.error = ""  # the last sync's failure, if any: the node stops voting
         self._thread = threading.Thread(target=self._run, name="relay-syncer", daemon=True)
         self._thread.start()
 
@@ -67,20 +66,20 @@ class Syncer:
                 return
             work = [(log, log.take_unsynced()) for log in self.touched.values()]
             self.touched.clear()
-            self._job = _Job(work, [])
+            self._job = _Job(work, [], [])
             self._last_ms = elapsed_ms
             self._cond.notify()
 
-    def completed(self) -> list[Persisted]:
-        """What the last sync made durable (call when ``wake_fd`` is readable)."""
+    def completed(self) -> tuple[list[Persisted], list[tuple[str, str]]]:
+        """What the last sync made durable, and the streams whose sync failed (call when
+        ``wake_fd`` is readable)."""
         with contextlib.suppress(BlockingIOError):
             os.read(self.wake_fd, 4096)
         with self._cond:
             job, self._finished = self._finished, None
         if job is None:
-            return []
-        self.error = job.error
-        return job.done
+            return [], []
+        return job.done, job.failed
 
     def close(self) -> None:
         with self._cond:
@@ -113,7 +112,7 @@ class Syncer:
                     fsync_dir(log.directory)
                 job.done.append(Persisted(log.stream, unsynced.generation, unsynced.head_seq))
             except OSError as exc:
-                job.error = f"{log.stream}: sync failed: {exc.strerror or exc}"
+                job.failed.append((log.stream, f"sync failed: {exc.strerror or exc}"))
             finally:
                 for fd in unsynced.fds:
                     os.close(fd)
