@@ -15,7 +15,9 @@ import zmq
 
 from relay import Consumer, Producer
 from relay.client.producer import Ack
+from relay.config import load
 from relay.core.status import NodeStatus
+from relay.errors import DataLossError
 from relay.runtime.local_cluster import LocalCluster
 from relay.wire.client import publish_request
 
@@ -221,3 +223,41 @@ def test_a_full_disk_acknowledges_nothing_and_recovers_when_space_returns(
 
 def fail_status() -> NodeStatus:
     raise AssertionError("node 3 stopped answering")
+
+
+def test_retention_deletes_old_segments_and_a_read_past_them_is_data_loss(
+    tmp_path: Path,
+) -> None:
+    overrides: dict[str, int | str] = {"segment_bytes": 4096, "buffer_txs_max": 200}
+    with LocalCluster(tmp_path / "c", 3, overrides=overrides) as cluster:
+        text = cluster.config_path.read_text().replace(
+            "segment_ms =", "retention_bytes = 20000\nsegment_ms ="
+        )
+        cluster.config_path.write_text(text)
+        cluster.config = load(cluster.config_path)
+        cluster.start()
+        cluster.wait_serving()
+        with Producer(config=cluster.config_path) as producer:
+            futures = [producer.send("orders", bytes(100)) for _ in range(2000)]
+            producer.flush()
+            acks = [f.result() for f in futures]
+        deadline = time.monotonic() + 30
+        while "retention: orders now starts after seq" not in cluster.log(1):
+            assert time.monotonic() < deadline, "retention never deleted a segment"
+            time.sleep(0.1)
+        listing = subprocess.run(
+            [sys.executable, "-m", "relay", "log", "ls", "--config", str(cluster.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        assert str(acks[0].seq) not in listing
+        with (
+            pytest.raises(DataLossError, match="data_loss"),
+            Consumer("orders", config=cluster.config_path, node=1, start=acks[0].seq) as consumer,
+        ):
+            consumer.take(10, timeout_s=10)
+        with Consumer("orders", config=cluster.config_path, node=1) as consumer:
+            first = consumer.take(1, timeout_s=10)[0]
+        kept = [a.seq for a in acks]
+        assert first.seq > acks[0].seq and first.seq in kept

@@ -29,6 +29,7 @@ from relay.core.events import (
     Reserve,
     Reserved,
     Restored,
+    Retained,
     SpanResult,
 )
 from relay.core.messages import SyncData, Tx
@@ -108,6 +109,20 @@ class NodeDisk:
         except OSError as exc:
             self._refused(f"node.json: {exc}", elapsed_ms)
         self.syncer.after_turn(elapsed_ms)
+
+    def retain(self, wall_ms: int) -> list[Event]:
+        """Apply retention to every log; the core hears where each trimmed log now starts."""
+        events: list[Event] = []
+        for name, stream_log in self.store.logs.items():
+            try:
+                base = stream_log.retain(wall_ms)
+            except OSError as exc:
+                log.error("retention: %s: %s", name, exc)
+                continue
+            if base is not None:
+                log.info("retention: %s now starts after seq %d", name, base)
+                events.append(Retained(name, base))
+        return events
 
     def completed(self, elapsed_ms: int) -> list[Event]:
         assert self.syncer is not None

@@ -191,6 +191,7 @@ class NodeRuntime:
                 if elapsed >= next_gauge:
                     next_gauge = elapsed + GAUGE_MS
                     self._gauge()
+                    self.pending += self.disk.retain(now.wall_ms)
             self._leave()
         finally:
             self.close()

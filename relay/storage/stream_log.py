@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relay.core.events import Persist
+from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx
 from relay.storage.records import (
     MARK,
@@ -239,6 +240,31 @@ class StreamLog:
         self._track()
         if self.mark:  # the cut may have taken the last mark with it
             self._write(mark_frame(self.mark))
+
+    # --- retention ----------------------------------------------------------------------
+
+    def retain(self, wall_ms: int) -> int | None:
+        """Delete the oldest sealed segments past ``retention_ms`` of age or beyond
+        ``retention_bytes``; never the open one, never one holding unverified records. The
+        seq the log now starts after, if it moved."""
+        keep_ms, keep_bytes = self.settings.retention_ms, self.settings.retention_bytes
+        if not keep_ms and not keep_bytes:
+            return None
+        total = self.bytes_on_disk()
+        dropped = 0
+        for segment in self.segments[:-1]:
+            old = keep_ms and seq_unix_ms(segment.last_seq) < wall_ms - keep_ms
+            big = keep_bytes and total > keep_bytes
+            if not segment.sealed or segment.last_seq > self.mark or not (old or big):
+                break
+            segment.path.unlink()
+            total -= segment.size
+            dropped += 1
+        if not dropped:
+            return None
+        del self.segments[:dropped]
+        self.unsynced.directory = True
+        return self.base_seq
 
     # --- reading ------------------------------------------------------------------------
 
