@@ -151,6 +151,22 @@ def test_the_cli_publishes_consumes_and_shows_status(cluster3: LocalCluster) -> 
     assert [r["key"] for r in rows] == [None, None, "k1", "k1"]
     assert rows[0]["headers"] == []
     assert rows[3]["headers"] == [["trace", "t-9"], ["trace", ""], ["kind", "a:b"]]
+    since = relay("consume", "--config", cfg, "--stream", "cli", "--since", "1h", "--count", "4")
+    assert [int(line.split()[0]) for line in since.stdout.splitlines()] == seqs
+    later = relay(
+        "consume",
+        "--config",
+        cfg,
+        "--stream",
+        "cli",
+        "--from",
+        "2999-01-01T00:00:00Z",
+        "--idle-exit",
+        "0.5",
+    )
+    assert later.returncode == 0 and later.stdout == ""
+    out = relay("consume", "--config", cfg, "--stream", "cli", "--since", "ten")
+    assert out.returncode != 0 and "--since" in out.stderr
     out = relay("publish", "--config", cfg, "--stream", "cli", "-H", "novalue", "x")
     assert out.returncode != 0 and "NAME:VALUE" in out.stderr
     out = relay("cluster", "status", "--config", cfg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime, timedelta
 
 import click
 
@@ -60,8 +61,9 @@ def publish(
     "start",
     default="earliest",
     show_default=True,
-    help="earliest, latest, or a seq to start at.",
+    help="earliest, latest, a seq, or a time (ISO 8601, e.g. 2026-11-22T10:00:00Z) to start at.",
 )
+@click.option("--since", help="Start this long ago: 30s, 10m, 2h, 1d (like kcat -o s@).")
 @click.option("--count", type=int, help="Stop after this many transactions.")
 @click.option("--idle-exit", type=float, help="Stop after this many seconds without a tx.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per transaction.")
@@ -70,6 +72,7 @@ def consume(
     stream: str,
     node_id: int | None,
     start: str,
+    since: str | None,
     count: int | None,
     idle_exit: float | None,
     as_json: bool,
@@ -78,11 +81,7 @@ def consume(
     from relay import Consumer, RelayError
 
     load_config(config_path)
-    begin: str | int = start
-    if start not in ("earliest", "latest"):
-        if not start.isdigit():
-            raise click.BadParameter("use earliest, latest or a seq", param_hint="--from")
-        begin = int(start)
+    begin = _start_of(start, since)
     seen = 0
     try:
         with Consumer(stream, config=config_path, node=node_id, start=begin) as consumer:
@@ -126,3 +125,25 @@ def _header(text: str) -> tuple[str, str]:
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "backslashreplace")
+
+
+def _start_of(start: str, since: str | None) -> str | int | datetime:
+    """Where ``relay consume`` begins: ``--since`` wins over ``--from``."""
+    if since is not None:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(since[-1:])
+        if unit is None or not since[:-1].isdigit():
+            raise click.BadParameter(
+                "use a number and s, m, h or d, e.g. 10m", param_hint="--since"
+            )
+        return datetime.now(UTC) - timedelta(seconds=int(since[:-1]) * unit)
+    if start in ("earliest", "latest"):
+        return start
+    if start.isdigit():
+        return int(start)
+    try:
+        when = datetime.fromisoformat(start)
+    except ValueError:
+        raise click.BadParameter(
+            "use earliest, latest, a seq or an ISO 8601 time", param_hint="--from"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

@@ -20,7 +20,7 @@ from relay import errors
 from relay.client.directory import NodeAddress, resolve
 from relay.client.fetcher import Fetcher
 from relay.core.digest import Headers, fold
-from relay.core.flake import make_seq, seq_unix_ms
+from relay.core.flake import SEQ_MAX, make_seq, seq_unix_ms
 
 Start = str | int | datetime
 
@@ -121,6 +121,9 @@ class Consumer:
         reply = self._fetcher.fetch(after, self.batch_max, wait_ms, self._strict)
         if reply is None:
             return
+        if reply.lost and isinstance(self._start, datetime) and not self._strict:
+            self.position = 0  # a time before what is retained: from the oldest available
+            return
         if reply.lost:
             raise errors.DataLossError(
                 "data_loss",
@@ -159,7 +162,8 @@ class Consumer:
                 return
             self.position = reply.verified_seq
         elif isinstance(start, datetime):
-            self.position = max(0, make_seq(int(start.timestamp() * 1000), 0, 0) - 1)
+            seq = min(make_seq(int(start.timestamp() * 1000), 0, 0), SEQ_MAX)
+            self.position = max(0, seq - 1)
         elif isinstance(start, int) and start >= 0:
             self.position = max(0, start - 1)  # a seq to start at, inclusive
         else:
