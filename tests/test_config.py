@@ -35,6 +35,16 @@ def test_init_writes_loadable_3_and_5_node_configs() -> None:
     ("edit", "key"),
     [
         (lambda t: t.replace("id = 2", "id = 1"), "node[1].id"),
+        (lambda t: t.replace('fsync = "always"', 'fsync = "sometimes"'), "cluster.fsync"),
+        (lambda t: t.replace("segment_bytes = 67108864", "segment_bytes = 10"), "segment_bytes"),
+        (lambda t: t.replace("segment_ms = 3600000", "segment_ms = -1"), "cluster.segment_ms"),
+        (lambda t: t.replace("id = 2\n", 'id = 2\ndata_dir = ""\n'), "node[1].data_dir"),
+        (
+            lambda t: t.replace("id = 2\n", 'id = 2\ndata_dir = "d"\n').replace(
+                "id = 3\n", 'id = 3\ndata_dir = "d"\n'
+            ),
+            "share the data_dir",
+        ),
         (lambda t: t.replace("mesh_port = 7102", "mesh_port = 7101"), "node[1].mesh_port"),
         (
             lambda t: t.replace("heartbeat_ms = 100", "heartbeat_ms = 100\nhartbeat_ms = 1"),
@@ -69,3 +79,12 @@ def test_small_replication_can_be_allowed_explicitly() -> None:
 def test_a_missing_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such config file"):
         load(tmp_path / "nope.toml")
+
+
+def test_storage_keys_and_data_dirs() -> None:
+    config = parse(
+        raw(cluster_toml(3).replace('fsync = "always"', 'fsync = "never"')), ROOT / "x.toml"
+    )
+    assert config.storage.fsync == "never" and not config.params.votes_wait_for_disk
+    assert config.data_dir(2) == config.run_dir / "data" / "node-2"
+    assert parse(raw(cluster_toml(3))).params.votes_wait_for_disk
