@@ -1,9 +1,11 @@
 """Measure relay against NATS JetStream R3 in one run; print a markdown report.
 
-For a 3-node and a 5-node local cluster: pipelined acked tx/s from one producer (100-byte
-payloads), ack latency with one publish in flight and at half the measured peak, and each
-node's peak RSS. Then, if nats-server and the peer venv are there, ../shared/peers' JetStream
-R3 benchmark in the same run. Usage: scripts/bench.sh [--count N] [--skip-nats]
+For a 3-node cluster with each ``fsync`` setting (always, the default; interval; never) and a
+5-node cluster with the default: pipelined acked tx/s from one producer (100-byte payloads),
+ack latency with one publish in flight and at half the measured peak, each node's peak RSS and
+the log's bytes per tx. Then, if nats-server and the peer venv are there, ../shared/peers'
+JetStream R3 benchmark (memory and file storage) in the same run.
+Usage: scripts/bench.sh [--count N] [--skip-nats]
 """
 
 from __future__ import annotations
@@ -45,8 +47,22 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def measure_relay(nodes: int, count: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp), nodes=nodes) as cluster:
+def log_bytes(cluster: LocalCluster) -> int:
+    """Bytes of every node's segment files."""
+    return sum(
+        p.stat().st_size
+        for spec in cluster.config.nodes
+        for p in (cluster.config.data_dir(spec.id) / "streams").rglob("*")
+        if p.suffix in (".seg", ".open")
+    )
+
+
+def measure_relay(nodes: int, count: int, fsync: str) -> dict[str, Any]:
+    overrides = {"fsync": fsync}
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        LocalCluster(Path(tmp), nodes=nodes, overrides=overrides) as cluster,
+    ):
         cluster.start()
         cluster.wait_serving()
         cfg = cluster.config_path
@@ -78,7 +94,17 @@ def measure_relay(nodes: int, count: int) -> dict[str, Any]:
             "1",
         )
         rss = [round(peak_rss_mb(p.pid), 1) for p in cluster.procs.values()]
-    return {"nodes": nodes, "peak": peak, "single": single, "half": at_half, "rss_mb": rss}
+        txs = int(peak["acked"]) + int(single["acked"]) + int(at_half["acked"])
+        per_tx = log_bytes(cluster) / max(1, txs * nodes)
+    return {
+        "nodes": nodes,
+        "fsync": fsync,
+        "peak": peak,
+        "single": single,
+        "half": at_half,
+        "rss_mb": rss,
+        "bytes_per_tx": per_tx,
+    }
 
 
 def measure_nats() -> str | None:
@@ -111,10 +137,10 @@ def main() -> None:
     args = parser.parse_args()
     cores = os.cpu_count()
     print(f"# relay benchmark, {date.today()}, {platform.node()}, {cores} cores\n")
-    for nodes in (3, 5):
-        r: dict[str, Any] = measure_relay(nodes, args.count)
+    for nodes, fsync in ((3, "always"), (3, "interval"), (3, "never"), (5, "always")):
+        r: dict[str, Any] = measure_relay(nodes, args.count, fsync)
         peak, single, half = r["peak"], r["single"], r["half"]
-        print(f"## {nodes} nodes\n")
+        print(f"## {nodes} nodes, fsync = {fsync}\n")
         print(
             f"- pipelined: {peak['tx_per_s']:,.0f} acked tx/s ({peak['acked']} acked, "
             f"{peak['failed']} failed, window 16 x batch 256)"
@@ -128,7 +154,8 @@ def main() -> None:
             f"{half['tx_per_s']:,.0f} acked): p50 {half['p50_ms']:.3f} ms, "
             f"p99 {half['p99_ms']:.3f} ms"
         )
-        print(f"- peak RSS per node (MB): {r['rss_mb']}\n")
+        print(f"- peak RSS per node (MB): {r['rss_mb']}")
+        print(f"- log bytes per tx per node (100-byte payloads): {r['bytes_per_tx']:.0f}\n")
     if not args.skip_nats:
         nats = measure_nats()
         missing = "not run: install nats-server and /tmp/peer-venv (../shared/peers/README.md)"

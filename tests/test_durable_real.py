@@ -131,14 +131,18 @@ def relay_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_flipped_byte_and_a_torn_tail_are_found_and_fetched_again(tmp_path: Path) -> None:
-    with LocalCluster(tmp_path / "c", 3, overrides={"segment_bytes": 16384}) as cluster:
+    with LocalCluster(tmp_path / "c", 3, overrides={"segment_bytes": 4096}) as cluster:
         cfg = str(cluster.config_path)
         cluster.start()
         cluster.wait_serving()
+        acks = []
         with Producer(config=cluster.config_path) as producer:
-            futures = [producer.send("orders", b"tx %d" % i) for i in range(3000)]
-            producer.flush()
-            acks = [f.result() for f in futures]
+            for batch in range(30):  # many small writes: the log rolls
+                futures = [
+                    producer.send("orders", b"tx %d" % (batch * 100 + i)) for i in range(100)
+                ]
+                producer.flush()
+                acks += [f.result() for f in futures]
         cluster.stop(3)
         cluster.stop(2, signal.SIGKILL)
         logs = cluster.config.data_dir(3) / "streams" / "s.orders"
@@ -242,11 +246,27 @@ def test_retention_deletes_old_segments_and_a_read_past_them_is_data_loss(
             producer.flush()
             acks = [f.result() for f in futures]
         deadline = time.monotonic() + 30
-        while "retention: orders now starts after seq" not in cluster.log(1):
+        while not all(  # every replica: a reader goes to another one for what one lacks
+            "retention: orders now starts after seq" in cluster.log(n) for n in (1, 2, 3)
+        ):
             assert time.monotonic() < deadline, "retention never deleted a segment"
             time.sleep(0.1)
+        with Producer(config=cluster.config_path) as producer:  # the memory rings move on
+            for _ in range(500):
+                producer.send("orders", bytes(100))
+            producer.flush()
         listing = subprocess.run(
-            [sys.executable, "-m", "relay", "log", "ls", "--config", str(cluster.config_path)],
+            [
+                sys.executable,
+                "-m",
+                "relay",
+                "log",
+                "ls",
+                "--config",
+                str(cluster.config_path),
+                "--node",
+                "1",
+            ],
             capture_output=True,
             text=True,
             timeout=60,

@@ -128,8 +128,9 @@ def test_a_torn_tail_is_cut_and_a_flipped_byte_quarantines_what_follows(tmp_path
     assert torn.restored.txs == tuple(txs)  # the torn frame was the mark after them
     assert torn.restored.verified_seq == txs[80].seq  # the mark before it
     torn.log.close()
-    sealed = torn.log.segments[0].path
-    assert sealed.suffix == ".seg" and len(torn.log.segments) == 2
+    first = torn.log.segments[0]
+    sealed = first.path
+    assert sealed.suffix == ".seg" and len(torn.log.segments) >= 2
     data = bytearray(sealed.read_bytes())
     data[len(data) // 2] ^= 0x40
     sealed.write_bytes(bytes(data))
@@ -137,7 +138,7 @@ def test_a_torn_tail_is_cut_and_a_flipped_byte_quarantines_what_follows(tmp_path
     assert len(corrupt.problems) == 1 and str(sealed) in corrupt.problems[0]
     assert "offset" in corrupt.problems[0]
     held = corrupt.restored.txs
-    assert held == tuple(txs[: len(held)]) and len(held) < 60
+    assert held == tuple(txs[: len(held)]) and held[-1].seq < first.last_seq
     assert list((log.directory / "quarantine").rglob("*.seg")), "the cut files are kept aside"
     corrupt.log.close()
 

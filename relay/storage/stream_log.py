@@ -140,13 +140,22 @@ class StreamLog:
             os.close(fd)
 
     def _append(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], wall_ms: int) -> None:
-        active = self._active(wall_ms)
+        """Append records, one write per segment they fill (a large batch rolls mid-way)."""
         frames = [tx_frame(tx, d) for tx, d in zip(txs, digests, strict=True)]
-        offset = active.size
-        self._write(b"".join(frames))
-        for tx, digest, data in zip(txs, digests, frames, strict=True):
-            active.noted(tx.seq, digest, offset, offset + len(data))
-            offset += len(data)
+        i = 0
+        while i < len(frames):
+            active = self._active(wall_ms)
+            room = max(1, self.settings.segment_bytes - active.size)
+            end, size = i, 0
+            while end < len(frames) and (size < room or end == i):
+                size += len(frames[end])
+                end += 1
+            offset = active.size
+            self._write(b"".join(frames[i:end]))
+            for tx, digest, data in zip(txs[i:end], digests[i:end], frames[i:end], strict=True):
+                active.noted(tx.seq, digest, offset, offset + len(data))
+                offset += len(data)
+            i = end
 
     def _write(self, data: bytes) -> None:
         assert self.fd is not None
