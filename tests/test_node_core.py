@@ -156,7 +156,7 @@ def serving(node_id: int = 2) -> NodeCore:
 
 
 def fetch(req_id: int, wait_ms: int = 1000) -> FetchRequested:
-    return FetchRequested(b"c", req_id, "orders.x", 0, 10, wait_ms, False)
+    return FetchRequested(b"c", req_id, "orders.x", 0, 10, wait_ms)
 
 
 def test_a_fetch_with_nothing_to_read_is_parked_until_its_wait_runs_out() -> None:

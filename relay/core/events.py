@@ -34,7 +34,6 @@ class FetchRequested:
     after_seq: int
     limit: int
     wait_ms: int
-    strict: bool  # the consumer already holds after_seq: a trimmed range is data loss
 
 
 @dataclass(frozen=True, slots=True)

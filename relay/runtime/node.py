@@ -281,7 +281,6 @@ class NodeRuntime:
                         request.after_seq,
                         request.limit,
                         request.wait_ms,
-                        request.strict,
                     )
                 )
             elif isinstance(request, SpanFrame):

@@ -158,7 +158,6 @@ class SimClients:
             consumer.after_seq,
             self.rng.randint(1, 50),
             self.rng.choice([0, 100, 500]),
-            strict=consumer.after_seq > 0,
         )
         self.outgoing.setdefault(consumer.node, []).append(event)
 
