@@ -27,7 +27,7 @@ from relay.core.events import Restored
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx
 from relay.storage.records import TX, CorruptRecord
-from relay.storage.segment import Segment, parse_name, scan
+from relay.storage.segment import Segment, fsync_dir, parse_name, reopen, scan
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StreamLog
 
@@ -139,16 +139,9 @@ def _quarantine(directory: Path, rest: list[Path], cut: _Cut, kept: list[Segment
             path.replace(aside / path.name)
     if salvage is not None:
         os.truncate(cut.path, cut.offset)
-        if salvage.sealed:
-            opened = cut.path.with_name(f"{salvage.header.base_seq:020d}.open")
-            os.rename(cut.path, opened)
-            salvage.path = opened
+        reopen(salvage)
         kept.append(salvage)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(directory)
 
 
 class _Tail:

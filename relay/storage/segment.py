@@ -152,3 +152,20 @@ def entries(data: bytes | mmap.mmap, offset: int) -> Iterator[Entry]:
             raise CorruptRecord(f"{exc} at offset {offset}") from None
         yield entry
         offset = end
+
+
+def reopen(segment: Segment) -> None:
+    """Rename a sealed segment back to an open one (its tail is being cut)."""
+    if segment.sealed:
+        opened = segment.path.with_name(f"{segment.header.base_seq:020d}.open")
+        os.rename(segment.path, opened)
+        segment.path = opened
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the directory's entries (created, renamed, removed files) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

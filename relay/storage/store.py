@@ -27,6 +27,7 @@ from relay.core.flake import seq_unix_ms
 from relay.core.origin import reservation
 from relay.core.routing import stream_name_problem
 from relay.storage.recovery import Window, open_log
+from relay.storage.segment import fsync_dir
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StorageError, StreamLog
 
@@ -40,14 +41,6 @@ def dir_name(stream: str) -> str:
     if len(quoted.encode()) <= NAME_BYTES_MAX:
         return quoted
     return "h." + blake3(stream.encode()).hexdigest()[:40]
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class NodeStore:

@@ -28,7 +28,7 @@ from relay.storage.records import (
     mark_frame,
     tx_frame,
 )
-from relay.storage.segment import Entry, Segment, create, entries
+from relay.storage.segment import Entry, Segment, create, entries, reopen
 from relay.storage.settings import StorageSettings
 
 
@@ -234,9 +234,7 @@ class StreamLog:
             raise StorageError(f"{self.stream}: the log holds no seq {seq} to cut after")
         self._retire()
         if segment.sealed:
-            opened = segment.path.with_name(f"{segment.header.base_seq:020d}.open")
-            os.rename(segment.path, opened)
-            segment.path = opened
+            reopen(segment)
             self.unsynced.directory = True
         os.truncate(segment.path, cut)
         segment.forget_after(cut)

@@ -17,7 +17,8 @@ import threading
 from dataclasses import dataclass
 
 from relay.core.events import Persisted
-from relay.storage.store import NodeStore, fsync_dir
+from relay.storage.segment import fsync_dir
+from relay.storage.store import NodeStore
 from relay.storage.stream_log import StreamLog, Unsynced
 
 
