@@ -36,10 +36,21 @@ def test_seeds_with_faults(first: int) -> None:
         (205724, 5),
         (206824, 5),
         (305548, 5),
+        (500173, 5),
+        (500189, 5),
+        (469, 5),
+        (13, 5),
+        (44, 5),
+        (118, 5),
+        (290, 3),
     ],
 )
 def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
-    """Runs that never went quiet: a cut waiting for reports from replicas whose lane had
+    """With the disk (the last seven): replicas stuck diverged because syncs served only what
+    a quorum had marked (they now serve what is verified); acknowledged txs lost to a power
+    loss of every node; a retry answered not_committed below the memory ring; a re-issued seq;
+    lanes after a restart blocked on claims below the head, or cutting at a vacuous holding.
+    Before it, runs that never went quiet: a cut waiting for reports from replicas whose lane had
     left that epoch behind (they now answer what they hold); a node back from a crash that
     never learned of streams at rest (heartbeats now digest the shared stream names);
     replicas that decided different cuts, one waiting for txs nobody held (they now settle

@@ -130,7 +130,7 @@ def slice_for(
         base_digest = timeline.trimmed_digest  # genesis
     snapshot = base_digest is None
     base_seq = timeline.trimmed_seq if snapshot else after_seq
-    start, indexes = timeline.read_verified(base_seq, limit)
+    start, indexes = timeline.read_verified(base_seq, limit, timeline.verified_seq)
     return base_seq, timeline.digest_before(start), range(start, start + len(indexes)), snapshot
 
 

@@ -70,10 +70,15 @@ class Timeline:
         assert seq <= self.head_seq, "cannot verify beyond the stable head"
         self.verified_seq = max(self.verified_seq, seq)
 
-    def read_verified(self, after_seq: int, limit: int) -> tuple[int, list[int]]:
-        """Indexes of up to ``limit`` verified entries after ``after_seq``; (start, [i...])."""
+    def read_verified(
+        self, after_seq: int, limit: int, upto_seq: int | None = None
+    ) -> tuple[int, list[int]]:
+        """Indexes of up to ``limit`` entries after ``after_seq`` and at or below ``upto_seq``
+        (default: the readable seq; a sync between replicas passes the verified seq);
+        (start, [i...])."""
+        bound = self.readable_seq if upto_seq is None else upto_seq
         start = bisect_right(self.seqs, after_seq)
-        end = min(bisect_right(self.seqs, self.readable_seq), start + limit)
+        end = min(bisect_right(self.seqs, bound), start + limit)
         return start, list(range(start, end))
 
     def digest_before(self, index: int) -> bytes:
