@@ -102,6 +102,7 @@ class StreamAck:
     verified_seq: int
     reports: tuple[OriginReport, ...] = ()
     marked_seq: int = 0  # how far its log durably records the timeline as verified
+    marked_digest: bytes = b""  # its digest there: a mark vouches for one history
     readable_seq: int = 0  # how far a quorum's marks let it serve and acknowledge
 
     channel = Channel.ACK

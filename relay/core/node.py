@@ -381,6 +381,7 @@ class NodeCore(MeshIntake, LogEvents):
                     head_digest=vote_digest,
                     verified_seq=state.verified_seq,
                     marked_seq=state.log.durable_mark,
+                    marked_digest=state.timeline.digest_at(state.log.durable_mark) or b"",
                     readable_seq=state.timeline.readable_seq,
                     reports=state.reports(),
                 )

@@ -131,7 +131,9 @@ class StreamReplica(TimelineRebuild):
                 key = (report.origin, report.epoch)
                 self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
                 self.needs_ack = True
-        self.votes.take_mark(ack.sender, ack.epoch, ack.marked_seq)
+        self.votes.take_mark(
+            ack.sender, ack.epoch, ack.marked_seq, ack.marked_digest, self.timeline
+        )
         contradicted = self.votes.take(
             ack.sender,
             ack.head_seq,

@@ -86,11 +86,19 @@ class Votes:
             self.matched[sender] = seq
         return True
 
-    def take_mark(self, sender: int, epoch: int, mark: int) -> None:
-        """A peer's durable mark: it only grows within an epoch; a restarted peer starts over
-        (what its old incarnation marked may not be on its disk any more)."""
+    def take_mark(
+        self, sender: int, epoch: int, mark: int, digest: bytes, timeline: Timeline
+    ) -> None:
+        """A peer's durable mark: its log records history as verified up to ``mark``, where
+        its digest is ``digest``. It counts only for the history it names: where our digest
+        there is the same (below our memory ring, both are verified history, which is one).
+        It only grows within an epoch; a restarted peer starts over (what its old
+        incarnation marked may not be on its disk any more)."""
         if sender not in self.matched:
             return
+        ours = timeline.digest_at(mark)
+        if ours != digest and not (ours is None and mark < timeline.trimmed_seq):
+            return  # another history, or beyond our head: it is said again
         known = self.mark_epochs.get(sender, 0)
         if epoch > known or (epoch == known and mark > self.marks.get(sender, 0)):
             self.marks[sender], self.mark_epochs[sender] = mark, epoch

@@ -84,6 +84,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             reports,
             m.marked_seq,
             m.readable_seq,
+            m.marked_digest,
         ]
         return topic(Channel.ACK, m.stream), msgpack.packb(body)
     if isinstance(m, Heartbeat):
@@ -160,7 +161,7 @@ def decode(body: bytes) -> MeshMessage:
             )
         if kind == _ACK:
             _, _, stream, sender, epoch, floor, last, head, digest, verified, reports, *marks = (
-                _shape(f, 13)
+                _shape(f, 14)
             )
             return StreamAck(
                 as_str(stream),
@@ -175,8 +176,9 @@ def decode(body: bytes) -> MeshMessage:
                     OriginReport(as_int(o), as_int(e), as_int(c), bool(s), bool(a))
                     for o, e, c, s, a in as_list(reports)
                 ),
-                as_int(marks[0]),
-                as_int(marks[1]),
+                marked_seq=as_int(marks[0]),
+                readable_seq=as_int(marks[1]),
+                marked_digest=as_bytes(marks[2]),
             )
         if kind == _HEARTBEAT:
             _, _, sender, epoch, floor, lasts, accepts, leaving, epochs, shared = _shape(f, 10)
