@@ -26,7 +26,8 @@ def main() -> None:
     "kinds",
     default="kill,pause,partition,loss,clock",
     show_default=True,
-    help=f"Comma-separated fault kinds from {', '.join(schedule.KINDS)}.",
+    help=f"Comma-separated fault kinds from {', '.join(schedule.KINDS)} (crash-all, every "
+    "node killed at once, and corrupt, a flipped byte in one node's sealed log, are opt-in).",
 )
 @click.option("--seed", type=int, default=1, show_default=True, help="Draws the fault schedule.")
 @click.option(

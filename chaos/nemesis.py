@@ -3,19 +3,30 @@
 kill: SIGKILL, then a restart with empty memory at the end of the window. pause: SIGSTOP, then
 SIGCONT. partition: ``block_from`` on each side (isolate one node, split off a minority, or one
 way). loss: a fraction of incoming mesh frames dropped. clock: a step of the node's clock, or a
-drift (the offset grows every 100 ms), set back to zero at the end. Every fault is logged with
-the times it actually started and ended; ``heal_all`` undoes whatever is still on.
+drift (the offset grows every 100 ms), set back to zero at the end. crash-all: every node
+SIGKILLed at once (all the signals sent before any process is waited for), all restarted from
+their logs at the end. corrupt: SIGKILL one node, XOR one byte in the record area of one of its
+sealed segments, restart it at the end (it must find the bad record, cut its log there and
+fetch the rest from its peers); which file and byte is chosen when the fault starts, by an rng
+seeded from the fault alone, and logged in its detail. Every fault is logged with the times it
+actually started and ended; ``heal_all`` undoes whatever is still on.
 """
 
 from __future__ import annotations
 
+import json
+import random
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from chaos.schedule import Fault
 from relay.runtime.local_cluster import LocalCluster
+from relay.storage.records import read_frame
+from relay.storage.segment import parse_name
 
 
 class Nemesis:
@@ -54,7 +65,7 @@ class Nemesis:
             if not self._sleep_until(fault.start_s):
                 return
             started = self.clock()
-            self._begin(fault)
+            fault = self._begin(fault)  # as carried out (a corrupt's detail names the byte)
             drift = fault.detail.get("drift_ms_per_s")
             while self.clock() < fault.end_s:
                 if drift:
@@ -70,13 +81,20 @@ class Nemesis:
                 return False
         return True
 
-    def _begin(self, fault: Fault) -> None:
+    def _begin(self, fault: Fault) -> Fault:
         t = self.clock()
-        self.active.append(fault)
         c = self.cluster
         if fault.kind == "kill":
             for n in fault.nodes:
                 c.stop(n, signal.SIGKILL)
+        elif fault.kind == "crash-all":
+            for n in fault.nodes:  # every signal first: the nodes die as one
+                c.send_signal(n, signal.SIGKILL)
+            for n in fault.nodes:
+                c.stop(n, signal.SIGKILL)  # only waits for the process now
+        elif fault.kind == "corrupt":
+            c.stop(fault.nodes[0], signal.SIGKILL)  # its files hold still from here on
+            fault = replace(fault, detail={**fault.detail, **self._corrupt(fault)})
         elif fault.kind == "pause":
             for n in fault.nodes:
                 c.send_signal(n, signal.SIGSTOP)
@@ -88,16 +106,18 @@ class Nemesis:
                 self._admin(n, loss_in=fault.detail["fraction"])
         elif fault.kind == "clock" and "step_ms" in fault.detail:
             self._admin(fault.nodes[0], clock_offset_ms=fault.detail["step_ms"])
+        self.active.append(fault)
         self.record({"event": "start", "t": t, **fault.to_json()})
+        return fault
 
     def _end(self, fault: Fault) -> None:
         if fault not in self.active:
             return
         self.active.remove(fault)
         c = self.cluster
-        if fault.kind == "kill":
+        if fault.kind in ("kill", "crash-all", "corrupt"):
             for n in fault.nodes:
-                c.start(n)
+                c.start(n)  # rebuilt from its data_dir
         elif fault.kind == "pause":
             for n in fault.nodes:
                 c.send_signal(n, signal.SIGCONT)
@@ -110,6 +130,25 @@ class Nemesis:
         elif fault.kind == "clock":
             self._admin(fault.nodes[0], clock_offset_ms=0)
         self.record({"event": "end", "t": self.clock(), **fault.to_json()})
+
+    def _corrupt(self, fault: Fault) -> dict[str, Any]:
+        """Flip a byte of one sealed segment of the fault's (killed) node: how many sealed
+        segments it had, and which file (under ``streams/``) and offset were flipped. With none
+        sealed yet nothing is flipped: the fault was a plain kill."""
+        streams = self.cluster.config.data_dir(fault.nodes[0]) / "streams"
+        sealed = sealed_segments(streams)
+        if not sealed:
+            return {"sealed": 0}
+        # Seeded from the fault alone (its seeded times, node and xor), never from timing.
+        rng = random.Random(json.dumps(fault.to_json(), sort_keys=True))
+        path = rng.choice(sealed)
+        found: dict[str, Any] = {"sealed": len(sealed), "file": str(path.relative_to(streams))}
+        try:
+            found["offset"] = flip_byte(path, rng, fault.detail["xor"])
+        except (OSError, ValueError) as exc:
+            self.errors.append(f"corrupt {path}: {exc}")
+            found["error"] = str(exc)
+        return found
 
     def _cuts(self, fault: Fault) -> dict[int, set[int]]:
         """Which nodes drop frames from which, for a partition."""
@@ -125,3 +164,30 @@ class Nemesis:
             self.cluster.fault(node, **settings)
         except (TimeoutError, ValueError) as exc:  # a paused or dead node cannot answer
             self.errors.append(f"node {node} {settings}: {exc}")
+
+
+def sealed_segments(streams_dir: Path) -> list[Path]:
+    """Every sealed segment of a node's logs (``<data_dir>/streams``), in a stable order; the
+    open segments (``<base>.open``) and the files in ``quarantine/`` are left out."""
+    found: list[Path] = []
+    for directory in sorted(streams_dir.iterdir()) if streams_dir.is_dir() else []:
+        if directory.is_dir():
+            names = sorted(p for p in directory.iterdir() if p.is_file())
+            found += [p for p in names if (name := parse_name(p.name)) and name.sealed]
+    return found
+
+
+def flip_byte(path: Path, rng: random.Random, xor: int) -> int:
+    """XOR one byte of a segment file's records (past its header frame, so the file is still
+    taken for a segment and the record is what is found bad) with ``xor``; its offset."""
+    if not 0 < xor < 256:
+        raise ValueError(f"xor {xor} flips nothing")
+    data = path.read_bytes()
+    header = read_frame(data, 0)  # raises CorruptRecord (a ValueError) on a bad header
+    if header is None or header[2] >= len(data):
+        raise ValueError("no record after the segment header")
+    offset = rng.randrange(header[2], len(data))
+    with path.open("r+b") as f:
+        f.seek(offset)
+        f.write(bytes((data[offset] ^ xor,)))
+    return offset

@@ -19,6 +19,8 @@ COLORS: dict[str, Color] = {
     "partition": (190, 205, 250),
     "loss": (195, 235, 190),
     "clock": (225, 200, 240),
+    "crash-all": (215, 150, 150),
+    "corrupt": (240, 175, 215),
 }
 INK: Color = (40, 40, 40)
 GRID: Color = (220, 220, 220)

@@ -23,6 +23,9 @@ from relay.runtime.local_cluster import LocalCluster
 
 STREAMS = ["orders.chaos", "payments.chaos", "events.chaos"]
 SETTLE_TIMEOUT_S = 90.0
+# A corrupt fault flips a byte of a sealed segment, but at the default segment_bytes (64 MiB) a
+# run's logs never roll: a run with corrupt faults rolls them every few seconds of records.
+CORRUPT_SEGMENT_BYTES = 32 << 10
 
 
 def run(
@@ -35,9 +38,14 @@ def run(
     say: Any = print,
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    overrides: dict[str, int | str] = {}
+    if any(f.kind == "corrupt" for f in faults):
+        overrides["segment_bytes"] = CORRUPT_SEGMENT_BYTES
+    schedule = [f.to_json() for f in faults]
     (out / "run.json").write_text(
         json.dumps(
-            {**settings, "streams": STREAMS, "schedule": [f.to_json() for f in faults]}, indent=1
+            {**settings, "streams": STREAMS, "overrides": overrides, "schedule": schedule},
+            indent=1,
         )
     )
     history = History(out)
@@ -46,7 +54,7 @@ def run(
     def clock() -> float:
         return time.perf_counter() - origin
 
-    with LocalCluster(out / "cluster", nodes=nodes, admin=True) as cluster:
+    with LocalCluster(out / "cluster", nodes=nodes, overrides=overrides, admin=True) as cluster:
         cluster.start()
         cluster.wait_serving()
         origin = time.perf_counter()

@@ -1,9 +1,11 @@
 """The fault schedule of a chaos run, drawn from its seed: the same seed, the same faults.
 
 Faults come one after another with quiet gaps between them, so each one's effect can be read
-off the history. Each fault keeps a majority of the cluster whole (a kill or a pause takes at
-most a minority of the nodes; a split leaves a majority side), which is what the cluster is
-built to survive: with a majority gone it must stop, not stay available.
+off the history. Each fault but one keeps a majority of the cluster whole (a kill, a pause or a
+corrupt takes at most a minority of the nodes; a split leaves a majority side), which is what
+the cluster is built to survive: with a majority gone it must stop, not stay available. The
+exception is ``crash-all``, every node killed at once: it tests the disks, not availability
+(nothing acknowledged may be lost, and the cluster must come back from its logs alone).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("kill", "pause", "partition", "loss", "clock")
+KINDS = ("kill", "pause", "partition", "loss", "clock", "crash-all", "corrupt")
+WHOLE_CLUSTER = ("crash-all",)  # the kinds exempt from keeping a majority whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +23,7 @@ class Fault:
     kind: str
     start_s: float  # seconds after the workload started
     end_s: float
-    nodes: tuple[int, ...]  # the nodes acted on (killed, paused, cut off, lossy, skewed)
+    nodes: tuple[int, ...]  # the nodes acted on (killed, paused, cut off, lossy, skewed, ...)
     detail: dict[str, Any] = field(default_factory=dict)
 
     def label(self) -> str:
@@ -86,6 +89,12 @@ def _one(
     if kind in ("kill", "pause"):
         victims = tuple(sorted(rng.sample(ids, rng.randint(1, minority))))
         return Fault(kind, start, end, victims)
+    if kind == "crash-all":
+        return Fault(kind, start, end, tuple(ids))
+    if kind == "corrupt":
+        # The byte to flip is chosen when the fault starts (which sealed segments exist depends
+        # on timing), by an rng seeded from this fault; the value it is XORed with is drawn here.
+        return Fault(kind, start, end, (rng.choice(ids),), {"xor": rng.randint(1, 255)})
     if kind == "partition":
         shape = rng.choice(("isolate", "split", "one-way"))
         if shape == "isolate":

@@ -1,20 +1,36 @@
-"""The chaos checker over small hand-written histories, one per kind of violation, and the
-fault schedule it reads."""
+"""The chaos checker over small hand-written histories, one per kind of violation, the fault
+schedule it reads, and the nemesis's crash-all and corrupt faults (the byte flip on a segment
+file written by relay's own storage code)."""
 
 from __future__ import annotations
 
 import json
+import random
+import signal
 import subprocess
 import sys
 from itertools import pairwise
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from chaos import checker, report, schedule
+from chaos.nemesis import Nemesis, flip_byte, sealed_segments
+from relay.core.digest import genesis
+from relay.core.events import Persist
+from relay.core.flake import make_seq
+from relay.core.messages import Tx, fold_tx
+from relay.storage.inspect import verify
+from relay.storage.records import read_frame
+from relay.storage.recovery import Window, open_log
+from relay.storage.settings import StorageSettings
+from relay.storage.store import dir_name
+from relay.storage.stream_log import StreamLog
 
 S = "orders.chaos"
+T0 = 1_790_000_000_000  # wall ms of the records written to real segment files
 
 
 def tx(seq: int, msg_id: int, producer: str = "p1") -> list[Any]:
@@ -177,20 +193,162 @@ def test_the_check_command_exits_non_zero_on_a_violation(tmp_path: Path) -> None
 @pytest.mark.parametrize("nodes", [3, 5])
 @pytest.mark.parametrize("seed", range(20))
 def test_schedules_are_replayable_and_keep_a_majority_whole(nodes: int, seed: int) -> None:
+    """Every kind but crash-all leaves a majority whole; crash-all takes every node."""
     faults = schedule.draw(seed, nodes, 120, schedule.KINDS)
     assert faults == schedule.draw(seed, nodes, 120, schedule.KINDS)
     assert {f.kind for f in faults} == set(schedule.KINDS)  # each kind comes up first
     minority = (nodes - 1) // 2
+    everyone = tuple(range(1, nodes + 1))
     for f, after in pairwise(faults):
         assert f.end_s < after.start_s  # one at a time
     for f in faults:
         assert 3 <= f.start_s < f.end_s <= 115
-        if f.kind in ("kill", "pause") or f.detail.get("shape") == "split":
+        assert set(f.nodes) <= set(everyone)
+        if f.kind in schedule.WHOLE_CLUSTER:
+            assert f.kind == "crash-all" and f.nodes == everyone and not f.detail
+            continue
+        if f.kind in ("kill", "pause", "corrupt") or f.detail.get("shape") == "split":
             assert 1 <= len(f.nodes) <= minority
-        assert set(f.nodes) <= set(range(1, nodes + 1))
+        if f.kind == "corrupt":
+            assert len(f.nodes) == 1 and 1 <= f.detail["xor"] <= 255
+
+
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_crash_all_and_corrupt_are_drawn_and_opt_in(nodes: int) -> None:
+    for seed in range(10):
+        faults = schedule.draw(seed, nodes, 45, ("crash-all", "corrupt"))
+        assert [f.kind for f in faults[:2]] == ["crash-all", "corrupt"]
+        for f in faults:
+            everyone = f.nodes == tuple(range(1, nodes + 1))
+            assert everyone if f.kind == "crash-all" else len(f.nodes) == 1
+    default = schedule.parse_kinds("kill,pause,partition,loss,clock")  # chaos run's default
+    assert not set(default) & {"crash-all", "corrupt"}
+    assert schedule.parse_kinds("crash-all,corrupt") == ("crash-all", "corrupt")
 
 
 def test_unknown_fault_kinds_are_refused() -> None:
     assert schedule.parse_kinds("kill, loss") == ("kill", "loss")
     with pytest.raises(ValueError, match="unknown fault kind 'fire'"):
         schedule.parse_kinds("kill,fire")
+
+
+def write_log(streams: Path, stream: str, count: int) -> Path:
+    """``count`` records of a stream's log as a node writes them (20 per write, each verifying
+    the write before it), rolling at 4 KiB: sealed segments and an open one."""
+    directory = streams / dir_name(stream)
+    directory.mkdir(parents=True)
+    log = StreamLog(directory, stream, StorageSettings(segment_bytes=4096), [], 0)
+    base_seq, base_digest = 0, genesis(stream)
+    for i in range(0, count, 20):
+        txs = [Tx(make_seq(T0 + j, 1), 0, 1, 7, "p", j + 1, b"x%d" % j) for j in range(i, i + 20)]
+        digests, digest = [], base_digest
+        for tx in txs:
+            digest = fold_tx(digest, tx)
+            digests.append(digest)
+        log.apply(
+            Persist(stream, 0, base_seq, base_digest, False, tuple(txs), tuple(digests), base_seq),
+            T0,
+        )
+        base_seq, base_digest = txs[-1].seq, digests[-1]
+    log.close()
+    return directory
+
+
+def test_a_flipped_byte_in_a_sealed_segment_is_found_by_verify_and_recovery(
+    tmp_path: Path,
+) -> None:
+    streams = tmp_path / "streams"
+    directory = write_log(streams, "orders.chaos", 200)
+    sealed = sealed_segments(streams)
+    assert len(sealed) >= 2 and all(p.suffix == ".seg" for p in sealed)
+    assert len(list(directory.glob("*.open"))) == 1  # the active one is never a candidate
+    assert verify(directory, "orders.chaos") == (200, None)
+    path = sealed[0]
+    clean = path.read_bytes()
+    header = read_frame(clean, 0)
+    assert header is not None
+    for seed in range(20):  # wherever the byte lands in the records, the log finds it
+        path.write_bytes(clean)
+        offset = flip_byte(path, random.Random(seed), 0x5A)
+        flipped = path.read_bytes()
+        assert header[2] <= offset < len(clean)  # past the segment header
+        assert flipped[offset] == clean[offset] ^ 0x5A
+        assert flipped[:offset] + flipped[offset + 1 :] == clean[:offset] + clean[offset + 1 :]
+        checked, problem = verify(directory, "orders.chaos")
+        assert checked < 200 and problem is not None
+        assert path.name in problem and "offset" in problem
+    window = Window(keep=1000, dedup_ms=120_000, dedup_keys_max=1000)
+    recovered = open_log(directory, "orders.chaos", StorageSettings(), window, T0)
+    (problem,) = recovered.problems
+    assert path.name in problem and "cut here" in problem
+    assert len(recovered.restored.txs) < 200  # the rest is for the peers to send again
+    assert path.name in {p.name for p in (directory / "quarantine").rglob("*")}
+    assert sealed_segments(streams) == []  # the cut segment is open again, the rest aside
+    recovered.log.close()
+
+
+class FakeCluster:
+    """What the nemesis calls on a cluster, recorded; each node's data under ``data``."""
+
+    def __init__(self, data: Path, nodes: int) -> None:
+        self.calls: list[tuple[str, int | None]] = []
+        self.config = SimpleNamespace(
+            nodes=[SimpleNamespace(id=n) for n in range(1, nodes + 1)],
+            data_dir=lambda n: data / f"node-{n}",
+        )
+
+    def send_signal(self, node_id: int, sig: int) -> None:
+        self.calls.append((signal.Signals(sig).name, node_id))
+
+    def stop(self, node_id: int, sig: int = signal.SIGTERM) -> None:
+        self.calls.append(("stop", node_id))
+
+    def start(self, node_id: int | None = None) -> None:
+        self.calls.append(("start", node_id))
+
+
+def play(cluster: FakeCluster, faults: list[schedule.Fault]) -> list[dict[str, Any]]:
+    """Every fault's start and end, at once (the clock is past them all)."""
+    events: list[dict[str, Any]] = []
+    nemesis = Nemesis(cluster, faults, lambda: 1000.0, events.append)  # type: ignore[arg-type]
+    nemesis.start()
+    nemesis.join()
+    assert not nemesis.errors and not nemesis.active
+    return events
+
+
+def test_crash_all_kills_every_node_before_waiting_for_any_then_starts_them(
+    tmp_path: Path,
+) -> None:
+    cluster = FakeCluster(tmp_path, 3)
+    events = play(cluster, [schedule.Fault("crash-all", 5.0, 8.0, (1, 2, 3))])
+    kills = [("SIGKILL", n) for n in (1, 2, 3)]
+    waits = [("stop", n) for n in (1, 2, 3)]
+    assert cluster.calls == [*kills, *waits, *(("start", n) for n in (1, 2, 3))]
+    assert [e["event"] for e in events] == ["start", "end"]
+
+
+def test_corrupt_flips_a_byte_chosen_by_the_fault_alone_and_logs_where(tmp_path: Path) -> None:
+    for copy in ("a", "b"):
+        write_log(tmp_path / copy / "node-2" / "streams", "orders.chaos", 200)
+        write_log(tmp_path / copy / "node-2" / "streams", "events.chaos", 100)
+    fault = schedule.Fault("corrupt", 12.5, 16.0, (2,), {"xor": 7})
+    details = []
+    for copy in ("a", "b"):
+        cluster = FakeCluster(tmp_path / copy, 3)
+        start, end = play(cluster, [fault])
+        assert cluster.calls == [("stop", 2), ("start", 2)]  # killed, flipped, started
+        assert start["detail"] == end["detail"]
+        details.append(start["detail"])
+    assert details[0] == details[1]  # the same fault, the same byte
+    detail = details[0]
+    streams = tmp_path / "a" / "node-2" / "streams"
+    assert detail["xor"] == 7 and detail["sealed"] == len(sealed_segments(streams)) >= 2
+    flipped = streams / detail["file"]
+    stream = next(s for s in ("orders.chaos", "events.chaos") if dir_name(s) == flipped.parent.name)
+    _, problem = verify(flipped.parent, stream)
+    assert problem is not None and flipped.name in problem
+    nothing = FakeCluster(tmp_path / "empty", 3)  # no sealed segment yet: a plain kill
+    start, _ = play(nothing, [fault])
+    assert start["detail"] == {"xor": 7, "sealed": 0}
+    assert nothing.calls == [("stop", 2), ("start", 2)]
