@@ -50,19 +50,20 @@ def fresh(tmp_path: Path, settings: StorageSettings | None = None) -> StreamLog:
     return StreamLog(directory, "s", settings or StorageSettings(), [], 0)
 
 
-def test_a_record_round_trips_and_any_flipped_byte_is_found() -> None:
-    (tx,), (digest,) = chain("s", 1)
-    data = records.tx_frame(tx, digest)
+def test_a_batch_round_trips_and_any_flipped_byte_is_found() -> None:
+    txs, digests = chain("s", 3)
+    batch = list(zip(txs, digests, strict=True))
+    data = records.txs_frame(batch)
     kind, body, end = records.read_frame(data, 0) or (0, b"", 0)
-    assert (kind, end) == (records.TX, len(data))
-    assert records.decode_tx(body) == (tx, digest)
+    assert (kind, end) == (records.TXS, len(data))
+    assert records.decode_txs(body) == batch
     for i in range(len(data)):
         broken = bytearray(data)
         broken[i] ^= 0x01
         with pytest.raises(records.CorruptRecord):
             found = records.read_frame(bytes(broken), 0)
-            assert found is not None and found[0] == records.TX
-            records.decode_tx(found[1])
+            assert found is not None and found[0] == records.TXS
+            records.decode_txs(found[1])
     with pytest.raises(records.CorruptRecord, match="cut short"):
         records.read_frame(data[:-3], 0)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx
-from relay.storage.records import TX, CorruptRecord
+from relay.storage.records import TXS, CorruptRecord
 from relay.storage.segment import parse_name, scan
 from relay.storage.store import dir_name
 
@@ -66,9 +66,10 @@ def segments(directory: Path) -> list[SegmentInfo]:
         first = last = count = 0
         try:
             _, frames = scan(path)
-            for kind, _, _, item, _ in frames:
-                if kind == TX and isinstance(item, Tx):
-                    first, last, count = first or item.seq, item.seq, count + 1
+            for kind, _, _, batch, _ in frames:
+                if kind == TXS:
+                    first, last = first or batch[0][0].seq, batch[-1][0].seq
+                    count += len(batch)
         except CorruptRecord:
             pass  # ``verify`` says where
         found.append(
@@ -99,12 +100,14 @@ def verify(directory: Path, stream: str) -> tuple[int, str | None]:
             if chain is not None and (header.base_seq, header.base_digest) != (last, chain):
                 return checked, f"{path}: does not continue the segment before it"
             chain, last = header.base_digest, header.base_seq
-            for kind, offset, _, item, digest in frames:
-                if kind != TX or not isinstance(item, Tx):
-                    continue
-                if item.seq <= last or fold_tx(chain, item) != digest:
-                    return checked, f"{path}: a record that does not chain at offset {offset}"
-                chain, last, checked = digest, item.seq, checked + 1
+            for _, offset, _, batch, _ in frames:
+                for item, digest in batch:
+                    if item.seq <= last or fold_tx(chain, item) != digest:
+                        return checked, (
+                            f"{path}: a record that does not chain (seq {item.seq}) in the frame "
+                            f"at offset {offset}"
+                        )
+                    chain, last, checked = digest, item.seq, checked + 1
         except CorruptRecord as exc:
             return checked, f"{path}: {exc}"
         except OSError as exc:
@@ -117,8 +120,9 @@ def records(directory: Path, after_seq: int, upto_seq: int) -> Iterator[tuple[Tx
     ``CorruptRecord``."""
     for path in ordered(directory):
         _, frames = scan(path)
-        for kind, _, _, item, digest in frames:
-            if kind == TX and isinstance(item, Tx) and after_seq < item.seq:
+        for _, _, _, batch, _ in frames:
+            for item, digest in batch:
                 if item.seq > upto_seq:
                     return
-                yield item, digest
+                if after_seq < item.seq:
+                    yield item, digest

@@ -5,8 +5,11 @@ body), so a torn write or a flipped byte is found where it is. Kinds:
 
 - ``HEADER`` (first frame of every segment): msgpack ``[format, stream, base_seq, base_digest]``;
   the segment continues a timeline whose digest at ``base_seq`` is ``base_digest``.
-- ``TX``: msgpack ``[seq, prev, origin, epoch, producer_id, msg_id, payload, key, headers,
-  digest]``: the record of docs/design.md with its replication fields and its rolling digest.
+- ``TXS``: a batch of records, msgpack ``[[[seq, prev, origin, epoch, producer_id, msg_id,
+  payload, key, headers], digest], ...]``: each the record of docs/design.md with its
+  replication fields and its rolling digest. One frame per write (as Kafka's record batches):
+  one checksum and one encoding call cover everything a loop turn appends, and a torn batch is
+  cut whole.
 - ``MARK``: ``seq u64``: a quorum verified the timeline up to ``seq`` (a lower bound).
 
 Everything read back is checked as hostile input: a bad frame raises ``CorruptRecord`` naming
@@ -22,16 +25,23 @@ from struct import Struct
 from typing import Any
 
 import msgpack
+import msgspec
 
 from relay.core.digest import DIGEST_BYTES
 from relay.core.messages import Tx
-from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_str
+from relay.wire.fields import TxRow, as_bytes, as_int, as_str, checked_txs
 
-FORMAT = 1
+FORMAT = 2  # 2: records in batches
 FRAME = Struct(">IIB")  # length of kind + body, crc32 of kind + body, kind
 MARK_BODY = Struct(">Q")
-HEADER, TX, MARK = 1, 2, 3
+HEADER, TXS, MARK = 1, 2, 3
 FRAME_BYTES_MAX = 8 << 20  # far above a record of payload_bytes_max (1 MiB) with its fields
+BATCH_BYTES = 256 << 10  # a batch frame holds about this much (or one larger record)
+RECORD_OVERHEAD = 96  # a record's bytes besides its payload, key, producer id and headers
+
+Record = tuple[Tx, bytes]  # a tx and the stream's digest after it
+_BATCH = msgspec.msgpack.Decoder(list[tuple[TxRow, bytes]])
+_encode = msgspec.msgpack.Encoder().encode
 
 
 class CorruptRecord(ValueError):
@@ -55,8 +65,14 @@ def header_frame(header: SegmentHeader) -> bytes:
     return frame(HEADER, body)
 
 
-def tx_frame(tx: Tx, digest: bytes) -> bytes:
-    return frame(TX, msgpack.packb([*tx[:7], tx.key, tx.headers, digest]))
+def txs_frame(records: list[Record]) -> bytes:
+    return frame(TXS, _encode(records))
+
+
+def record_bytes(tx: Tx) -> int:
+    """About what ``tx`` takes in a batch frame (to size batches before encoding them)."""
+    extra = sum(len(name) + len(value) + 8 for name, value in tx.headers) if tx.headers else 0
+    return RECORD_OVERHEAD + len(tx.payload) + len(tx.producer_id) + len(tx.key or b"") + extra
 
 
 def mark_frame(seq: int) -> bytes:
@@ -97,29 +113,19 @@ def decode_header(body: bytes) -> SegmentHeader:
         raise CorruptRecord(f"bad segment header: {exc}") from None
 
 
-def decode_tx(body: bytes) -> tuple[Tx, bytes]:
-    f = _unpack(body)
-    if len(f) != 10:
-        raise CorruptRecord("a tx record has 10 fields")
+def decode_txs(body: bytes) -> list[Record]:
     try:
-        seq, prev, origin, epoch = (as_int(v) for v in f[:4])
-        tx = Tx(
-            seq,
-            prev,
-            origin,
-            epoch,
-            as_str(f[4]),
-            as_int(f[5]),
-            as_bytes(f[6]),
-            as_key(f[7]),
-            () if f[8] == [] else as_headers(f[8]),
-        )
-        digest = as_bytes(f[9])
-        if len(digest) != DIGEST_BYTES or not seq > prev or origin > 1023:
-            raise ValueError("fields out of range")
-    except ValueError as exc:
-        raise CorruptRecord(f"bad tx record: {exc}") from None
-    return tx, digest
+        rows = _BATCH.decode(body)
+        txs = checked_txs([row for row, _ in rows])
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise CorruptRecord(f"bad tx batch: {exc}") from None
+    if not rows:
+        raise CorruptRecord("an empty tx batch")
+    found = [(tx, digest) for tx, (_, digest) in zip(txs, rows, strict=True)]
+    for tx, digest in found:
+        if len(digest) != DIGEST_BYTES:
+            raise CorruptRecord(f"bad tx batch: a digest of {len(digest)} bytes at seq {tx.seq}")
+    return found
 
 
 def decode_mark(body: bytes) -> int:

@@ -26,7 +26,7 @@ from relay.core.digest import genesis
 from relay.core.events import Restored
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx
-from relay.storage.records import TX, CorruptRecord
+from relay.storage.records import TXS, CorruptRecord
 from relay.storage.segment import Segment, fsync_dir, parse_name, reopen, scan
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StreamLog
@@ -109,17 +109,19 @@ def _check(path: Path, stream: str, before: list[Segment], tail: _Tail) -> Segme
     offset = segment.data_start
     segment.size = offset
     try:
-        for kind, offset, end, item, digest in frames:
-            if kind == TX:
-                assert isinstance(item, Tx)
-                if item.seq <= last or fold_tx(chain, item) != digest:
-                    raise CorruptRecord(f"a record that does not chain at offset {offset}")
-                chain, last = digest, item.seq
-                segment.noted(item.seq, digest, offset, end)
-                tail.add(item, digest)
+        for kind, offset, end, batch, mark in frames:
+            if kind == TXS:
+                for item, digest in batch:  # the whole frame holds, or it is cut whole
+                    if item.seq <= last or fold_tx(chain, item) != digest:
+                        raise CorruptRecord(
+                            f"a record that does not chain (seq {item.seq}) in the frame at "
+                            f"offset {offset}"
+                        )
+                    chain, last = digest, item.seq
+                segment.noted(batch, offset)
+                tail.add(batch)
             else:
-                assert isinstance(item, int)
-                tail.mark(min(item, last))
+                tail.mark(min(mark, last))
             segment.size = end
     except CorruptRecord as exc:
         raise _Cut(f"{path}: {exc}; cut here", path, segment.size, segment) from None
@@ -162,8 +164,8 @@ class _Tail:
             self.base = (base_seq, base_digest)
             self.mark_seq = base_seq
 
-    def add(self, tx: Tx, digest: bytes) -> None:
-        self.unverified.append((tx, digest))
+    def add(self, records: list[tuple[Tx, bytes]]) -> None:
+        self.unverified += records
 
     def mark(self, seq: int) -> None:
         if seq <= self.mark_seq:

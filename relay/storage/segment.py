@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relay.core.flake import seq_unix_ms
-from relay.core.messages import Tx
 from relay.storage.records import (
     HEADER,
     MARK,
-    TX,
+    TXS,
     CorruptRecord,
+    Record,
     SegmentHeader,
     decode_header,
     decode_mark,
-    decode_tx,
+    decode_txs,
     header_frame,
     read_frame,
 )
@@ -86,17 +86,18 @@ class Segment:
         first, last = self.first_seq, self.last_seq
         return f"{first:020d}-{last:020d}_{seq_unix_ms(first):013d}-{seq_unix_ms(last):013d}.seg"
 
-    def noted(self, seq: int, digest: bytes, offset: int, end: int) -> None:
-        """A tx record at ``offset`` (ending at ``end``) was written or scanned."""
+    def noted(self, records: list[Record], offset: int) -> None:
+        """A batch frame of ``records`` at ``offset`` was written or scanned."""
         if not self.first_seq:
-            self.first_seq = seq
-        self.last_seq, self.last_digest = seq, digest
+            self.first_seq = records[0][0].seq
+        self.last_seq, self.last_digest = records[-1][0].seq, records[-1][1]
         if offset - self.indexed_at >= INDEX_BYTES:
-            self.index.append((seq, offset))
+            self.index.append((records[0][0].seq, offset))
             self.indexed_at = offset
 
     def offset_before(self, seq: int) -> int:
-        """An offset at or before the frame of the first tx above ``seq`` (a frame start)."""
+        """An offset at or before the frame holding the first tx above ``seq`` (a frame
+        start): the index names each indexed frame by its first seq."""
         i = bisect_right(self.index, (seq, 1 << 62))
         return self.index[i - 1][1] if i and self.index[i - 1][0] <= seq else self.data_start
 
@@ -120,7 +121,7 @@ def create(directory: Path, header: SegmentHeader, wall_ms: int) -> tuple[Segmen
     return Segment(path, header, size=len(data), created_ms=wall_ms), fd
 
 
-Entry = tuple[int, int, int, Tx | int | None, bytes]  # (kind, offset, end, tx or mark, digest)
+Entry = tuple[int, int, int, list[Record], int]  # (kind, offset, end, records, mark seq)
 
 
 def scan(path: Path) -> tuple[SegmentHeader, Iterator[Entry]]:
@@ -141,11 +142,10 @@ def entries(data: bytes | mmap.mmap, offset: int) -> Iterator[Entry]:
             return
         kind, body, end = found
         try:
-            if kind == TX:
-                tx, digest = decode_tx(body)
-                entry: Entry = (kind, offset, end, tx, digest)
+            if kind == TXS:
+                entry: Entry = (kind, offset, end, decode_txs(body), 0)
             elif kind == MARK:
-                entry = (kind, offset, end, decode_mark(body), b"")
+                entry = (kind, offset, end, [], decode_mark(body))
             else:
                 raise CorruptRecord(f"a frame of unknown kind {kind}")
         except CorruptRecord as exc:

@@ -22,11 +22,14 @@ from relay.core.events import Persist
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx
 from relay.storage.records import (
+    BATCH_BYTES,
     MARK,
     CorruptRecord,
+    Record,
     SegmentHeader,
     mark_frame,
-    tx_frame,
+    record_bytes,
+    txs_frame,
 )
 from relay.storage.segment import Entry, Segment, create, entries, reopen
 from relay.storage.settings import StorageSettings
@@ -140,22 +143,28 @@ class StreamLog:
             os.close(fd)
 
     def _append(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], wall_ms: int) -> None:
-        """Append records, one write per segment they fill (a large batch rolls mid-way)."""
-        frames = [tx_frame(tx, d) for tx, d in zip(txs, digests, strict=True)]
+        """Append records as batch frames of about ``BATCH_BYTES``, one write per segment
+        they fill (a large batch rolls mid-way at ``segment_bytes``)."""
+        records = list(zip(txs, digests, strict=True))
         i = 0
-        while i < len(frames):
+        while i < len(records):
             active = self._active(wall_ms)
             room = max(1, self.settings.segment_bytes - active.size)
-            end, size = i, 0
-            while end < len(frames) and (size < room or end == i):
-                size += len(frames[end])
-                end += 1
-            offset = active.size
-            self._write(b"".join(frames[i:end]))
-            for tx, digest, data in zip(txs[i:end], digests[i:end], frames[i:end], strict=True):
-                active.noted(tx.seq, digest, offset, offset + len(data))
-                offset += len(data)
-            i = end
+            frames: list[bytes] = []
+            noted: list[tuple[list[Record], int]] = []  # each frame's records and offset
+            size = 0
+            while i < len(records) and size < room:
+                end, batch = i, 0
+                while end < len(records) and (end == i or batch < min(BATCH_BYTES, room - size)):
+                    batch += record_bytes(records[end][0])
+                    end += 1
+                frames.append(txs_frame(records[i:end]))
+                noted.append((records[i:end], active.size + size))
+                size += len(frames[-1])
+                i = end
+            self._write(b"".join(frames))
+            for written, offset in noted:
+                active.noted(written, offset)
 
     def _write(self, data: bytes) -> None:
         assert self.fd is not None
@@ -223,13 +232,18 @@ class StreamLog:
             raise StorageError(f"{self.stream}: a cut after {seq} reaches below the log")
         start = segment.offset_before(seq)
         cut, last, digest = start, 0, b""
-        for kind, _, end, item, found in self._frames(segment, start):
+        rewrite: list[Record] = []  # the part of a batch frame at or below ``seq``
+        for kind, offset, end, found, _ in self._frames(segment, start):
             if kind == MARK:
                 continue
-            assert isinstance(item, Tx)
-            if item.seq > seq:
+            if found[0][0].seq > seq:
                 break
-            cut, last, digest = end, item.seq, found
+            kept = [r for r in found if r[0].seq <= seq]
+            last, digest = kept[-1][0].seq, kept[-1][1]
+            if len(kept) < len(found):
+                cut, rewrite = offset, kept
+                break
+            cut = end
         if seq != segment.header.base_seq and last != seq:
             raise StorageError(f"{self.stream}: the log holds no seq {seq} to cut after")
         self._retire()
@@ -245,6 +259,10 @@ class StreamLog:
         self.mark = min(self.mark, self.head_seq)
         self.fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
         self._track()
+        if rewrite:
+            offset = segment.size
+            self._write(txs_frame(rewrite))
+            segment.noted(rewrite, offset)
         if self.mark:  # the cut may have taken the last mark with it
             self._write(mark_frame(self.mark))
 
@@ -287,19 +305,22 @@ class StreamLog:
         chain = segment.header.base_digest
         found: list[tuple[Tx, bytes]] = []
         start = segment.offset_before(after_seq)
-        for kind, offset, _, item, digest in self._frames(segment, start):
+        for kind, offset, _, batch, _ in self._frames(segment, start):
             if kind == MARK:
                 continue
-            assert isinstance(item, Tx)
-            if item.seq <= after_seq:
-                chain = digest  # the anchor: checked against what follows it
-                continue
-            if item.seq > upto_seq or len(found) >= limit:
-                break
-            expected = fold_tx(found[-1][1] if found else chain, item)
-            if expected != digest:
-                raise CorruptRecord(f"{segment.path}: the record at offset {offset} does not chain")
-            found.append((item, digest))
+            for item, digest in batch:
+                if item.seq <= after_seq:
+                    chain = digest  # the anchor: checked against what follows it
+                    continue
+                if item.seq > upto_seq or len(found) >= limit:
+                    return chain, found
+                expected = fold_tx(found[-1][1] if found else chain, item)
+                if expected != digest:
+                    raise CorruptRecord(
+                        f"{segment.path}: the record at seq {item.seq} in the frame at offset "
+                        f"{offset} does not chain"
+                    )
+                found.append((item, digest))
         return chain, found
 
     @staticmethod

@@ -3,7 +3,10 @@ type raises ValueError, which each codec turns into its own malformed-frame erro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from relay.core.messages import Tx
 
 
 def as_int(v: Any) -> int:
@@ -46,3 +49,25 @@ def as_headers(v: Any) -> tuple[tuple[str, bytes], ...]:
             raise ValueError("a header name is never empty")
         pairs.append((name, value))
     return tuple(pairs)
+
+
+# A tx as a typed decoder reads it: exactly these nine fields (``Tx`` itself would let the
+# trailing key and headers be left out).
+TxRow = tuple[int, int, int, int, str, int, bytes, bytes | None, tuple[tuple[str, bytes], ...]]
+
+
+def checked_txs(rows: Sequence[TxRow]) -> tuple[Tx, ...]:
+    """Txs from rows a typed decoder read (types already checked), their values in range."""
+    txs = tuple(map(Tx._make, rows))
+    for tx in txs:
+        if not (
+            tx.seq > tx.prev >= 0
+            and 0 <= tx.origin <= 1023
+            and tx.epoch >= 0
+            and tx.msg_id >= 0
+            and tx.seq < 1 << 64
+        ):
+            raise ValueError(f"bad tx {tx!r:.80}")
+        if tx.headers and not all(name for name, _ in tx.headers):
+            raise ValueError("a header name is never empty")
+    return txs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
+import msgspec
 
 from relay.core.messages import (
     Channel,
@@ -24,12 +24,19 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
-from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_list, as_str
+from relay.wire.fields import TxRow, as_bytes, as_int, as_list, as_str, checked_txs
 
 VERSION = 2  # 2: txs carry a key and headers
 FRAME_BYTES_MAX = 64 << 20
 
 _REPLICATE, _ACK, _HEARTBEAT, _REPAIR_REQUEST, _REPAIR_DATA, _SYNC_REQUEST, _SYNC_DATA = range(1, 8)
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still encoded
+_ANY = msgspec.msgpack.Decoder()
+_TXS = msgspec.msgpack.Decoder(tuple[TxRow, ...])  # tx rows straight into checked types
+_ROWS_AT = {_REPLICATE: 6, _REPAIR_DATA: 6, _SYNC_DATA: 7}  # which field holds tx rows
 
 
 class MalformedFrame(ValueError):
@@ -67,7 +74,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.floor,
             m.txs,
         ]
-        return topic(Channel.TX, m.stream), msgpack.packb(body)
+        return topic(Channel.TX, m.stream), _encode(body)
     if isinstance(m, StreamAck):
         reports = [[r.origin, r.epoch, r.contig, r.settled, r.answer] for r in m.reports]
         body = [
@@ -86,7 +93,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.readable_seq,
             m.marked_digest,
         ]
-        return topic(Channel.ACK, m.stream), msgpack.packb(body)
+        return topic(Channel.ACK, m.stream), _encode(body)
     if isinstance(m, Heartbeat):
         body = [
             VERSION,
@@ -100,7 +107,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             [list(x) for x in m.epochs],
             [list(x) for x in m.shared],
         ]
-        return topic(Channel.HEARTBEAT), msgpack.packb(body)
+        return topic(Channel.HEARTBEAT), _encode(body)
     if isinstance(m, RepairRequest):
         body = [
             VERSION,
@@ -112,10 +119,10 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.after_seq,
             m.upto_seq,
         ]
-        return topic(Channel.REPAIR, m.stream), msgpack.packb(body)
+        return topic(Channel.REPAIR, m.stream), _encode(body)
     if isinstance(m, SyncRequest):
         body = [VERSION, _SYNC_REQUEST, m.stream, m.requester, m.after_seq]
-        return topic(Channel.REPAIR, m.stream), msgpack.packb(body)
+        return topic(Channel.REPAIR, m.stream), _encode(body)
     if isinstance(m, SyncData):
         body = [
             VERSION,
@@ -129,7 +136,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.digests,
             m.dedup,
         ]
-        return topic(Channel.REPAIR, m.stream), msgpack.packb(body)
+        return topic(Channel.REPAIR, m.stream), _encode(body)
     body = [
         VERSION,
         _REPAIR_DATA,
@@ -139,7 +146,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
         m.origin_epoch,
         m.txs,
     ]
-    return topic(Channel.REPAIR, m.stream), msgpack.packb(body)
+    return topic(Channel.REPAIR, m.stream), _encode(body)
 
 
 def decode(body: bytes) -> MeshMessage:
@@ -147,12 +154,15 @@ def decode(body: bytes) -> MeshMessage:
     if len(body) > FRAME_BYTES_MAX:
         raise MalformedFrame(f"frame of {len(body)} bytes exceeds {FRAME_BYTES_MAX}")
     try:
-        f = msgpack.unpackb(body, use_list=True, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raw = _ENVELOPE.decode(body)
+        head = [_ANY.decode(r) for r in raw[:2]]
+        if len(head) < 2 or head[0] != VERSION:
+            raise MalformedFrame(f"not a relay mesh frame of version {VERSION}")
+        kind = head[1]
+        rows_at = _ROWS_AT.get(kind) if type(kind) is int else None
+        f: list[Any] = [r if i == rows_at else _ANY.decode(r) for i, r in enumerate(raw)]
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise MalformedFrame(f"not msgpack: {exc}") from None
-    if not isinstance(f, list) or len(f) < 2 or f[0] != VERSION:
-        raise MalformedFrame(f"not a relay mesh frame of version {VERSION}")
-    kind = f[1]
     try:
         if kind == _REPLICATE:
             _, _, stream, origin, epoch, floor, rows = _shape(f, 7)
@@ -241,25 +251,10 @@ def _shape(f: list[Any], n: int) -> list[Any]:
 
 
 def _txs(rows: Any) -> tuple[Tx, ...]:
-    out = []
-    for row in as_list(rows):
-        if type(row) is not list or len(row) != 9:
-            raise ValueError("a tx row has 9 fields")
-        seq, prev, origin, epoch, pid, mid, payload, key, headers = row
-        if not (
-            type(seq) is int
-            and type(prev) is int
-            and type(origin) is int
-            and type(epoch) is int
-            and type(mid) is int
-            and type(pid) is str
-            and type(payload) is bytes
-            and seq > prev >= 0
-            and 0 <= origin <= 1023
-            and epoch >= 0
-            and mid >= 0
-        ):
-            raise ValueError(f"bad tx row {row!r:.80}")
-        found = () if headers == [] else as_headers(headers)
-        out.append(Tx(seq, prev, origin, epoch, pid, mid, payload, as_key(key), found))
-    return tuple(out)
+    """Tx rows still encoded (``msgspec.Raw``), decoded into typed, range-checked txs."""
+    if type(rows) is not msgspec.Raw:
+        raise ValueError("tx rows out of place")
+    try:
+        return checked_txs(_TXS.decode(rows))
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"bad tx rows: {exc}") from None
