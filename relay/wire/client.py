@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
+import msgspec
 
 from relay.core.messages import Item
-from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_list, as_str
+from relay.wire.fields import as_int, as_str
 from relay.wire.mesh import MalformedFrame
 
 VERSION = 2  # 2: messages carry a key and headers
@@ -59,6 +59,16 @@ class StatusFrame:
 Request = PublishFrame | FetchFrame | SpanFrame | StatusFrame
 
 
+_encode = msgspec.msgpack.Encoder().encode
+_ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still encoded
+_ANY = msgspec.msgpack.Decoder()
+# A message as a typed decoder reads it: [msg id, payload, key, headers], exactly.
+_ITEMS = msgspec.msgpack.Decoder(
+    tuple[tuple[int, bytes, bytes | None, tuple[tuple[str, bytes], ...]], ...]
+)
+_ITEMS_AT = 5  # the field of a ``pub`` request that holds its messages
+
+
 class BadRequest(MalformedFrame):
     def __init__(self, req_id: int, message: str) -> None:
         super().__init__(message)
@@ -66,16 +76,21 @@ class BadRequest(MalformedFrame):
 
 
 def pack(*fields: Any) -> bytes:
-    body: bytes = msgpack.packb([VERSION, *fields])
-    return body
+    return _encode([VERSION, *fields])
 
 
 def unpack(body: bytes) -> list[Any]:
+    """The fields of a frame, each decoded, except a ``pub`` request's messages, left
+    encoded (``msgspec.Raw``) for ``_items``."""
     try:
-        f = msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raw = _ENVELOPE.decode(body)
+        f: list[Any] = [_ANY.decode(r) for r in raw[:3]]
+        if len(f) == 3 and f[0] == VERSION:
+            keep = _ITEMS_AT if f[1] == "pub" else -1
+            f += [r if i == keep else _ANY.decode(r) for i, r in enumerate(raw[3:], 3)]
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise BadRequest(0, f"frame is not msgpack ({exc})") from None
-    if not isinstance(f, list) or len(f) < 3 or f[0] != VERSION:
+    if len(f) < 3 or f[0] != VERSION:
         shape = f"[{VERSION}, kind, req_id, ...]"
         raise BadRequest(0, f"frame is not {shape} (relay client protocol v{VERSION})")
     return f
@@ -89,8 +104,7 @@ def decode_request(body: bytes) -> Request:
     req_id = f[2] if type(f[2]) is int and f[2] >= 0 else 0
     try:
         if kind == "pub" and len(f) == 6:
-            items = tuple(_item(i) for i in as_list(f[5]))
-            return PublishFrame(req_id, as_str(f[3]), as_str(f[4]), items)
+            return PublishFrame(req_id, as_str(f[3]), as_str(f[4]), _items(f[5]))
         if kind == "fetch" and len(f) == 8:
             return FetchFrame(
                 req_id, as_str(f[3]), as_int(f[4]), as_int(f[5]), as_int(f[6]), bool(f[7])
@@ -107,17 +121,18 @@ def decode_request(body: bytes) -> Request:
     raise BadRequest(req_id, f"unknown request kind {kind!r} with {len(f)} fields")
 
 
-def _item(v: Any) -> Item:
-    row = as_list(v)
-    if len(row) != 4:
-        raise ValueError("a message is [msg id, payload, key, headers]")
-    msg_id, payload, key, headers = row
-    return Item(
-        as_int(msg_id),
-        as_bytes(payload),
-        as_key(key),
-        () if headers == [] else as_headers(headers),
-    )
+def _items(raw: Any) -> tuple[Item, ...]:
+    """A ``pub`` request's messages, decoded straight into typed rows and checked."""
+    try:
+        items = tuple(map(Item._make, _ITEMS.decode(raw)))
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"a message is [msg id, payload, key, headers]: {exc}") from None
+    for item in items:
+        if item.msg_id < 0 or item.msg_id >= 1 << 64:
+            raise ValueError(f"a msg id is a u64, not {item.msg_id}")
+        if item.headers and not all(name for name, _ in item.headers):
+            raise ValueError("a header name is never empty")
+    return items
 
 
 # --- requests, as clients build them -----------------------------------------------------
