@@ -28,6 +28,9 @@ from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Rep
 HeadersIn = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
 
 
+BINARY = (bytes, bytearray, memoryview)  # what a payload may be (a tuple: cheap to test)
+
+
 @dataclass(frozen=True, slots=True)
 class Ack:
     """A transaction a quorum verified: its place (seq) and the stream's digest there."""
@@ -163,7 +166,7 @@ class Producer:
         ``key`` (bytes, or a string sent as UTF-8) and ``headers`` (a mapping or a sequence of
         ``(name, value)`` pairs; values bytes or strings) travel with the payload, are covered
         by the digest and reach every consumer."""
-        if not isinstance(payload, bytes | bytearray | memoryview):
+        if not isinstance(payload, BINARY):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if msg_id is None:
             msg_id = self._next_msg_id
