@@ -1,6 +1,8 @@
 """The log on disk: records, segments, cuts, rolls, reads, recovery from torn and corrupt files,
 and the data directory's identity. Real files in a temporary directory."""
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -160,6 +162,10 @@ def test_a_data_dir_of_another_node_is_refused(tmp_path: Path) -> None:
     (tmp_path / "d" / "node.json").write_text("{not json")
     with pytest.raises(StorageError, match="unreadable"):
         NodeStore(tmp_path / "d", "east", 1, StorageSettings()).open(WINDOW, T0)
+    old = {"format": 1, "cluster": "east", "node_id": 1, "epoch": 5, "reserved": 0}
+    (tmp_path / "d" / "node.json").write_text(json.dumps(old))
+    with pytest.raises(StorageError, match="logs of format 1"):  # refused, not quarantined
+        NodeStore(tmp_path / "d", "east", 1, StorageSettings()).open(WINDOW, T0)
 
 
 def test_stream_directories_are_readable_and_unique() -> None:
@@ -168,3 +174,39 @@ def test_stream_directories_are_readable_and_unique() -> None:
     assert dir_name("..") == "s..."
     long = "x" * 200
     assert dir_name(long).startswith("h.") and len(dir_name(long)) < 60
+
+
+def test_a_cut_inside_a_batch_never_takes_what_is_below_it_off_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = fresh(tmp_path)
+    txs, digests = chain("s", 10)
+    log.apply(persist("s", txs, digests, txs[4].seq), T0)  # one batch frame, verified to 5
+    real_write = os.write
+
+    def refused(fd: int, data: bytes) -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "write", refused)
+    with pytest.raises(StorageError):  # the disk refuses the cut frame
+        log.apply(Persist("s", 1, txs[6].seq, digests[6], False, (), (), txs[4].seq), T0)
+    monkeypatch.setattr(os, "write", real_write)
+    failed = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert not failed.problems and failed.restored.txs == tuple(txs)  # nothing verified lost
+    # (the mark frame after the batch went with the truncation; the refused write was to put
+    # it back, so it is lost until a retry, as before batches: left alone, see design.md)
+    log = failed.log
+    log.apply(Persist("s", 1, txs[6].seq, digests[6], False, (), (), txs[4].seq), T0)
+    other, _ = chain("s", 3, start=1000)
+    chained, d = [], digests[6]
+    for tx in other:
+        d = fold_tx(d, tx)
+        chained.append(d)
+    log.apply(Persist("s", 1, txs[6].seq, digests[6], False, tuple(other), tuple(chained), 0), T0)
+    held = [*zip(txs[:7], digests[:7], strict=True), *zip(other, chained, strict=True)]
+    assert log.read(0, 1 << 63, 100) == (genesis("s"), held)
+    log.close()
+    again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert not again.problems
+    assert again.restored.txs == (*txs[:7], *other) and again.restored.verified_seq == txs[4].seq
+    again.log.close()

@@ -115,6 +115,9 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
         msgpack.packb([2, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a negative id
         msgpack.packb([1, 3]),  # another version
         msgpack.packb({"kind": "replicate"}),
+        b"\x93\x02\x03\xa2\xff\xfe",  # a string that is not UTF-8
+        msgpack.packb([2, 3, 1, 1, 1, [], [{1: 0, 2: 0}], False, [], []]),  # a map for a pair
+        msgpack.packb([2, 3, *([None] * 4_000_000)]),  # millions of fields: refused by count
     ],
 )
 def test_wrongly_shaped_mesh_frames_are_refused(body: bytes) -> None:
@@ -138,6 +141,9 @@ def test_client_requests_decode_and_bad_ones_keep_their_req_id() -> None:
         with pytest.raises(client.BadRequest) as info:
             client.decode_request(client.pack("pub", 9, "s", "p", [bad]))
         assert info.value.req_id == 9
+    for garbage in (b"\x93\x02\xa2\xff\xfe\x01", msgpack.packb([2, "pub", *([0] * 4_000_000)])):
+        with pytest.raises(client.BadRequest):  # bad UTF-8; millions of fields
+            client.decode_request(garbage)
     with pytest.raises(client.BadRequest):
         client.decode_request(b"\xc1garbage")
 

@@ -11,6 +11,9 @@ body), so a torn write or a flipped byte is found where it is. Kinds:
   one checksum and one encoding call cover everything a loop turn appends, and a torn batch is
   cut whole.
 - ``MARK``: ``seq u64``: a quorum verified the timeline up to ``seq`` (a lower bound).
+- ``CUT``: ``seq u64``, right after a batch: its records above ``seq`` are void (the core gave
+  up an unverified tail that ends inside the batch; the batch itself is never rewritten, so
+  nothing at or below ``seq`` is ever taken off the disk).
 
 Everything read back is checked as hostile input: a bad frame raises ``CorruptRecord`` naming
 what is wrong; nothing here trusts a length or a type it has not checked.
@@ -34,8 +37,8 @@ from relay.wire.fields import TxRow, as_bytes, as_int, as_str, checked_txs
 FORMAT = 2  # 2: records in batches
 FRAME = Struct(">IIB")  # length of kind + body, crc32 of kind + body, kind
 MARK_BODY = Struct(">Q")
-HEADER, TXS, MARK = 1, 2, 3
-FRAME_BYTES_MAX = 8 << 20  # far above a record of payload_bytes_max (1 MiB) with its fields
+HEADER, TXS, MARK, CUT = 1, 2, 3, 4
+FRAME_BYTES_MAX = 64 << 20  # a batch's last record may be as large as a client request
 BATCH_BYTES = 256 << 10  # a batch frame holds about this much (or one larger record)
 RECORD_OVERHEAD = 96  # a record's bytes besides its payload, key, producer id and headers
 
@@ -77,6 +80,10 @@ def record_bytes(tx: Tx) -> int:
 
 def mark_frame(seq: int) -> bytes:
     return frame(MARK, MARK_BODY.pack(seq))
+
+
+def cut_frame(seq: int) -> bytes:
+    return frame(CUT, MARK_BODY.pack(seq))
 
 
 def read_frame(data: bytes | mmap.mmap, offset: int) -> tuple[int, bytes, int] | None:
@@ -128,9 +135,10 @@ def decode_txs(body: bytes) -> list[Record]:
     return found
 
 
-def decode_mark(body: bytes) -> int:
+def decode_seq(body: bytes) -> int:
+    """The seq of a mark or a cut."""
     if len(body) != MARK_BODY.size:
-        raise CorruptRecord("a verified mark has 8 bytes")
+        raise CorruptRecord("a mark or a cut has 8 bytes")
     seq: int = MARK_BODY.unpack(body)[0]
     return seq
 

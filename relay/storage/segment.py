@@ -19,6 +19,7 @@ from pathlib import Path
 
 from relay.core.flake import seq_unix_ms
 from relay.storage.records import (
+    CUT,
     HEADER,
     MARK,
     TXS,
@@ -26,7 +27,7 @@ from relay.storage.records import (
     Record,
     SegmentHeader,
     decode_header,
-    decode_mark,
+    decode_seq,
     decode_txs,
     header_frame,
     read_frame,
@@ -136,6 +137,8 @@ def scan(path: Path) -> tuple[SegmentHeader, Iterator[Entry]]:
 
 
 def entries(data: bytes | mmap.mmap, offset: int) -> Iterator[Entry]:
+    """The frames from ``offset`` on; a batch comes with the cut frames that follow it
+    applied (its void records left out, its ``end`` past them)."""
     while True:
         found = read_frame(data, offset)
         if found is None:
@@ -143,15 +146,37 @@ def entries(data: bytes | mmap.mmap, offset: int) -> Iterator[Entry]:
         kind, body, end = found
         try:
             if kind == TXS:
-                entry: Entry = (kind, offset, end, decode_txs(body), 0)
+                end, batch = _cuts_applied(data, end, decode_txs(body))
+                entry: Entry = (kind, offset, end, batch, 0)
             elif kind == MARK:
-                entry = (kind, offset, end, [], decode_mark(body))
+                entry = (kind, offset, end, [], decode_seq(body))
+            elif kind == CUT:
+                raise CorruptRecord("a cut frame that follows no batch")
             else:
                 raise CorruptRecord(f"a frame of unknown kind {kind}")
         except CorruptRecord as exc:
             raise CorruptRecord(f"{exc} at offset {offset}") from None
         yield entry
         offset = end
+
+
+def _cuts_applied(
+    data: bytes | mmap.mmap, end: int, batch: list[Record]
+) -> tuple[int, list[Record]]:
+    """A batch ending at ``end`` less what the cut frames right after it void. A bad frame
+    after it is left for the next read to report."""
+    while True:
+        try:
+            found = read_frame(data, end)
+        except CorruptRecord:
+            return end, batch
+        if found is None or found[0] != CUT:
+            return end, batch
+        seq = decode_seq(found[1])
+        batch = [r for r in batch if r[0].seq <= seq]
+        if not batch:
+            raise CorruptRecord("a cut frame voids a whole batch")
+        end = found[2]
 
 
 def reopen(segment: Segment) -> None:

@@ -31,7 +31,7 @@ from relay.storage.segment import fsync_dir
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StorageError, StreamLog
 
-FORMAT = 1
+FORMAT = 2  # 2: segments hold records in batch frames (records.FORMAT 2)
 NAME_BYTES_MAX = 180  # longer (quoted) stream names get a hashed directory name
 
 
@@ -99,6 +99,12 @@ class NodeStore:
             ok = ok and all(type(meta.get(k)) is int for k in ("node_id", "epoch", "reserved"))
         except (OSError, ValueError) as exc:
             raise StorageError(f"{path}: unreadable ({exc})") from None
+        if ok is False and isinstance(meta, dict) and meta.get("format") == 1:
+            raise StorageError(
+                f"data_dir {self.data_dir} holds logs of format 1 (one frame per record), and "
+                f"this relay reads format {FORMAT} (batch frames); start this node on an empty "
+                "data_dir (its peers fill it again) or run the relay that wrote it"
+            )
         if not ok:
             raise StorageError(f"{path}: not a relay node file of format {FORMAT}")
         if (meta.get("cluster"), meta["node_id"]) != (self.cluster, self.node_id):

@@ -5,7 +5,7 @@ unverified tail back to a seq, append records and a verified mark, rolling to a 
 ``segment_bytes`` or ``segment_ms``. Writes go to the page cache; the file descriptors written
 since the last sync are handed to the syncer (``take_unsynced``), which makes them durable
 and reports the write generation and head they cover. ``read`` serves a range from the files,
-checking each record's checksum and the digest chain as it goes: nothing is served unproven.
+checking each frame's checksum and the digest chain as it goes: nothing is served unproven.
 Opening a log re-checks every segment and is in ``recovery.py``.
 """
 
@@ -27,6 +27,7 @@ from relay.storage.records import (
     CorruptRecord,
     Record,
     SegmentHeader,
+    cut_frame,
     mark_frame,
     record_bytes,
     txs_frame,
@@ -232,39 +233,36 @@ class StreamLog:
             raise StorageError(f"{self.stream}: a cut after {seq} reaches below the log")
         start = segment.offset_before(seq)
         cut, last, digest = start, 0, b""
-        rewrite: list[Record] = []  # the part of a batch frame at or below ``seq``
-        for kind, offset, end, found, _ in self._frames(segment, start):
+        inside = False  # the cut lands inside a batch: a cut frame after it voids the rest
+        for kind, _, end, found, _ in self._frames(segment, start):
             if kind == MARK:
                 continue
             if found[0][0].seq > seq:
                 break
             kept = [r for r in found if r[0].seq <= seq]
-            last, digest = kept[-1][0].seq, kept[-1][1]
+            cut, last, digest = end, kept[-1][0].seq, kept[-1][1]
             if len(kept) < len(found):
-                cut, rewrite = offset, kept
+                inside = True
                 break
-            cut = end
         if seq != segment.header.base_seq and last != seq:
             raise StorageError(f"{self.stream}: the log holds no seq {seq} to cut after")
         self._retire()
         if segment.sealed:
             reopen(segment)
             self.unsynced.directory = True
-        os.truncate(segment.path, cut)
+        os.truncate(segment.path, cut)  # only frames wholly above ``seq`` (and their marks)
         segment.forget_after(cut)
-        if last:
+        self.fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
+        self._track()
+        mark = min(self.mark, seq)
+        tail = (cut_frame(seq) if inside else b"") + (mark_frame(mark) if mark else b"")
+        if tail:  # the cut may have taken the last mark with it: one write puts both back
+            self._write(tail)
+        if last:  # the file says so now; a failed write above leaves this to a retry
             segment.last_seq, segment.last_digest = last, digest
         else:
             segment.first_seq, segment.last_seq, segment.last_digest = 0, 0, b""
-        self.mark = min(self.mark, self.head_seq)
-        self.fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
-        self._track()
-        if rewrite:
-            offset = segment.size
-            self._write(txs_frame(rewrite))
-            segment.noted(rewrite, offset)
-        if self.mark:  # the cut may have taken the last mark with it
-            self._write(mark_frame(self.mark))
+        self.mark = mark
 
     # --- retention ----------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from relay.core.messages import Item
-from relay.wire.fields import as_int, as_str
+from relay.wire.fields import array_len, as_int, as_str
 from relay.wire.mesh import MalformedFrame
 
 VERSION = 2  # 2: messages carry a key and headers
@@ -66,6 +66,7 @@ _ANY = msgspec.msgpack.Decoder()
 _ITEMS = msgspec.msgpack.Decoder(
     tuple[tuple[int, bytes, bytes | None, tuple[tuple[str, bytes], ...]], ...]
 )
+FIELDS_MAX = 9  # the most fields a request has (a span)
 _ITEMS_AT = 5  # the field of a ``pub`` request that holds its messages
 
 
@@ -82,13 +83,15 @@ def pack(*fields: Any) -> bytes:
 def unpack(body: bytes) -> list[Any]:
     """The fields of a frame, each decoded, except a ``pub`` request's messages, left
     encoded (``msgspec.Raw``) for ``_items``."""
+    if array_len(body) > FIELDS_MAX:
+        raise BadRequest(0, f"frame is not a relay request: more than {FIELDS_MAX} fields")
     try:
         raw = _ENVELOPE.decode(body)
         f: list[Any] = [_ANY.decode(r) for r in raw[:3]]
         if len(f) == 3 and f[0] == VERSION:
             keep = _ITEMS_AT if f[1] == "pub" else -1
             f += [r if i == keep else _ANY.decode(r) for i, r in enumerate(raw[3:], 3)]
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
         raise BadRequest(0, f"frame is not msgpack ({exc})") from None
     if len(f) < 3 or f[0] != VERSION:
         shape = f"[{VERSION}, kind, req_id, ...]"

@@ -33,6 +33,30 @@ def as_list(v: Any) -> list[Any]:
     return v
 
 
+def as_rows(v: Any, width: int) -> list[list[Any]]:
+    """A list of rows of ``width`` fields each (a map never passes for a row)."""
+    found = as_list(v)
+    for row in found:
+        if type(row) is not list or len(row) != width:
+            raise ValueError(f"expected rows of {width} fields, got {row!r:.40}")
+    return found
+
+
+def array_len(body: bytes) -> int:
+    """How many items the msgpack array at the start of ``body`` declares (0 if it is not an
+    array): a frame can be refused by its field count before anything is decoded."""
+    if not body:
+        return 0
+    first = body[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F
+    if first == 0xDC and len(body) >= 3:
+        return int.from_bytes(body[1:3], "big")
+    if first == 0xDD and len(body) >= 5:
+        return int.from_bytes(body[1:5], "big")
+    return 0
+
+
 def as_key(v: Any) -> bytes | None:
     """A message key: bytes, or None for no key."""
     return None if v is None else as_bytes(v)

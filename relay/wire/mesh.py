@@ -24,7 +24,16 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
-from relay.wire.fields import TxRow, as_bytes, as_int, as_list, as_str, checked_txs
+from relay.wire.fields import (
+    TxRow,
+    array_len,
+    as_bytes,
+    as_int,
+    as_list,
+    as_rows,
+    as_str,
+    checked_txs,
+)
 
 VERSION = 2  # 2: txs carry a key and headers
 FRAME_BYTES_MAX = 64 << 20
@@ -36,6 +45,7 @@ _encode = msgspec.msgpack.Encoder().encode
 _ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still encoded
 _ANY = msgspec.msgpack.Decoder()
 _TXS = msgspec.msgpack.Decoder(tuple[TxRow, ...])  # tx rows straight into checked types
+FIELDS_MAX = 14  # the most fields a mesh frame has (an ack)
 _ROWS_AT = {_REPLICATE: 6, _REPAIR_DATA: 6, _SYNC_DATA: 7}  # which field holds tx rows
 
 
@@ -153,6 +163,8 @@ def decode(body: bytes) -> MeshMessage:
     """The message in a body; ``MalformedFrame`` if it is not one."""
     if len(body) > FRAME_BYTES_MAX:
         raise MalformedFrame(f"frame of {len(body)} bytes exceeds {FRAME_BYTES_MAX}")
+    if array_len(body) > FIELDS_MAX:
+        raise MalformedFrame(f"not a relay mesh frame: more than {FIELDS_MAX} fields")
     try:
         raw = _ENVELOPE.decode(body)
         head = [_ANY.decode(r) for r in raw[:2]]
@@ -161,7 +173,7 @@ def decode(body: bytes) -> MeshMessage:
         kind = head[1]
         rows_at = _ROWS_AT.get(kind) if type(kind) is int else None
         f: list[Any] = [r if i == rows_at else _ANY.decode(r) for i, r in enumerate(raw)]
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
         raise MalformedFrame(f"not msgpack: {exc}") from None
     try:
         if kind == _REPLICATE:
@@ -184,7 +196,7 @@ def decode(body: bytes) -> MeshMessage:
                 as_int(verified),
                 tuple(
                     OriginReport(as_int(o), as_int(e), as_int(c), bool(s), bool(a))
-                    for o, e, c, s, a in as_list(reports)
+                    for o, e, c, s, a in as_rows(reports, 5)
                 ),
                 marked_seq=as_int(marks[0]),
                 readable_seq=as_int(marks[1]),
@@ -196,11 +208,11 @@ def decode(body: bytes) -> MeshMessage:
                 as_int(sender),
                 as_int(epoch),
                 as_int(floor),
-                tuple((as_str(s), as_int(q)) for s, q in as_list(lasts)),
-                tuple((as_int(n), as_int(e)) for n, e in as_list(accepts)),
+                tuple((as_str(s), as_int(q)) for s, q in as_rows(lasts, 2)),
+                tuple((as_int(n), as_int(e)) for n, e in as_rows(accepts, 2)),
                 bool(leaving),
-                tuple((as_int(n), as_int(e)) for n, e in as_list(epochs)),
-                tuple((as_int(n), as_int(d)) for n, d in as_list(shared)),
+                tuple((as_int(n), as_int(e)) for n, e in as_rows(epochs, 2)),
+                tuple((as_int(n), as_int(d)) for n, d in as_rows(shared, 2)),
             )
         if kind == _REPAIR_REQUEST:
             _, _, stream, requester, origin, epoch, after, upto = _shape(f, 8)
@@ -222,7 +234,7 @@ def decode(body: bytes) -> MeshMessage:
             if len(found) != len(txs):
                 raise ValueError("a sync slice needs one digest per tx")
             keys = tuple(
-                (as_str(p), as_int(m), as_int(s), as_bytes(d)) for p, m, s, d in as_list(dedup)
+                (as_str(p), as_int(m), as_int(s), as_bytes(d)) for p, m, s, d in as_rows(dedup, 4)
             )
             return SyncData(
                 as_str(stream),
