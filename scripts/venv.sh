@@ -1,10 +1,11 @@
-# Source this file: it makes .venv (once) and installs relay with its dev extras when
-# pyproject.toml changed since the last install. Needs python3 >= 3.11 on PATH.
+# Source this file: it makes .venv (once) and installs relay with the extras in RELAY_EXTRAS
+# (default dev,spark,chaos) when pyproject.toml changed since the last install. Needs python3
+# >= 3.11 on PATH.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="${PYTHON:-python3}"
-EXTRAS="${RELAY_EXTRAS:-dev,spark}"
+EXTRAS="${RELAY_EXTRAS:-dev,spark,chaos}"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi

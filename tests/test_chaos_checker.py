@@ -1,14 +1,16 @@
-"""The chaos checker over small hand-written histories, one per kind of violation, the fault
-schedule it reads, and the nemesis's crash-all and corrupt faults (the byte flip on a segment
-file written by relay's own storage code)."""
+"""The chaos checker over small hand-written histories, one per kind of violation, the report
+it writes (text and a matplotlib PNG), the fault schedule it reads, and the nemesis's crash-all
+and corrupt faults (the byte flip on a segment file written by relay's own storage code)."""
 
 from __future__ import annotations
 
 import json
 import random
 import signal
+import struct
 import subprocess
 import sys
+import zlib
 from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
@@ -174,11 +176,57 @@ def test_each_fault_gets_its_worst_latency_and_longest_gap(tmp_path: Path) -> No
     assert impact.longest_gap_s == pytest.approx(1.6)  # no ack from 0.2 s to 1.8 s
 
 
-def test_the_report_writes_text_and_a_png(tmp_path: Path) -> None:
+def png_chunks(data: bytes) -> dict[bytes, list[bytes]]:
+    """The chunks of a PNG file by type, each checked against its CRC."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    chunks: dict[bytes, list[bytes]] = {}
+    at = 8
+    while at < len(data):
+        size, kind = struct.unpack(">I4s", data[at : at + 8])
+        body = data[at + 8 : at + 8 + size]
+        (crc,) = struct.unpack(">I", data[at + 8 + size : at + 12 + size])
+        assert crc == zlib.crc32(kind + body)
+        chunks.setdefault(kind, []).append(body)
+        at += 12 + size
+    kinds = list(chunks)
+    assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND"
+    return chunks
+
+
+def test_the_report_writes_text_and_a_png_drawn_by_matplotlib(tmp_path: Path) -> None:
     folder = history(tmp_path)
     text = report.write(folder, checker.check(folder))
     assert "3 nodes" in text and (folder / "report.txt").read_text() == text
-    assert (folder / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    chunks = png_chunks((folder / "report.png").read_bytes())
+    width, height = struct.unpack(">II", chunks[b"IHDR"][0][:8])
+    assert (width, height) == (1100, 650)
+    assert any(t.startswith(b"Software\0Matplotlib") for t in chunks.get(b"tEXt", []))
+    assert len(b"".join(chunks[b"IDAT"])) > 10_000  # two plots and a legend, not a blank page
+
+
+def test_the_picture_names_the_run_its_units_and_every_fault_kind(tmp_path: Path) -> None:
+    def fault(kind: str, start: float, end: float | None) -> list[dict[str, Any]]:
+        f = {"kind": kind, "start_s": start, "end_s": end or start + 1, "nodes": [1], "detail": {}}
+        events = [{"event": "start", "t": start + 0.1, **f}]
+        return events + ([{"event": "end", "t": end + 0.1, **f}] if end else [])
+
+    faults = fault("kill", 0.5, 1.0) + fault("corrupt", 1.5, 2.0) + fault("crash-all", 3.0, None)
+    folder = history(tmp_path, faults=faults)
+    assert report.fault_windows(folder, 5.0) == [
+        ("kill", 0.6, 1.1),
+        ("corrupt", 1.6, 2.1),
+        ("crash-all", 3.1, 5.0),  # never ended: shaded to the end
+    ]
+    settings = json.loads((folder / "run.json").read_text())  # faults ["kill"]
+    fig = report.figure(folder, settings)
+    assert fig.get_suptitle().startswith("chaos run: 3 nodes, 4 s, faults kill, seed 1")
+    top, bottom = fig.axes
+    assert (top.get_ylabel(), bottom.get_ylabel()) == ("acks/s", "latency (s, log scale)")
+    assert bottom.get_xlabel() == "time since the run started (s)"
+    assert [t.get_text() for t in bottom.get_legend().get_texts()] == ["max (top 0.50 s)", "median"]
+    (kinds,) = fig.legends
+    assert [t.get_text() for t in kinds.get_texts()] == ["kill", "crash-all", "corrupt"]
+    assert set(report.COLORS) == set(schedule.KINDS)  # every kind a run may draw has a colour
 
 
 def test_the_check_command_exits_non_zero_on_a_violation(tmp_path: Path) -> None:
