@@ -4,7 +4,8 @@ How this works: the consumer long-polls one node for txs after the last seq it h
 checks every batch against the rolling digest (each tx must chain from the one before), so
 what it yields is provably the quorum's timeline. If its node stops answering, is fenced or
 does not replicate the stream, it moves on (following redirects) and resumes after the last
-seq it yielded: no gap, no duplicate.
+seq it yielded: no gap, no duplicate. Its first batch is confirmed by a second replica
+(``anchor.py``) before it is yielded, so the chain it continues is the quorum's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from relay import errors
+from relay.client.anchor import Anchor
 from relay.client.directory import NodeAddress, resolve
 from relay.client.fetcher import Fetcher
 from relay.core.digest import Headers, fold
@@ -60,7 +62,9 @@ class Consumer:
         self.wait_ms = wait_ms
         self.reply_timeout_s = reply_timeout_s
         self.verify = verify
-        self._fetcher = Fetcher(stream, resolve(config, nodes, node), reply_timeout_s)
+        order = resolve(config, nodes, node)
+        self._fetcher = Fetcher(stream, order, reply_timeout_s)
+        self._anchor = Anchor(stream, order, reply_timeout_s)
         self._buffer: deque[Transaction] = deque()
         self.position = 0  # the last seq yielded; the next fetch asks for txs after it
         self.last_digest: bytes | None = None
@@ -104,6 +108,7 @@ class Consumer:
 
     def close(self) -> None:
         self._fetcher.close()
+        self._anchor.close()
 
     def __enter__(self) -> Consumer:
         return self
@@ -138,6 +143,7 @@ class Consumer:
             chain = self.last_digest
         else:
             chain = reply.prev_digest
+        batch = []
         for seq, origin, pid, mid, payload, key, headers, digest in reply.rows:
             if self.verify and fold(chain, seq, origin, pid, mid, payload, key, headers) != digest:
                 raise errors.DigestMismatchError(
@@ -147,9 +153,15 @@ class Consumer:
                     "holds",
                 )
             chain = digest
-            self._buffer.append(
+            batch.append(
                 Transaction(self.stream, seq, origin, payload, digest, pid, mid, key, headers)
             )
+        anchored = self._strict or bool(self._buffer)  # it continues a chain already confirmed
+        if self.verify and not anchored:
+            seqs, digests = [t.seq for t in batch], [t.digest for t in batch]
+            if not self._anchor.confirm(self.node, seqs, digests, self.reply_timeout_s):
+                return  # no second replica agreed yet: fetched again on the next poll
+        self._buffer.extend(batch)
         self._strict = True
 
     def _begin(self) -> None:

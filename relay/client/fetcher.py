@@ -22,12 +22,20 @@ Spanned = SpanReply  # one (last seq, digest there, tx count) per part of a rang
 
 
 class Fetcher:
-    def __init__(self, stream: str, order: list[NodeAddress], reply_timeout_s: float = 3.0) -> None:
-        if not order:
+    def __init__(
+        self,
+        stream: str,
+        order: list[NodeAddress],
+        reply_timeout_s: float = 3.0,
+        avoid: NodeAddress | None = None,
+    ) -> None:
+        """``avoid``: a node never asked, even when a redirect names it."""
+        if not [a for a in order if a != avoid]:
             raise ValueError("a fetcher needs at least one node address")
         self.stream = stream
         self.reply_timeout_s = reply_timeout_s
-        self.order = list(order)
+        self.avoid = avoid
+        self.order = [a for a in order if a != avoid]
         self.node: NodeAddress | None = None  # the node that answered last
         self._current = 0
         self._pool = ConnectionPool()
@@ -90,6 +98,7 @@ class Fetcher:
         raise errors.RelayError(reply.code, reply.message)
 
     def _go_to(self, addresses: list[NodeAddress]) -> None:
+        addresses = [a for a in addresses if a != self.avoid]
         for address in addresses:
             if address not in self.order:
                 self.order.append(address)
