@@ -11,6 +11,8 @@ Codes travel on the wire; each says whose move it is:
 - ``storage``: this node's disk refuses writes (full, I/O error); it acknowledges nothing
   until the disk takes writes again. Try another node.
 - ``protocol`` (raised by clients, never sent): a node's reply broke the protocol.
+- ``journal_full`` (raised by producers, never sent): the producer's journal holds
+  ``journal_bytes_max`` of unacknowledged messages, and it was asked to raise rather than wait.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ NO_REPLICAS = "no_replicas"
 BAD_REQUEST = "bad_request"
 PROTOCOL = "protocol"
 STORAGE = "storage"
+JOURNAL_FULL = "journal_full"
 
 RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED, STORAGE})
 
@@ -52,3 +55,7 @@ class ProtocolError(RelayError):
 
     def __init__(self, message: str) -> None:
         super().__init__(PROTOCOL, message)
+
+
+class JournalFullError(RelayError):
+    """A producer's journal is full of unacknowledged messages (``journal_full="raise"``)."""

@@ -21,6 +21,12 @@ from relay.cli.options import CONFIG, load_config
     "-H", "--header", "headers", multiple=True, help="A header NAME:VALUE; repeat for more."
 )
 @click.argument("messages", nargs=-1)
+@click.option(
+    "--journal",
+    type=click.Path(file_okay=False),
+    help="A directory that keeps each message until it is acknowledged; publishing again "
+    "with it first resends what a crash left unacknowledged.",
+)
 def publish(
     config_path: str,
     stream: str,
@@ -28,6 +34,7 @@ def publish(
     timeout_s: float,
     key: str | None,
     headers: tuple[str, ...],
+    journal: str | None,
     messages: tuple[str, ...],
 ) -> None:
     """Publish MESSAGES (or one per line of standard input); print each seq."""
@@ -37,9 +44,16 @@ def publish(
     pairs = [_header(h) for h in headers]
     lines = list(messages) if messages else [line.rstrip("\n") for line in sys.stdin]
     failed = 0
-    with Producer(config=config_path, node=node_id, timeout_s=timeout_s) as producer:
+    with Producer(
+        config=config_path, node=node_id, timeout_s=timeout_s, journal=journal
+    ) as producer:
+        if producer.recovered:
+            click.echo(f"resending {len(producer.recovered)} messages from the journal", err=True)
         futures = [producer.send(stream, line.encode(), key=key, headers=pairs) for line in lines]
         producer.flush()
+        for future in producer.recovered:
+            if future.failed():
+                failed += 1
         for line, future in zip(lines, futures, strict=True):
             try:
                 ack = future.result()

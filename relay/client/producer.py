@@ -19,6 +19,7 @@ from pathlib import Path
 
 from relay import errors
 from relay.client.directory import NodeAddress, addresses_of, resolve
+from relay.client.journal import Entry, Journal
 from relay.client.pool import ConnectionPool
 from relay.core.digest import Headers
 from relay.core.flake import seq_unix_ms
@@ -138,8 +139,23 @@ class Producer:
         request_timeout_s: float = 3.0,
         batch_max: int = 512,
         window: int = 16,
+        journal: str | Path | None = None,
+        journal_bytes_max: int = 64 << 20,
+        journal_full: str = "block",
     ) -> None:
-        self.producer_id = producer_id or uuid.uuid4().hex
+        """``journal``: a directory where every message is kept until acknowledged, so a
+        producer started again on it resends what was not (``recovered``), with the same
+        producer id and message ids. When it holds ``journal_bytes_max`` of unacknowledged
+        messages, ``send`` waits for acks (``journal_full="block"``) or raises
+        ``JournalFullError`` (``"raise"``); it never drops a message."""
+        if journal_full not in ("block", "raise"):
+            raise ValueError(f"journal_full is 'block' or 'raise', not {journal_full!r}")
+        self._journal = Journal(journal, producer_id) if journal is not None else None
+        self.journal_bytes_max = journal_bytes_max
+        self.journal_full = journal_full
+        self.producer_id = (
+            self._journal.producer_id if self._journal else producer_id or uuid.uuid4().hex
+        )
         self.timeout_s = timeout_s
         self.request_timeout_s = request_timeout_s
         self.batch_max = batch_max
@@ -148,8 +164,23 @@ class Producer:
         self._pool = ConnectionPool()
         self._queue: deque[_Item] = deque()
         self._inflight: dict[int, _Request] = {}
-        self._next_msg_id = 1
+        self._next_msg_id = self._journal.next_msg_id if self._journal else 1
         self._next_req_id = 1
+        self.recovered: list[PublishFuture] = []  # what a journal held unacknowledged at start
+        for entry in self._journal.pending.values() if self._journal else ():
+            future = PublishFuture(entry.stream, entry.msg_id)
+            deadline = time.monotonic() + timeout_s
+            item = _Item(
+                entry.stream,
+                entry.msg_id,
+                entry.key,
+                entry.headers,
+                entry.payload,
+                future,
+                deadline,
+            )
+            self._queue.append(item)
+            self.recovered.append(future)
 
     # --- the API ------------------------------------------------------------------------
 
@@ -173,17 +204,12 @@ class Producer:
             self._next_msg_id += 1
         future = PublishFuture(stream, msg_id)
         deadline = time.monotonic() + self.timeout_s
-        self._queue.append(
-            _Item(
-                stream,
-                msg_id,
-                key_of(key),
-                headers_of(headers),
-                bytes(payload),
-                future,
-                deadline,
-            )
+        item = _Item(
+            stream, msg_id, key_of(key), headers_of(headers), bytes(payload), future, deadline
         )
+        if self._journal is not None:
+            self._journaled(item)
+        self._queue.append(item)
         queued = len(self._queue)
         if queued % self.batch_max == 0:  # a full batch is ready: send it if the window allows
             self._pump(0)
@@ -215,6 +241,8 @@ class Producer:
 
     def close(self) -> None:
         self._pool.close()
+        if self._journal is not None:
+            self._journal.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -223,6 +251,22 @@ class Producer:
         self.close()
 
     # --- the engine ---------------------------------------------------------------------
+
+    def _journaled(self, item: _Item) -> None:
+        """Keep ``item`` in the journal, once there is room for it."""
+        journal = self._journal
+        assert journal is not None
+        entry = Entry(item.msg_id, item.stream, item.payload, item.key, item.headers)
+        deadline = time.monotonic() + self.timeout_s
+        while journal.pending and journal.pending_bytes + entry.size() > self.journal_bytes_max:
+            if self.journal_full == "raise" or time.monotonic() > deadline:
+                raise errors.JournalFullError(
+                    errors.JOURNAL_FULL,
+                    f"the journal holds {journal.pending_bytes} bytes of unacknowledged "
+                    f"messages (journal_bytes_max {self.journal_bytes_max})",
+                )
+            self._pump(10)
+        journal.add(entry)
 
     def _pump(self, wait_ms: int) -> None:
         now = time.monotonic()
@@ -262,6 +306,8 @@ class Producer:
             self._next_req_id += 1
             rows = [[i.msg_id, i.payload, i.key, i.headers] for i in items]
             body = publish_request(req_id, first.stream, self.producer_id, rows)
+            if self._journal is not None:
+                self._journal.sync()  # nothing reaches the cluster before it is on our disk
             self._pool.get(address).send(body)
             self._inflight[req_id] = _Request(first.stream, items, address, now)
 
@@ -271,15 +317,20 @@ class Producer:
             return  # a late answer to a request already retried elsewhere
         now = time.monotonic()
         if isinstance(reply, AcksReply) and len(reply.rows) == len(request.items):
+            done = []  # acknowledged or refused for good: the journal lets them go
             for item, row in zip(request.items, reply.rows, strict=True):
                 if isinstance(row, AckRow):
                     ack = Ack(item.stream, row.seq, row.digest, item.msg_id, address.node_id)
                     item.future._resolve(ack, None)
+                    done.append(item.msg_id)
                 elif row.code in errors.RETRYABLE:
                     item.last_error = f"{row.code}: {row.message}"
                     self._queue.appendleft(item)
                 else:
                     self._fail(item, errors.RelayError(row.code, row.message))
+                    done.append(item.msg_id)
+            if self._journal is not None:
+                self._journal.acked(done)
         elif isinstance(reply, RedirectReply):
             self._routes.prefer(request.stream, addresses_of(reply.nodes))
             self._requeue(request, f"redirected from {address}")
@@ -290,6 +341,8 @@ class Producer:
         elif isinstance(reply, ErrorReply):
             for item in request.items:
                 self._fail(item, errors.RelayError(reply.code, reply.message))
+            if self._journal is not None:
+                self._journal.acked([item.msg_id for item in request.items])
         else:  # the node broke the protocol: take the messages elsewhere
             self._routes.avoid(address, now, 2.0)
             self._requeue(request, f"{address} answered a publish with {type(reply).__name__}")
