@@ -8,6 +8,9 @@ Codes travel on the wire; each says whose move it is:
 - ``not_committed``: the transaction was dropped (its coordinator was cut); retry.
 - ``no_replicas``: no node replicates the stream; fix the cluster config or the stream name.
 - ``bad_request``: the request itself is wrong (malformed frame, bad stream name, too large).
+- ``conflict``: the producer id and message id already name a message with other content (a
+  producer restarted with a fixed id that numbers its messages from the start again); the new
+  message was not stored. Continue the numbering (a producer journal does) or use a new id.
 - ``storage``: this node's disk refuses writes (full, I/O error); it acknowledges nothing
   until the disk takes writes again. Try another node.
 - ``protocol`` (raised by clients, never sent): a node's reply broke the protocol.
@@ -24,6 +27,7 @@ NO_REPLICAS = "no_replicas"
 BAD_REQUEST = "bad_request"
 PROTOCOL = "protocol"
 STORAGE = "storage"
+CONFLICT = "conflict"
 JOURNAL_FULL = "journal_full"
 
 RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED, STORAGE})

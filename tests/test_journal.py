@@ -84,8 +84,8 @@ from relay import Producer
 config, journal, first, last = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 with Producer(config=config, journal=journal, window=4, batch_max=50) as producer:
     print("recovered", len(producer.recovered), flush=True)
-    for i in range(first, last):
-        producer.send("orders", str(i).encode())
+    for i in range(first, last):  # ids from the input's position: a message sent again after
+        producer.send("orders", str(i).encode(), msg_id=i + 1)  # a crash is a retry
         print("sent", i, flush=True)
     producer.flush()
     assert not any(f.failed() for f in producer.recovered)
@@ -134,3 +134,25 @@ def test_a_producer_killed_mid_run_resends_from_its_journal_exactly_once(tmp_pat
                 payloads += [t.payload for t in consumer.poll(1.0)]
             payloads += [t.payload for t in consumer.poll(1.0)]  # nothing more may follow
         assert sorted(int(p) for p in payloads) == list(range(total))  # each exactly once
+
+
+@pytest.mark.slow
+def test_a_reused_producer_id_is_refused_as_a_conflict_never_answered_with_the_old_seq(
+    tmp_path: Path,
+) -> None:
+    from relay import Producer, RelayError
+
+    with LocalCluster(tmp_path / "c", 3) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        with Producer(config=cluster.config_path, producer_id="billing") as first:
+            old = first.publish("orders", b"invoice 1", key="eu")
+        with Producer(config=cluster.config_path, producer_id="billing", node=2) as restarted:
+            with pytest.raises(RelayError) as info:  # numbering from 1 again, other content
+                restarted.publish("orders", b"invoice 2", key="eu")
+            assert restarted.publish("orders", b"invoice 1", key="eu", msg_id=1).seq == old.seq
+            assert info.value.code == "conflict" and str(old.seq) in info.value.message  # a retry:
+            with pytest.raises(RelayError, match="conflict"):
+                restarted.publish("orders", b"invoice 1", key="us", msg_id=1)  # another key
+        with Consumer("orders", config=cluster.config_path) as consumer:
+            assert [t.payload for t in consumer.poll(2.0)] == [b"invoice 1"]

@@ -1,10 +1,11 @@
 """StreamReplica: stability, votes that must agree on the digest, dedup."""
 
 from relay.core.catchup import CatchupInput
+from relay.core.dedup import content_tag
 from relay.core.digest import fold, genesis
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneInput
-from relay.core.messages import StreamAck, Tx
+from relay.core.messages import Item, StreamAck, Tx
 from relay.core.stream import StreamLimits, StreamReplica
 
 LIMITS = StreamLimits(buffer_txs_max=100, dedup_window_ms=60_000, dedup_keys_max=1000)
@@ -97,12 +98,29 @@ def test_a_retried_message_is_folded_once_wherever_it_was_coordinated() -> None:
     r = replica()
     r.take(Tx(BASE + 1, 0, 2, 7, "p", 9, b"x"))
     r.take(Tx(BASE + 2, 0, 3, 7, "p", 9, b"x"))  # the same message retried on node 3
-    assert r.lookup_key("p", 9) == BASE + 2 or r.lookup_key("p", 9) == BASE + 1
+    tag = content_tag(Item(9, b"x"))
+    assert r.lookup_key("p", 9) in ((BASE + 2, tag), (BASE + 1, tag))
     promise_all(r, BASE + 5)
     stabilize(r)
     assert r.timeline.seqs == [BASE + 1]
-    assert r.dedup.original_of(BASE + 2) == BASE + 1
-    assert r.lookup_key("p", 9) == BASE + 1
+    assert r.dedup.original_of(BASE + 2) == BASE + 1 and not r.dedup.conflicts(BASE + 2)
+    assert r.lookup_key("p", 9) == (BASE + 1, tag)
+
+
+def test_a_new_message_reusing_a_key_is_a_conflict_not_a_retry() -> None:
+    r = replica()
+    r.take(Tx(BASE + 1, 0, 2, 7, "p", 9, b"x"))
+    r.take(Tx(BASE + 2, 0, 3, 7, "p", 9, b"y"))  # a restarted producer numbering from 1 again
+    r.take(Tx(BASE + 3, BASE + 2, 3, 7, "p", 10, b"z", b"k", (("h", b"v"),)))
+    promise_all(r, BASE + 5)
+    stabilize(r)
+    assert r.timeline.seqs == [BASE + 1, BASE + 3]  # the first copy is kept everywhere
+    assert r.dedup.original_of(BASE + 2) == BASE + 1 and r.dedup.conflicts(BASE + 2)
+    assert r.lookup_key("p", 9) == (BASE + 1, content_tag(Item(9, b"x")))
+    same = content_tag(Item(10, b"z", b"k", (("h", b"v"),)))
+    assert r.lookup_key("p", 10) == (BASE + 3, same)
+    for other in (Item(10, b"z"), Item(10, b"z", b"k"), Item(10, b"z", b"k", (("h", b"w"),))):
+        assert content_tag(other) != same  # the key and the headers count, not only the payload
 
 
 def test_the_buffer_trims_only_verified_txs() -> None:
@@ -151,7 +169,7 @@ def test_an_empty_replica_adopts_a_verified_slice_and_continues_the_chain() -> N
     assert outcome.startswith("adopted 5")
     assert fresh.catchup.synced and fresh.verified_seq == BASE + 5
     assert fresh.timeline.head_digest == source.timeline.head_digest
-    assert fresh.lookup_key("p", 3) == BASE + 3  # dedup index rebuilt from the slice
+    assert fresh.lookup_key("p", 3) == (BASE + 3, content_tag(Item(3, bytes([3]))))  # rebuilt
     # the origin's next tx chains although this replica never saw its chain
     assert fresh.take(Tx(BASE + 6, BASE + 5, 1, 7, "", 0, b"n"))
 

@@ -85,7 +85,7 @@ messages = st.one_of(
             st.just(tuple(rows)),
             st.just(tuple(bytes(32) for _ in rows)),
             st.lists(
-                st.tuples(st.text(max_size=5), u64, u64, st.binary(max_size=32)), max_size=3
+                st.tuples(st.text(max_size=5), u64, u64, st.binary(max_size=32), u64), max_size=3
             ).map(tuple),
         )
     ),
@@ -108,21 +108,39 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        msgpack.packb([2, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None]]]),  # a field short
-        msgpack.packb([2, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [["", b""]]]]]),
-        msgpack.packb([2, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", "k", []]]]),  # a str key
-        msgpack.packb([2, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [[1, b""]]]]]),
-        msgpack.packb([2, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a negative id
+        msgpack.packb(
+            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None]]]
+        ),  # a field short
+        msgpack.packb(
+            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [["", b""]]]]]
+        ),
+        msgpack.packb(
+            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", "k", []]]]
+        ),  # a str key
+        msgpack.packb(
+            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [[1, b""]]]]]
+        ),
+        msgpack.packb([mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a negative id
         msgpack.packb([1, 3]),  # another version
         msgpack.packb({"kind": "replicate"}),
-        b"\x93\x02\x03\xa2\xff\xfe",  # a string that is not UTF-8
-        msgpack.packb([2, 3, 1, 1, 1, [], [{1: 0, 2: 0}], False, [], []]),  # a map for a pair
-        msgpack.packb([2, 3, *([None] * 4_000_000)]),  # millions of fields: refused by count
+        b"\x93\x03\x03\xa2\xff\xfe",  # a string that is not UTF-8
+        msgpack.packb(
+            [mesh.VERSION, 3, 1, 1, 1, [], [{1: 0, 2: 0}], False, [], []]
+        ),  # a map for a pair
+        msgpack.packb(
+            [mesh.VERSION, 3, *([None] * 4_000_000)]
+        ),  # millions of fields: refused by count
     ],
 )
 def test_wrongly_shaped_mesh_frames_are_refused(body: bytes) -> None:
     with pytest.raises(mesh.MalformedFrame):
         mesh.decode(body)
+
+
+def test_the_refused_shapes_differ_from_good_frames_only_where_they_say() -> None:
+    tx = [2, 1, 3, 4, "p", 4, b"", None, [["h", b""]]]
+    assert mesh.decode(msgpack.packb([mesh.VERSION, 1, "s", 1, 1, 1, [tx]]))
+    assert mesh.decode(msgpack.packb([mesh.VERSION, 3, 1, 1, 1, [], [[1, 0]], False, [], []]))
 
 
 def test_client_requests_decode_and_bad_ones_keep_their_req_id() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.core.messages import Item, MeshMessage, Tx
+from relay.core.messages import Item, KeyRecord, MeshMessage, Tx
 
 # --- events ------------------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ class Restored:
     txs: tuple[Tx, ...]
     digests: tuple[bytes, ...]
     verified_seq: int
-    dedup_keys: tuple[tuple[str, int, int, bytes], ...]  # (producer, msg id, seq, digest)
+    dedup_keys: tuple[KeyRecord, ...]  # (producer, msg id, seq, digest, content tag)
     log_base: int = 0  # the log holds every seq after this one
 
 

@@ -39,6 +39,10 @@ class Tx(NamedTuple):
     headers: Headers = ()  # (name, value) pairs in the producer's order; names may repeat
 
 
+# A kept dedup key: (producer id, msg id, seq, digest, content tag); see ``dedup.py``.
+KeyRecord = tuple[str, int, int, bytes, int]
+
+
 class Item(NamedTuple):
     """One message as a producer sends it; the node makes it a ``Tx``."""
 
@@ -189,7 +193,7 @@ class SyncData:
     base_digest: bytes
     txs: tuple[Tx, ...]
     digests: tuple[bytes, ...]
-    dedup: tuple[tuple[str, int, int, bytes], ...]  # (producer, msg id, seq, digest): snapshots
+    dedup: tuple[KeyRecord, ...]  # the keys of the window before a snapshot's base
 
     channel = Channel.REPAIR
 

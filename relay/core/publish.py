@@ -145,7 +145,9 @@ class Publishes:
                     j += 1
                 original = state.dedup.original_of(seq)
                 kept = state.dedup.digest_of(seq) if seq <= timeline.trimmed_seq else None
-                if j < len(seqs) and seqs[j] == seq:
+                if original is not None and state.dedup.conflicts(seq):
+                    results[i] = conflict("", 0, original)
+                elif j < len(seqs) and seqs[j] == seq:
                     results[i] = Acked(seq, timeline.digests[j])
                 elif kept is not None:  # a retry of a tx the memory ring no longer holds
                     results[i] = Acked(seq, kept)
@@ -204,3 +206,13 @@ class Publishes:
         return Reply(
             pending.client, pending.req_id, PublishResults(results), elapsed_ms - pending.started_ms
         )
+
+
+def conflict(producer_id: str, msg_id: int, seq: int) -> Rejected:
+    """The answer to a new message that reuses the key of the message stored at ``seq``."""
+    named = f"producer {producer_id!r} message {msg_id}" if producer_id else "this message's key"
+    return Rejected(
+        errors.CONFLICT,
+        f"{named} already names another message (seq {seq}) with other content; it was not "
+        "stored: continue the message numbering, or use a new producer id",
+    )

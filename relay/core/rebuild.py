@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from relay.core.catchup import Catchup, CatchupInput, slice_for, slice_problem
-from relay.core.dedup import DedupIndex, KeyRecord
+from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
 from relay.core.lane import Lane
-from relay.core.messages import Tx
+from relay.core.messages import KeyRecord, Tx
 from relay.core.ordering import seq_of
 from relay.core.timeline import Timeline
 from relay.core.votes import Votes

@@ -70,7 +70,7 @@ def txs_held(
     found = [tx for tx in timeline.txs_between(after_seq, upto_seq) if tx.origin == origin]
     found.extend(
         tx
-        for tx, _ in dedup.skipped.values()
+        for tx, _, _ in dedup.skipped.values()
         if tx.origin == origin and after_seq < tx.seq <= upto_seq
     )
     if lane.epoch == epoch:

@@ -102,7 +102,8 @@ class StreamReplica(TimelineRebuild):
         self.dedup.note_pending(tx)
         return True
 
-    def lookup_key(self, producer_id: str, msg_id: int) -> int | None:
+    def lookup_key(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
+        """(seq, content tag) of the tx that already carries the key, if any."""
         return self.dedup.lookup(producer_id, msg_id)
 
     def stabilize(self, floors: Floors, elapsed_ms: int) -> bool:

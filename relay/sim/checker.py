@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from relay.core.digest import genesis
-from relay.core.messages import fold_tx
+from relay.core.messages import Item, fold_tx
 from relay.core.node import NodeCore
 
 
@@ -48,7 +48,8 @@ class InvariantChecker:
     # (incarnation, stream) -> (last checked seq, its index in the reference)
     checked: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
     last_seq_by_origin: dict[tuple[int, str], int] = field(default_factory=dict)
-    acked: dict[tuple[str, str, int], tuple[int, bytes]] = field(default_factory=dict)
+    # (stream, producer, msg id) -> (seq, digest, what the acknowledged message carried)
+    acked: dict[tuple[str, str, int], tuple[int, bytes, Item]] = field(default_factory=dict)
     # consumer -> its last delivery's position in the stream's reference (-1: none yet)
     consumer_positions: dict[int, int] = field(default_factory=dict)
     # (incarnation, stream) -> the verified seq last seen, and the last one announced
@@ -127,20 +128,22 @@ class InvariantChecker:
         node_id: int,
         fenced: bool,
         stream: str,
+        item: Item,
         producer_id: str,
-        msg_id: int,
         seq: int,
         digest: bytes,
     ) -> None:
         if fenced:
             raise InvariantViolation(f"fencing: node {node_id} acknowledged {seq} while fenced")
-        key = (stream, producer_id, msg_id)
+        key = (stream, producer_id, item.msg_id)
         earlier = self.acked.get(key)
         if earlier is not None and earlier[0] != seq:
             raise InvariantViolation(
                 f"idempotent retries: {key} acknowledged as {earlier[0]} and as {seq}"
             )
-        self.acked[key] = (seq, digest)
+        if earlier is not None and earlier[2] != item:
+            raise InvariantViolation(f"conflicts: {key} acknowledged with two contents at {seq}")
+        self.acked[key] = (seq, digest, item)
 
     def check_delivery(self, consumer: int, stream: str, seq: int, digest: bytes) -> None:
         """A consumer got ``seq``: it must be the next entry of the one timeline after what
@@ -162,7 +165,7 @@ class InvariantChecker:
         self.consumer_positions.pop(consumer, None)
 
     def check_no_acked_loss(self, live: list[NodeCore]) -> None:
-        for (stream, pid, mid), (seq, digest) in self.acked.items():
+        for (stream, pid, mid), (seq, digest, item) in self.acked.items():
             ref = self.references.get(stream)
             if ref is None:
                 raise InvariantViolation(f"acknowledged loss: nothing verified in {stream!r}")
@@ -179,4 +182,11 @@ class InvariantChecker:
                     raise InvariantViolation(
                         f"acknowledged loss: {stream!r} seq {seq} ({pid}, {mid}) is not verified "
                         f"on node {node.node_id} (verified {verified})"
+                    )
+                assert state is not None
+                held = next(state.timeline.txs_between(seq - 1, seq))
+                if (held.payload, held.key, held.headers) != (item.payload, item.key, item.headers):
+                    raise InvariantViolation(
+                        f"conflicts: ({pid}, {mid}) was acknowledged at seq {seq} of {stream!r}, "
+                        "which holds another message"
                     )

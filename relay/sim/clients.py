@@ -14,6 +14,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from relay import errors
 from relay.core.events import (
     Acked,
     Event,
@@ -23,6 +24,7 @@ from relay.core.events import (
     ReadReply,
     ReadResult,
     Redirect,
+    Rejected,
     Reply,
 )
 from relay.core.messages import Item, fold_tx
@@ -84,6 +86,16 @@ class SimClients:
         self.req_ids = 0
         self.acked = 0
         self.rejected = 0
+        self.reuse_rng: random.Random | None = None
+        self.reuse_rate = 0.0
+        self.sent: list[Publish] = []  # what reuse may take a key from
+        self.contents: dict[tuple[str, str, int], set[bytes]] = {}  # key -> payloads sent
+        self.conflicts = 0
+
+    def reuse(self, rng: random.Random, rate: float) -> None:
+        """Now and then also publish a new message under an earlier message's key (a producer
+        restarted with a fixed id that numbers from 1 again), drawing from ``rng`` alone."""
+        self.reuse_rng, self.reuse_rate = rng, rate
 
     # --- producers ----------------------------------------------------------------------
 
@@ -92,14 +104,30 @@ class SimClients:
         self.msg_ids[pid] = self.msg_ids.get(pid, 0) + 1
         payload = self.rng.randbytes(self.rng.randint(0, 40))
         self._send(now_ms, Publish(stream, pid, self.msg_ids[pid], payload))
+        rng = self.reuse_rng
+        if rng is None or not self.reuse_rate:
+            return
+        self.sent.append(Publish(stream, pid, self.msg_ids[pid], payload))
+        if rng.random() < self.reuse_rate:
+            old = rng.choice(self.sent)
+            again = Publish(old.stream, old.producer_id, old.msg_id, rng.randbytes(41))
+            self._send(now_ms, again, rng)
 
-    def _send(self, now_ms: int, pub: Publish) -> None:
-        node = self.rng.choice(self.node_ids)
+    def _send(self, now_ms: int, pub: Publish, rng: random.Random | None = None) -> None:
+        node = (rng or self.rng).choice(self.node_ids)
         pub.attempts += 1
         req_id = self._request(Request(node, now_ms, pub))
         event = PublishRequested(b"p", req_id, pub.stream, pub.producer_id, (item_of(pub),))
         self.outgoing.setdefault(node, []).append(event)
-        if pub.attempts == 1 and self.retry_rate and self.rng.random() < self.retry_rate:
+        if self.reuse_rate:
+            key = (pub.stream, pub.producer_id, pub.msg_id)
+            self.contents.setdefault(key, set()).add(pub.payload)
+        if (
+            rng is None
+            and pub.attempts == 1
+            and self.retry_rate
+            and self.rng.random() < self.retry_rate
+        ):
             # a producer that gives up waiting early and retries elsewhere: a duplicate
             again = Publish(pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts)
             self._retry(now_ms + self.rng.randint(0, 20), again)
@@ -212,8 +240,23 @@ class SimClients:
             result = body.results[0]
             self.acked += 1
             self.checker.check_ack(
-                node_id, fenced, pub.stream, pub.producer_id, pub.msg_id, result.seq, result.digest
+                node_id,
+                fenced,
+                pub.stream,
+                item_of(pub),
+                pub.producer_id,
+                result.seq,
+                result.digest,
             )
+            return
+        refused = body.results[0] if isinstance(body, PublishResults) else None
+        if isinstance(refused, Rejected) and refused.code == errors.CONFLICT:
+            if len(self.contents.get((pub.stream, pub.producer_id, pub.msg_id), ())) < 2:
+                raise InvariantViolation(
+                    f"a retry refused as a conflict: {pub.stream!r} ({pub.producer_id}, "
+                    f"{pub.msg_id}) was only ever sent with one content"
+                )
+            self.conflicts += 1
             return
         self.rejected += 1
         self._retry(now_ms + 20, pub)

@@ -86,6 +86,7 @@ class SimCluster:
         self.clients = SimClients(
             self.rng, ids, plan.streams, plan.consumers, plan.retry_rate, self.checker
         )
+        self.clients.reuse(random.Random(seed * 2_750_159 + 3), plan.reuse_rate)
         self.trace: list[str] = []
         self.turns = 0
         self._actions: list[tuple[int, int, bool, Fault]] = []  # (at, order, is_start, fault)

@@ -16,6 +16,7 @@ import random
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from relay.core.dedup import content_tag
 from relay.core.digest import genesis
 from relay.core.events import (
     LogRead,
@@ -206,7 +207,7 @@ class SimDisk:
             base_seq = seqs[start - 1] if start else state.base_seq
             base_digest = state.digests[start - 1] if start else state.base_digest
             keys = tuple(
-                (tx.producer_id, tx.msg_id, tx.seq, d)
+                (tx.producer_id, tx.msg_id, tx.seq, d, content_tag(tx))
                 for tx, d in zip(state.txs[:start], state.digests[:start], strict=True)
             )
             events.append(

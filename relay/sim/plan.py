@@ -35,6 +35,7 @@ class SimPlan:
     skews_ms: tuple[int, ...]  # each node's wall clock offset at the start
     faults: tuple[Fault, ...]
     disk_latency_ms_max: int = 0  # an fsync takes 0 to this many ms
+    reuse_rate: float = 0.0  # publishes that reuse an earlier key with other content
 
     @staticmethod
     def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
@@ -72,6 +73,8 @@ class SimPlan:
             skews_ms=skews,
             faults=crashes_of(disk, faults, nodes, publish_ms, votes_wait) if with_faults else (),
             disk_latency_ms_max=disk.choice([0, 1, 3, 10]),
+            # its own stream of numbers too: half the seeds never reuse, and replay as before
+            reuse_rate=random.Random(seed * 15_485_863 + nodes).choice([0.0, 0.0, 0.03, 0.1]),
         )
 
 

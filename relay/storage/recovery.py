@@ -22,16 +22,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relay.core.dedup import content_tag
 from relay.core.digest import genesis
 from relay.core.events import Restored
 from relay.core.flake import seq_unix_ms
-from relay.core.messages import Tx, fold_tx
+from relay.core.messages import KeyRecord, Tx, fold_tx
 from relay.storage.records import TXS, CorruptRecord
 from relay.storage.segment import Segment, fsync_dir, parse_name, reopen, scan
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StreamLog
-
-KeyRecord = tuple[str, int, int, bytes]
 
 
 @dataclass(slots=True)
@@ -182,7 +181,7 @@ class _Tail:
             tx, digest = self.verified.popleft()
             self.base = (tx.seq, digest)
             if tx.producer_id:
-                self.keys.append((tx.producer_id, tx.msg_id, tx.seq, digest))
+                self.keys.append((tx.producer_id, tx.msg_id, tx.seq, digest, content_tag(tx)))
 
     def restored(self, stream: str, mark: int, dedup_ms: int) -> Restored:
         records = [*self.verified, *self.unverified]

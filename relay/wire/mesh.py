@@ -35,7 +35,7 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 2  # 2: txs carry a key and headers
+VERSION = 3  # 2: txs carry a key and headers; 3: dedup keys carry a content tag
 FRAME_BYTES_MAX = 64 << 20
 
 _REPLICATE, _ACK, _HEARTBEAT, _REPAIR_REQUEST, _REPAIR_DATA, _SYNC_REQUEST, _SYNC_DATA = range(1, 8)
@@ -234,7 +234,8 @@ def decode(body: bytes) -> MeshMessage:
             if len(found) != len(txs):
                 raise ValueError("a sync slice needs one digest per tx")
             keys = tuple(
-                (as_str(p), as_int(m), as_int(s), as_bytes(d)) for p, m, s, d in as_rows(dedup, 4)
+                (as_str(p), as_int(m), as_int(s), as_bytes(d), as_int(t))
+                for p, m, s, d, t in as_rows(dedup, 5)
             )
             return SyncData(
                 as_str(stream),
