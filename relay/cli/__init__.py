@@ -10,6 +10,7 @@ import click
 
 from relay.cli.clients import consume, publish
 from relay.cli.cluster import cluster
+from relay.cli.groups import groups_group
 from relay.cli.log import log_group
 from relay.cli.options import CONFIG, load_config
 from relay.config import ConfigError
@@ -24,6 +25,7 @@ main.add_command(cluster)
 main.add_command(publish)
 main.add_command(consume)
 main.add_command(log_group)
+main.add_command(groups_group)
 
 
 # --- node and cluster ----------------------------------------------------------------------

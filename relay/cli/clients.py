@@ -81,6 +81,11 @@ def publish(
 @click.option("--count", type=int, help="Stop after this many transactions.")
 @click.option("--idle-exit", type=float, help="Stop after this many seconds without a tx.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per transaction.")
+@click.option(
+    "--group",
+    help="Resume after this consumer group's committed position (--from applies when it has "
+    "none) and commit what was printed every 5 s and at exit.",
+)
 def consume(
     config_path: str,
     stream: str,
@@ -90,6 +95,7 @@ def consume(
     count: int | None,
     idle_exit: float | None,
     as_json: bool,
+    group: str | None,
 ) -> None:
     """Print a stream's verified transactions, following redirects and failing over."""
     from relay import Consumer, RelayError
@@ -98,7 +104,9 @@ def consume(
     begin = _start_of(start, since)
     seen = 0
     try:
-        with Consumer(stream, config=config_path, node=node_id, start=begin) as consumer:
+        with Consumer(
+            stream, config=config_path, node=node_id, start=begin, group=group
+        ) as consumer:
             while count is None or seen < count:
                 batch = consumer.poll(
                     timeout_s=idle_exit, max_txs=None if count is None else count - seen

@@ -21,6 +21,8 @@ from relay import errors
 from relay.client.anchor import Anchor
 from relay.client.directory import NodeAddress, resolve
 from relay.client.fetcher import Fetcher
+from relay.client.groups import commit_payload, group_stream, read_committed
+from relay.client.producer import Producer
 from relay.core.digest import Headers, fold
 from relay.core.flake import SEQ_MAX, make_seq, seq_unix_ms
 
@@ -56,7 +58,12 @@ class Consumer:
         wait_ms: int = 500,
         reply_timeout_s: float = 3.0,
         verify: bool = True,
+        group: str | None = None,
+        commit_interval_ms: int = 5000,
     ) -> None:
+        """``group``: resume after the group's committed position in this stream (``start``
+        applies when it has none), and commit what ``poll`` returned every
+        ``commit_interval_ms`` (0: only on ``commit()``) and on ``close``."""
         self.stream = stream
         self.batch_max = batch_max
         self.wait_ms = wait_ms
@@ -71,6 +78,14 @@ class Consumer:
         self._start = start
         self._started = False
         self._strict = False
+        self._confirmed = False  # a second replica agreed with a batch: the chain is anchored
+        self.group = group
+        self.commit_interval_s = commit_interval_ms / 1000
+        self.committed_seq = 0
+        self._commit_at = time.monotonic() + self.commit_interval_s
+        self._group_fetcher = Fetcher(group_stream(stream, group), order) if group else None
+        self._producer_args = (config, nodes, node)
+        self._committer: Producer | None = None
 
     # --- the API ------------------------------------------------------------------------
 
@@ -81,6 +96,8 @@ class Consumer:
     def poll(self, timeout_s: float | None = 1.0, max_txs: int | None = None) -> list[Transaction]:
         """The next verified txs (possibly none if ``timeout_s`` passes first)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self.commit_interval_s and time.monotonic() >= self._commit_at:
+            self.commit()  # what earlier polls returned: the caller has processed it
         while not self._buffer:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -106,9 +123,30 @@ class Consumer:
         """The node that served the last batch."""
         return self._fetcher.node
 
+    def commit(self) -> None:
+        """Commit the group's position: everything ``poll`` returned so far is processed."""
+        self._commit_at = time.monotonic() + self.commit_interval_s
+        if self.group is None or self.last_digest is None or self.position <= self.committed_seq:
+            return
+        if self._committer is None:
+            config, nodes, node = self._producer_args
+            self._committer = Producer(config, nodes, node, timeout_s=self.reply_timeout_s * 5)
+        name = group_stream(self.stream, self.group)
+        payload = commit_payload(self.stream, self.position, self.last_digest)
+        self._committer.publish(name, payload, key=self.stream)
+        self.committed_seq = self.position
+
     def close(self) -> None:
-        self._fetcher.close()
-        self._anchor.close()
+        try:
+            if self.group is not None and self.commit_interval_s:
+                self.commit()
+        finally:
+            self._fetcher.close()
+            self._anchor.close()
+            if self._group_fetcher is not None:
+                self._group_fetcher.close()
+            if self._committer is not None:
+                self._committer.close()
 
     def __enter__(self) -> Consumer:
         return self
@@ -156,15 +194,22 @@ class Consumer:
             batch.append(
                 Transaction(self.stream, seq, origin, payload, digest, pid, mid, key, headers)
             )
-        anchored = self._strict or bool(self._buffer)  # it continues a chain already confirmed
-        if self.verify and not anchored:
+        if self.verify and not self._confirmed:
             seqs, digests = [t.seq for t in batch], [t.digest for t in batch]
             if not self._anchor.confirm(self.node, seqs, digests, self.reply_timeout_s):
                 return  # no second replica agreed yet: fetched again on the next poll
+            self._confirmed = True
         self._buffer.extend(batch)
         self._strict = True
 
     def _begin(self) -> None:
+        if self._group_fetcher is not None:
+            committed = read_committed(self._group_fetcher, self.reply_timeout_s * 5)
+            if committed is not None:  # resume there, continuing the chain from its digest
+                self.position = self.committed_seq = committed.seq
+                self.last_digest, self._strict = committed.digest, True
+                self._started = True
+                return
         start = self._start
         if start == "earliest":
             self.position = 0
