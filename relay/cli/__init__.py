@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from relay.cli.batches import batch_group
 from relay.cli.clients import consume, publish
 from relay.cli.cluster import cluster
 from relay.cli.groups import groups_group
@@ -26,6 +27,7 @@ main.add_command(publish)
 main.add_command(consume)
 main.add_command(log_group)
 main.add_command(groups_group)
+main.add_command(batch_group)
 
 
 # --- node and cluster ----------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from relay import errors
 from relay.client.anchor import Anchor
+from relay.client.batches import acks_payload, item_of
 from relay.client.directory import NodeAddress, resolve
 from relay.client.fetcher import Fetcher
 from relay.client.groups import commit_payload, group_stream, read_committed
@@ -86,6 +87,7 @@ class Consumer:
         self._group_fetcher = Fetcher(group_stream(stream, group), order) if group else None
         self._producer_args = (config, nodes, node)
         self._committer: Producer | None = None
+        self._acks: dict[str, set[int]] = {}  # batch -> item indexes acked, not yet sent
 
     # --- the API ------------------------------------------------------------------------
 
@@ -124,17 +126,34 @@ class Consumer:
         return self._fetcher.node
 
     def commit(self) -> None:
-        """Commit the group's position: everything ``poll`` returned so far is processed."""
+        """Commit the group's position (everything ``poll`` returned so far is processed), and
+        send the batch items ``ack`` collected."""
         self._commit_at = time.monotonic() + self.commit_interval_s
-        if self.group is None or self.last_digest is None or self.position <= self.committed_seq:
+        if self.group is None:
             return
+        for batch, indexes in self._acks.items():  # before the position: redelivered items
+            self._publisher().publish(batch, acks_payload(self.group, indexes))  # ack again
+        self._acks.clear()
+        if self.last_digest is None or self.position <= self.committed_seq:
+            return
+        payload = commit_payload(self.stream, self.position, self.last_digest)
+        name = group_stream(self.stream, self.group)
+        self._publisher().publish(name, payload, key=self.stream)
+        self.committed_seq = self.position
+
+    def ack(self, tx: Transaction) -> None:
+        """Acknowledge an item of a fan-out batch for this consumer's group, in any order and
+        any number of times (it counts once); sent with the next commit."""
+        found = item_of(tx.headers)
+        if found is None or self.group is None:
+            raise ValueError("only an item of a batch, by a consumer in a group, can be acked")
+        self._acks.setdefault(found[0], set()).add(found[1])
+
+    def _publisher(self) -> Producer:
         if self._committer is None:
             config, nodes, node = self._producer_args
             self._committer = Producer(config, nodes, node, timeout_s=self.reply_timeout_s * 5)
-        name = group_stream(self.stream, self.group)
-        payload = commit_payload(self.stream, self.position, self.last_digest)
-        self._committer.publish(name, payload, key=self.stream)
-        self.committed_seq = self.position
+        return self._committer
 
     def close(self) -> None:
         try:

@@ -13,21 +13,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from relay import errors
+from relay.client.batches import batch_stream, close_payload, item_header
 from relay.client.directory import NodeAddress, addresses_of, resolve
 from relay.client.journal import Entry, Journal
 from relay.client.pool import ConnectionPool
+from relay.client.routes import HeadersIn, Routes, headers_of, key_of
 from relay.core.digest import Headers
 from relay.core.flake import seq_unix_ms
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Reply
-
-HeadersIn = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
-
 
 BINARY = (bytes, bytearray, memoryview)  # what a payload may be (a tuple: cheap to test)
 
@@ -96,38 +94,6 @@ class _Request:
     sent_at: float
 
 
-@dataclass(slots=True)
-class _Routes:
-    """Which node to send each stream to, and which nodes to avoid for a while."""
-
-    order: list[NodeAddress]
-    by_stream: dict[str, NodeAddress] = field(default_factory=dict)
-    avoid_until: dict[NodeAddress, float] = field(default_factory=dict)
-
-    def pick(self, stream: str, now: float) -> NodeAddress:
-        chosen = self.by_stream.get(stream)
-        if chosen is not None and self.avoid_until.get(chosen, 0) <= now:
-            return chosen
-        for address in self.order:
-            if self.avoid_until.get(address, 0) <= now:
-                self.by_stream[stream] = address
-                return address
-        return min(self.order, key=lambda a: self.avoid_until.get(a, 0))
-
-    def avoid(self, address: NodeAddress, now: float, seconds: float) -> None:
-        self.avoid_until[address] = now + seconds
-        for stream, chosen in list(self.by_stream.items()):
-            if chosen == address:
-                del self.by_stream[stream]
-
-    def prefer(self, stream: str, addresses: list[NodeAddress]) -> None:
-        for address in addresses:
-            if address not in self.order:
-                self.order.append(address)
-        if addresses:
-            self.by_stream[stream] = addresses[0]
-
-
 class Producer:
     def __init__(
         self,
@@ -160,12 +126,13 @@ class Producer:
         self.request_timeout_s = request_timeout_s
         self.batch_max = batch_max
         self.window = window
-        self._routes = _Routes(resolve(config, nodes, node))
+        self._routes = Routes(resolve(config, nodes, node))
         self._pool = ConnectionPool()
         self._queue: deque[_Item] = deque()
         self._inflight: dict[int, _Request] = {}
         self._next_msg_id = self._journal.next_msg_id if self._journal else 1
         self._next_req_id = 1
+        self._batches: dict[str, int] = {}  # open batch -> items sent in it so far
         self.recovered: list[PublishFuture] = []  # what a journal held unacknowledged at start
         for entry in self._journal.pending.values() if self._journal else ():
             future = PublishFuture(entry.stream, entry.msg_id)
@@ -191,14 +158,21 @@ class Producer:
         msg_id: int | None = None,
         key: bytes | str | None = None,
         headers: HeadersIn | None = None,
+        batch: str | None = None,
     ) -> PublishFuture:
         """Queue one message; the returned future resolves during ``flush`` (or later sends).
 
         ``key`` (bytes, or a string sent as UTF-8) and ``headers`` (a mapping or a sequence of
         ``(name, value)`` pairs; values bytes or strings) travel with the payload, are covered
-        by the digest and reach every consumer."""
+        by the digest and reach every consumer. ``batch``: an item of a batch from
+        ``open_batch``, numbered in send order."""
         if not isinstance(payload, BINARY):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if batch is not None:
+            if batch not in self._batches:
+                raise ValueError(f"no open batch {batch!r} (open_batch, and not closed yet)")
+            headers = (*headers_of(headers), item_header(batch, self._batches[batch]))
+            self._batches[batch] += 1
         if msg_id is None:
             msg_id = self._next_msg_id
             self._next_msg_id += 1
@@ -229,6 +203,21 @@ class Producer:
         future = self.send(stream, payload, msg_id, key, headers)
         self.flush()
         return future.result()
+
+    def open_batch(self, stream: str) -> str:
+        """A new fan-out batch of items for ``stream`` (send them with ``batch=``): its id,
+        which is also the stream that records its close and the consumers' acks."""
+        batch = batch_stream(stream, uuid.uuid4().hex)
+        self._batches[batch] = 0
+        return batch
+
+    def close_batch(self, batch: str) -> int:
+        """Seal a batch with the count of items sent in it, once every one is acknowledged
+        (``flush``): no item can be added after. The count."""
+        count = self._batches.pop(batch)
+        self.flush()
+        self.publish(batch, close_payload(count))
+        return count
 
     def flush(self) -> None:
         """Wait until every message sent so far is acknowledged or has failed."""
@@ -364,31 +353,6 @@ class Producer:
 
     def _fail(self, item: _Item, error: errors.RelayError) -> None:
         item.future._resolve(None, error)
-
-
-def key_of(key: bytes | str | None) -> bytes | None:
-    if key is None or isinstance(key, bytes):
-        return key
-    if isinstance(key, str):
-        return key.encode()
-    raise TypeError(f"a key is bytes or str, not {type(key).__name__}")
-
-
-def headers_of(headers: HeadersIn | None) -> Headers:
-    """Headers as (name, bytes value) pairs, from a mapping or a sequence of pairs."""
-    if not headers:
-        return ()
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    found = []
-    for name, value in pairs:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"a header name is a non-empty str, not {name!r:.40}")
-        if isinstance(value, str):
-            value = value.encode()
-        if not isinstance(value, bytes):
-            raise TypeError(f"header {name!r} must be bytes or str, not {type(value).__name__}")
-        found.append((name, value))
-    return tuple(found)
 
 
 __all__ = ["Ack", "Producer", "PublishFuture"]
