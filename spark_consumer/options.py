@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from relay.client.directory import NodeAddress, resolve
+from relay.client.groups import group_stream
 from relay.core.flake import make_seq
 from relay.core.routing import stream_name_problem
 
@@ -32,6 +33,8 @@ KNOWN = {
     "verification": "fail: a digest mismatch fails the read; flag: mark the row verified=false",
     "fetchRows": f"txs per fetch request (1 to {FETCH_ROWS_MAX})",
     "readTimeoutMs": "how long a read keeps trying nodes before failing",
+    "group": "streaming: report progress as this consumer group (relay groups describe); the "
+    "checkpoint stays the source of truth",
 }
 
 
@@ -47,6 +50,7 @@ class SourceOptions:
     flag_mismatches: bool
     fetch_rows: int
     read_timeout_s: float
+    group: str = ""  # a consumer group to report each committed batch's end as
 
     def nodes_from(self, index: int) -> list[NodeAddress]:
         """The nodes in an order that spreads partitions across them."""
@@ -78,7 +82,18 @@ def parse_options(raw: Mapping[str, str], default_start: str) -> SourceOptions:
         flag_mismatches=_choice(options, "verification", "fail") == "flag",
         fetch_rows=_int(options, "fetchRows", FETCH_ROWS_MAX, low=1, high=FETCH_ROWS_MAX),
         read_timeout_s=_int(options, "readTimeoutMs", 30_000, low=100) / 1000,
+        group=_group(options),
     )
+
+
+def _group(options: dict[str, str]) -> str:
+    group = options.get("group", "")
+    if group:
+        try:
+            group_stream(options["stream"], group)
+        except ValueError as exc:
+            raise ValueError(f"relay source: option 'group': {exc}") from None
+    return group
 
 
 def _nodes(options: dict[str, str]) -> list[NodeAddress]:

@@ -40,6 +40,7 @@ from relay.client.fetcher import Fetcher
 from relay.core.flake import seq_unix_ms
 from spark_consumer import ranges
 from spark_consumer.options import SourceOptions, parse_options
+from spark_consumer.progress import report_progress
 
 # as Kafka's source: each header a struct of its name ("key") and its value
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -162,7 +163,11 @@ class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(self.options, partition.seq_range)
 
     def commit(self, end: dict[str, int]) -> None:
-        """Nothing to do: relay keeps no consumer offsets; the checkpoint holds them."""
+        """With option ``group``, report ``end`` as the group's committed position, so that
+        ``relay groups describe`` shows how far the query has read. Best effort: the
+        checkpoint holds the offsets, and a report that fails is logged, not raised."""
+        if self.options.group:
+            report_progress(self._planner(), self.options, int(end["seq"]))
 
     def stop(self) -> None:
         if self._fetcher is not None:
