@@ -4,7 +4,9 @@ after the committed position with no gap; `relay groups` describes and resets.""
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from urllib.request import urlopen
 
 import pytest
 
@@ -73,6 +75,14 @@ def test_a_group_consumer_killed_mid_stream_resumes_elsewhere_after_its_commit(
         assert seqs[0] <= committed <= seqs[1499]  # at most what was printed, and something
         lag = int(described.splitlines()[1].split("\t")[3])
         assert lag == sum(1 for s in seqs if s > committed)
+        spec = cluster.config.node(1)
+        metric = f'relay_group_lag_txs{{group="billing",stream="orders"}} {float(lag)}'
+        deadline = time.monotonic() + 20  # the nodes count group lag every 5 s
+        while (
+            metric not in urlopen(f"http://127.0.0.1:{spec.metrics_port}/metrics").read().decode()
+        ):
+            assert time.monotonic() < deadline, "relay_group_lag_txs never showed the lag"
+            time.sleep(0.5)
         assert "billing\torders" in relay_cli(cluster, "groups", "ls")
         with Consumer("orders", config=cluster.config_path, node=3, group="billing") as second:
             rest = second.take(3000 - seqs.index(committed) - 1, timeout_s=30)

@@ -74,6 +74,12 @@ class NodeMetrics:
         self.log_segments = Gauge(
             "relay_log_segments", "Segment files of a stream's log", ["stream"], registry=r
         )
+        self.group_lag = Gauge(
+            "relay_group_lag_txs",
+            "Transactions after a consumer group's committed position, per group and stream",
+            ["group", "stream"],
+            registry=r,
+        )
         self.syncs = Gauge(
             "relay_log_syncs", "Group commits (fdatasync batches) so far", registry=r
         )

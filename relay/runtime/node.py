@@ -51,6 +51,7 @@ from relay.core.status import StreamStatus
 from relay.core.timer import Now
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_command
+from relay.runtime.group_lag import group_lags
 from relay.runtime.metrics import NodeMetrics
 from relay.storage.stream_log import StorageError
 from relay.wire import mesh, replies
@@ -68,6 +69,7 @@ log = logging.getLogger("relay.node")
 
 TICK_MS = 10
 GAUGE_MS = 500
+GROUP_LAG_EVERY = 10  # gauge turns between two counts of the consumer groups' lag
 DRAIN_FRAMES_MAX = 2000  # frames taken from one socket per loop turn
 HWM_FRAMES = 200_000
 
@@ -99,6 +101,7 @@ class NodeRuntime:
         self.pending: list[Event] = list(restored)  # the first turn's events
         self.metrics = NodeMetrics(node_id)
         self.gauged: set[str] = set()  # streams whose lag gauge was set above zero
+        self.gauges = 0  # gauge turns so far
         self.stopping = False
         self.ctx = zmq.Context()
         self.pub = self.ctx.socket(zmq.PUB)
@@ -384,5 +387,9 @@ class NodeRuntime:
             self.metrics.log_bytes.labels(name).set(stream_log.bytes_on_disk())
             self.metrics.log_segments.labels(name).set(len(stream_log.segments))
         self.metrics.syncs.set(self.disk.syncer.syncs if self.disk.syncer else 0)
+        self.gauges += 1
+        if self.gauges % GROUP_LAG_EVERY == 0:  # a span per group: not every gauge turn
+            for (group, stream), lag in group_lags(core, self.disk).items():
+                self.metrics.group_lag.labels(group, stream).set(lag)
         for state in ("serving", "fenced", "leaving"):
             self.metrics.state.labels(state).set(1 if core.state_name() == state else 0)
