@@ -129,6 +129,19 @@ def test_the_checker_catches_an_ack_while_fenced(monkeypatch: pytest.MonkeyPatch
         run_seed(1, 3, with_faults=False)
 
 
+def test_the_checker_catches_a_reused_key_answered_as_a_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relay.core import dedup, node
+
+    # nodes that take every message under a used key for a retry, whatever it carries
+    monkeypatch.setattr(dedup, "content_tag", lambda message: 0)
+    monkeypatch.setattr(node, "content_tag", lambda message: 0)
+    with pytest.raises(InvariantViolation, match="conflicts"):
+        for seed in range(40):
+            run_seed(seed, 3, with_faults=False)
+
+
 def test_every_verified_advance_is_announced() -> None:
     """Parked fetches wake on the announcement: an advance without one leaves them waiting.
     (Before the votes became the one owner of verification, a third went unannounced.)"""
