@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from relay import Producer
-from relay.client.batches import acks_payload, item_of
+from relay.client.batches import _covered, _fold, acks_payload, item_of
 from relay.runtime.local_cluster import LocalCluster
 
 
@@ -18,9 +18,28 @@ def test_acks_travel_as_merged_ranges_and_items_name_their_batch() -> None:
     record = json.loads(acks_payload("g", {5, 1, 2, 3, 9}))
     assert record == {"group": "g", "acks": [[1, 3], [5, 5], [9, 9]]}
     assert len(acks_payload("g", set(range(1_000_000)))) < 60  # in order: one range
-    assert item_of((("x", b"1"), ("relay-batch", b"s.__batch.ab#7"))) == ("s.__batch.ab", 7)
-    assert item_of((("relay-batch", b"no index"),)) is None
-    assert item_of((("relay-batch", b"s.__batch.ab#99999999999"),)) is None  # past the bound
+    assert item_of((("x", b"1"), ("relay-batch", b"s.__batch.ab#7")), "s") == ("s.__batch.ab", 7)
+    assert item_of((("relay-batch", b"no index"),), "s") is None
+    assert item_of((("relay-batch", b"s.__batch.ab#99999999999"),), "s") is None  # too far
+    assert item_of((("relay-batch", b"other.__batch.ab#7"),), "s") is None  # another's batch
+    assert item_of((("relay-batch", "s.__batch.ab#\u0661\u0662".encode()),), "s") is None
+
+
+def test_status_counts_each_acked_index_once_and_skips_hostile_records() -> None:
+    ranges: list[tuple[int, int]] = []
+    count = None
+    for record in (
+        acks_payload("g", {0, 1, 2, 5}),
+        acks_payload("g", {2, 3}),  # a retried ack
+        acks_payload("other", {4}),  # another group's
+        b"[" * 5000,  # nested past the parser's depth
+        b'{"group": "g", "acks": [[7, 3], [-1, 2], [0, 99999999999], "x", [1.5, 2]]}',
+        b'{"close": 6}',
+        b'{"close": 2}',  # only the first close counts
+        acks_payload("g", {9}),  # past the count
+    ):
+        count = _fold(record, "g", count, ranges)
+    assert count == 6 and _covered(ranges, 6) == 5  # 0, 1, 2, 3, 5: item 4 still missing
 
 
 ACKER = """

@@ -92,3 +92,27 @@ def test_a_group_consumer_killed_mid_stream_resumes_elsewhere_after_its_commit(
         relay_cli(cluster, "groups", "reset", "billing", "--stream", "orders", "--to", "earliest")
         with Consumer("orders", config=cluster.config_path, node=2, group="billing") as again:
             assert [t.seq for t in again.take(10, timeout_s=20)] == seqs[:10]
+
+
+def test_a_hostile_group_stream_is_a_clear_error_and_the_nodes_keep_serving(
+    tmp_path: Path,
+) -> None:
+    from relay import RelayError
+
+    with LocalCluster(tmp_path / "c", 3) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        with Producer(config=cluster.config_path) as producer:
+            producer.publish("orders", b"x")
+            producer.publish("orders.__group.evil", b"[" * 5000)  # nested past any parser
+        with (
+            pytest.raises(RelayError, match="not a group commit"),
+            Consumer("orders", config=cluster.config_path, group="evil") as consumer,
+        ):
+            consumer.poll(5.0)
+        time.sleep(6)  # a turn of every node's group lag count has passed over it
+        for node_id in (1, 2, 3):
+            status = cluster.status(node_id)
+            assert status is not None and status.state == "serving"
+        out = relay_cli(cluster, "groups", "describe", "evil")
+        assert "not a group commit" in out

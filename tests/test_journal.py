@@ -57,6 +57,21 @@ def test_a_torn_tail_ends_the_journal_and_compaction_keeps_the_numbering(tmp_pat
     compacted.close()
 
 
+def test_a_resent_id_replaces_its_entry_and_a_journal_has_one_producer(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j", "p")
+    for _ in range(3):
+        journal.add(entry(7, 1000))  # the natural retry of a message that timed out
+    assert list(journal.pending) == [7] and 1000 < journal.pending_bytes < 1200
+    with pytest.raises(JournalError, match="in use by another producer"):
+        Journal(tmp_path / "j", "p")
+    journal.acked([7])
+    assert journal.pending_bytes == 0
+    journal.close()
+    again = Journal(tmp_path / "j", None)
+    assert not again.pending and again.pending_bytes == 0 and again.next_msg_id == 8
+    again.close()
+
+
 def test_a_full_journal_raises_when_asked_to(tmp_path: Path) -> None:
     from relay import Producer
 

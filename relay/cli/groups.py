@@ -37,6 +37,7 @@ def groups_ls(config_path: str) -> None:
 @click.argument("group")
 def groups_describe(config_path: str, group: str) -> None:
     """Per stream: committed seq, verified head, lag in transactions and in seconds."""
+    from relay import RelayError
     from relay.client.directory import resolve
     from relay.client.fetcher import Fetcher
     from relay.client.groups import group_stream, read_committed
@@ -49,7 +50,11 @@ def groups_describe(config_path: str, group: str) -> None:
     for stream in streams:
         order = resolve(config_path)
         with closing(Fetcher(group_stream(stream, group), order)) as commits:
-            committed = read_committed(commits, 10.0)
+            try:
+                committed = read_committed(commits, 10.0)
+            except (RelayError, TimeoutError) as exc:
+                click.echo(f"{stream}\t{exc}")
+                continue
         if committed is None:
             continue
         with closing(Fetcher(stream, order)) as data:
@@ -77,10 +82,11 @@ def groups_reset(config_path: str, group: str, stream: str, target: str) -> None
 
     load_config(config_path)
     with closing(Fetcher(stream, resolve(config_path))) as data:
+        verified = _span(data, 0).verified_seq
         if target == "earliest":
             after = max(0, _span(data, 0).earliest_seq - 1)
         elif target == "latest":
-            after = _span(data, 0).verified_seq
+            after = verified
         elif target.isdigit():
             after = max(0, int(target) - 1)  # a seq to start at, inclusive
         else:
@@ -92,6 +98,7 @@ def groups_reset(config_path: str, group: str, stream: str, target: str) -> None
                 ) from None
             when = when if when.tzinfo else when.replace(tzinfo=UTC)
             after = max(0, make_seq(int(when.timestamp() * 1000), 0, 0) - 1)
+        after = min(after, verified)  # past the verified head the digest is not settled yet
         reply = None
         deadline = time.monotonic() + 10
         while reply is None and time.monotonic() < deadline:

@@ -34,7 +34,8 @@ class Anchor:
         """Whether a replica other than ``serving`` agrees with the batch (``seqs`` ascending,
         each with the digest after it) within ``timeout_s``; ``DigestMismatchError`` if one
         disagrees."""
-        if not [a for a in self.order if a != serving] or not seqs:
+        same = (serving.host, serving.port) if serving else None
+        if not [a for a in self.order if (a.host, a.port) != same] or not seqs:
             return True
         if self._fetcher is None or self._fetcher.avoid != serving:
             self.close()

@@ -7,10 +7,10 @@ How this works: ``Producer.open_batch(stream)`` names a batch by its own stream,
 record with the item count to the batch stream; ``Consumer.ack(tx)`` (in a group) collects the
 indexes it processed and appends them as *ack* records (sorted ranges, so a million in-order
 acks cost a few hundred bytes). Both are ordinary transactions: replicated, verified and
-durable, so the answer survives what transactions survive. ``status`` folds the batch stream
-into a bitmap of acknowledged indexes (one bit per item, 125 KB for a million); the batch is
-``complete`` exactly when it is closed and every index below the count is set. An ack given
-twice sets a bit twice; it counts once.
+durable, so the answer survives what transactions survive. ``status`` collects the acked
+ranges of the batch stream and counts the indexes below the count they cover, each once
+(sorted and merged: a million scattered acks cost one sort); the batch is ``complete`` exactly
+when it is closed and every index below the count is covered. An ack given twice counts once.
 """
 
 from __future__ import annotations
@@ -48,12 +48,13 @@ def item_header(batch: str, index: int) -> tuple[str, bytes]:
     return HEADER, f"{batch}#{index}".encode()
 
 
-def item_of(headers: tuple[tuple[str, bytes], ...]) -> tuple[str, int] | None:
-    """(batch, index) of a transaction sent in a batch, from its headers."""
+def item_of(headers: tuple[tuple[str, bytes], ...], stream: str) -> tuple[str, int] | None:
+    """(batch, index) of a transaction of ``stream`` sent in one of its batches."""
     for name, value in headers:
         if name == HEADER:
             batch, sep, index = value.decode("utf-8", "replace").rpartition("#")
-            if sep and SUFFIX in batch and index.isdigit() and int(index) < INDEX_MAX:
+            ours = batch.startswith(stream + SUFFIX) and len(batch) > len(stream + SUFFIX)
+            if sep and ours and index.isascii() and index.isdigit() and int(index) < INDEX_MAX:
                 return batch, int(index)
     return None
 
@@ -75,7 +76,7 @@ def acks_payload(group: str, indexes: set[int]) -> bytes:
 
 def status(fetcher: Fetcher, group: str, timeout_s: float = 10.0) -> BatchStatus:
     """Fold the batch stream ``fetcher`` reads, up to its verified head, for ``group``."""
-    acked = 0  # the bitmap: bit i set once item i was acknowledged
+    ranges: list[tuple[int, int]] = []  # acked [first, last] pairs, as recorded
     count: int | None = None
     after, head = 0, None
     deadline = time.monotonic() + timeout_s
@@ -93,30 +94,41 @@ def status(fetcher: Fetcher, group: str, timeout_s: float = 10.0) -> BatchStatus
         if not reply.rows:
             break
         for row in reply.rows:
-            count, acked = _fold(row.payload, group, count, acked)
+            count = _fold(row.payload, group, count, ranges)
         after = reply.rows[-1].seq
-    if count is not None:
-        acked &= (1 << count) - 1  # acks of indexes past the count do not count
-    top = count if count is not None else acked.bit_length()
-    return BatchStatus(fetcher.stream, group, count is not None, top, acked.bit_count())
+    top = count if count is not None else max((last + 1 for _, last in ranges), default=0)
+    return BatchStatus(fetcher.stream, group, count is not None, top, _covered(ranges, top))
 
 
-def _fold(payload: bytes, group: str, count: int | None, acked: int) -> tuple[int | None, int]:
-    """One record of a batch stream taken in: (the count once a close was read, bitmap)."""
+def _covered(ranges: list[tuple[int, int]], top: int) -> int:
+    """How many indexes below ``top`` the ranges cover, each counted once."""
+    done, reach = 0, 0  # ranges sorted by start: count what each adds past the reach so far
+    for first, last in sorted(ranges):
+        first, last = max(first, reach), min(last, top - 1)
+        if first <= last:
+            done += last - first + 1
+            reach = last + 1
+    return done
+
+
+def _fold(
+    payload: bytes, group: str, count: int | None, ranges: list[tuple[int, int]]
+) -> int | None:
+    """One record of a batch stream taken in; the count, once a close was read."""
     try:
         record = json.loads(payload)
-    except ValueError:
-        return count, acked  # not a batch record: someone else's transaction
+    except (ValueError, RecursionError):
+        return count  # not a batch record: someone else's transaction
     if not isinstance(record, dict):
-        return count, acked
+        return count
     close = record.get("close")
     if type(close) is int and 0 <= close <= INDEX_MAX:
-        return (close if count is None else count), acked  # the first close counts
+        return close if count is None else count  # the first close counts
     if record.get("group") != group or not isinstance(record.get("acks"), list):
-        return count, acked
+        return count
     for pair in record["acks"]:
         if isinstance(pair, list) and len(pair) == 2 and all(type(i) is int for i in pair):
             first, last = pair
             if 0 <= first <= last < INDEX_MAX:
-                acked |= ((1 << (last - first + 1)) - 1) << first
-    return count, acked
+                ranges.append((first, last))
+    return count

@@ -28,6 +28,7 @@ from relay.core.digest import Headers, fold
 from relay.core.flake import SEQ_MAX, make_seq, seq_unix_ms
 
 Start = str | int | datetime
+ACKS_PER_RECORD = 20_000  # batch item indexes per ack record (under 1 MiB however scattered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,18 +89,22 @@ class Consumer:
         self._producer_args = (config, nodes, node)
         self._committer: Producer | None = None
         self._acks: dict[str, set[int]] = {}  # batch -> item indexes acked, not yet sent
+        self._processed: tuple[int, bytes] | None = None  # (seq, digest) the caller finished
 
     # --- the API ------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Transaction]:
-        while True:
-            yield from self.poll(timeout_s=None)
+        while True:  # one at a time: a loop left early has processed exactly what it took
+            yield from self.poll(timeout_s=None, max_txs=1)
 
     def poll(self, timeout_s: float | None = 1.0, max_txs: int | None = None) -> list[Transaction]:
-        """The next verified txs (possibly none if ``timeout_s`` passes first)."""
+        """The next verified txs (possibly none if ``timeout_s`` passes first). Calling it
+        again says that what it returned before is processed."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self.last_digest is not None:
+            self._processed = (self.position, self.last_digest)
         if self.commit_interval_s and time.monotonic() >= self._commit_at:
-            self.commit()  # what earlier polls returned: the caller has processed it
+            self.commit()
         while not self._buffer:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -126,25 +131,38 @@ class Consumer:
         return self._fetcher.node
 
     def commit(self) -> None:
-        """Commit the group's position (everything ``poll`` returned so far is processed), and
-        send the batch items ``ack`` collected."""
+        """Commit the group's position after everything ``poll`` returned (Kafka's
+        ``commitSync``), and send the batch items ``ack`` collected."""
+        if self.last_digest is not None:
+            self._commit((self.position, self.last_digest))
+
+    def _commit(self, upto: tuple[int, bytes] | None) -> None:
         self._commit_at = time.monotonic() + self.commit_interval_s
         if self.group is None:
             return
-        for batch, indexes in self._acks.items():  # before the position: redelivered items
-            self._publisher().publish(batch, acks_payload(self.group, indexes))  # ack again
-        self._acks.clear()
-        if self.last_digest is None or self.position <= self.committed_seq:
+        for batch in list(self._acks):  # before the position: a redelivered item is acked again
+            indexes = sorted(self._acks[batch])
+            for i in range(0, len(indexes), ACKS_PER_RECORD):  # each record well below a
+                chunk = set(indexes[i : i + ACKS_PER_RECORD])  # payload's size limit
+                try:
+                    self._publisher().publish(batch, acks_payload(self.group, chunk))
+                except errors.RelayError as exc:
+                    if exc.code not in errors.RETRYABLE:  # never storable: said once, dropped
+                        del self._acks[batch]
+                    raise
+                self._acks[batch] -= chunk
+            del self._acks[batch]
+        if upto is None or upto[0] <= self.committed_seq:
             return
-        payload = commit_payload(self.stream, self.position, self.last_digest)
+        payload = commit_payload(self.stream, upto[0], upto[1])
         name = group_stream(self.stream, self.group)
         self._publisher().publish(name, payload, key=self.stream)
-        self.committed_seq = self.position
+        self.committed_seq = upto[0]
 
     def ack(self, tx: Transaction) -> None:
         """Acknowledge an item of a fan-out batch for this consumer's group, in any order and
         any number of times (it counts once); sent with the next commit."""
-        found = item_of(tx.headers)
+        found = item_of(tx.headers, tx.stream)
         if found is None or self.group is None:
             raise ValueError("only an item of a batch, by a consumer in a group, can be acked")
         self._acks.setdefault(found[0], set()).add(found[1])
@@ -156,9 +174,11 @@ class Consumer:
         return self._committer
 
     def close(self) -> None:
+        """With auto-commit, commit what is surely processed: what polls before the last one
+        returned (or, iterating, every transaction the loop came back from)."""
         try:
             if self.group is not None and self.commit_interval_s:
-                self.commit()
+                self._commit(self._processed)
         finally:
             self._fetcher.close()
             self._anchor.close()
@@ -223,10 +243,16 @@ class Consumer:
 
     def _begin(self) -> None:
         if self._group_fetcher is not None:
-            committed = read_committed(self._group_fetcher, self.reply_timeout_s * 5)
+            name = self._group_fetcher.stream
+            anchor = Anchor(name, self._fetcher.order, self.reply_timeout_s)
+            try:
+                committed = read_committed(self._group_fetcher, self.reply_timeout_s * 5, anchor)
+            finally:
+                anchor.close()
             if committed is not None:  # resume there, continuing the chain from its digest
                 self.position = self.committed_seq = committed.seq
                 self.last_digest, self._strict = committed.digest, True
+                self._processed = (committed.seq, committed.digest)
                 self._started = True
                 return
         start = self._start

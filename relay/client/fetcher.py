@@ -29,13 +29,14 @@ class Fetcher:
         reply_timeout_s: float = 3.0,
         avoid: NodeAddress | None = None,
     ) -> None:
-        """``avoid``: a node never asked, even when a redirect names it."""
-        if not [a for a in order if a != avoid]:
+        """``avoid``: a node never asked, even when a redirect names it (by host and port: an
+        address from a list carries no node id)."""
+        self.avoid = avoid
+        self.order = [a for a in order if not self._avoided(a)]
+        if not self.order:
             raise ValueError("a fetcher needs at least one node address")
         self.stream = stream
         self.reply_timeout_s = reply_timeout_s
-        self.avoid = avoid
-        self.order = [a for a in order if a != avoid]
         self.node: NodeAddress | None = None  # the node that answered last
         self._current = 0
         self._pool = ConnectionPool()
@@ -98,12 +99,16 @@ class Fetcher:
         raise errors.RelayError(reply.code, reply.message)
 
     def _go_to(self, addresses: list[NodeAddress]) -> None:
-        addresses = [a for a in addresses if a != self.avoid]
+        addresses = [a for a in addresses if not self._avoided(a)]
         for address in addresses:
             if address not in self.order:
                 self.order.append(address)
         if addresses:
             self._current = self.order.index(addresses[0])
+
+    def _avoided(self, address: NodeAddress) -> bool:
+        avoid = self.avoid
+        return avoid is not None and (address.host, address.port) == (avoid.host, avoid.port)
 
     def _next_node(self, address: NodeAddress) -> None:
         self._pool.drop(address)

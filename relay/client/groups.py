@@ -21,9 +21,14 @@ import json
 import time
 from dataclasses import dataclass
 
+from relay import errors
+from relay.client.anchor import Anchor
 from relay.client.fetcher import Fetcher
+from relay.core.digest import DIGEST_BYTES, fold
+from relay.core.flake import make_seq, seq_unix_ms
 
 SUFFIX = ".__group."
+LOOK_BACK_MS = 60_000  # the first window looked back over for the last commit
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,30 +55,98 @@ def commit_payload(stream: str, seq: int, digest: bytes) -> bytes:
     return json.dumps({"stream": stream, "seq": seq, "digest": digest.hex()}).encode()
 
 
-def read_committed(fetcher: Fetcher, timeout_s: float) -> Committed | None:
+def read_committed(
+    fetcher: Fetcher, timeout_s: float, anchor: Anchor | None = None
+) -> Committed | None:
     """The last commit in the group stream ``fetcher`` reads; None if there is none yet.
-    ``TimeoutError`` if no node answers in time; a malformed commit raises ``ValueError``."""
+    The commit must chain to the digest before it and, with an ``anchor``, a second replica
+    must agree on it, so one node cannot move a group. ``TimeoutError`` if no node answers
+    in time; ``CommitError`` for a transaction there that is not a well-formed commit."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        spanned = fetcher.span(0, 0, 0, 1, False)
-        if spanned is not None:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no node answered for {fetcher.stream!r} in {timeout_s} s")
-    bounds = [b for b in spanned.bounds if b[2]]
-    if not bounds:
+    last = _last_seq(fetcher, deadline)
+    if last == 0:
         return None
-    last_seq = bounds[-1][0]
     while True:
-        reply = fetcher.fetch(last_seq - 1, 1, 0, False)
+        reply = fetcher.fetch(last - 1, 1, 0, False)
         if reply is not None and reply.rows:
             break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no node served {fetcher.stream!r} seq {last_seq} in {timeout_s} s")
+        _check(fetcher, deadline)
         time.sleep(0.02)  # a node that has not verified it yet
     row = reply.rows[0]
-    found = json.loads(row.payload)
-    if not isinstance(found, dict) or not isinstance(found.get("seq"), int):
-        raise ValueError(f"{fetcher.stream!r} seq {row.seq} is not a group commit")
-    digest = bytes.fromhex(str(found.get("digest", "")))
-    return Committed(str(found.get("stream", "")), found["seq"], digest, row.seq)
+    chained = fold(
+        reply.prev_digest,
+        row.seq,
+        row.origin,
+        row.producer_id,
+        row.msg_id,
+        row.payload,
+        row.key,
+        row.headers,
+    )
+    if chained != row.digest:
+        raise errors.DigestMismatchError(
+            "digest_mismatch", f"{fetcher.stream!r} seq {row.seq} does not chain"
+        )
+    if anchor is not None and not anchor.confirm(fetcher.node, [row.seq], [row.digest], timeout_s):
+        raise TimeoutError(f"no second replica confirmed {fetcher.stream!r} seq {row.seq}")
+    return _commit_of(fetcher.stream, row.seq, row.payload)
+
+
+class CommitError(errors.RelayError):
+    """A group stream's last transaction is not a commit: ``relay groups reset`` writes one."""
+
+    def __init__(self, stream: str, seq: int, why: str) -> None:
+        super().__init__(
+            "bad_commit", f"{stream!r} seq {seq} is not a group commit ({why}); reset the group"
+        )
+
+
+def _commit_of(name: str, at_seq: int, payload: bytes) -> Committed:
+    try:
+        found = json.loads(payload)
+    except (ValueError, RecursionError):
+        raise CommitError(name, at_seq, "not JSON") from None
+    if not isinstance(found, dict):
+        raise CommitError(name, at_seq, "not an object")
+    seq, digest = found.get("seq"), found.get("digest")
+    stream = parse_group_stream(name)
+    if type(seq) is not int or not 0 <= seq < 1 << 64:
+        raise CommitError(name, at_seq, "no seq")
+    if not isinstance(digest, str) or len(digest) != 2 * DIGEST_BYTES:
+        raise CommitError(name, at_seq, "no digest")
+    if stream is None or found.get("stream") != stream[0]:
+        raise CommitError(name, at_seq, "another stream's")
+    try:
+        return Committed(stream[0], seq, bytes.fromhex(digest), at_seq)
+    except ValueError:
+        raise CommitError(name, at_seq, "a digest that is not hex") from None
+
+
+def _last_seq(fetcher: Fetcher, deadline: float) -> int:
+    """The group stream's last readable seq (0: none), found by looking back over windows
+    that grow tenfold, so a long group stream is not counted from its start."""
+    while True:
+        head = fetcher.fetch(0, 0, 0, False)
+        if head is not None:
+            break
+        _check(fetcher, deadline)
+    if head.verified_seq == 0:
+        return 0
+    window_ms = LOOK_BACK_MS
+    while True:
+        after = max(0, make_seq(seq_unix_ms(head.verified_seq) - window_ms, 0, 0) - 1)
+        spanned = fetcher.span(after, head.verified_seq, 0, 1, False)
+        if spanned is None:
+            _check(fetcher, deadline)
+            continue
+        found = [b for b in spanned.bounds if b[2]]
+        if found:
+            return found[-1][0]
+        if after == 0:
+            return 0
+        window_ms *= 10
+
+
+def _check(fetcher: Fetcher, deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"no node answered for {fetcher.stream!r} in time")

@@ -18,6 +18,7 @@ crash tears only the last write).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import zlib
 from dataclasses import dataclass
@@ -48,8 +49,14 @@ class Entry:
     key: bytes | None
     headers: Headers
 
-    def size(self) -> int:
-        return len(self.payload) + len(self.key or b"") + len(self.stream) + 64
+    def estimate(self) -> int:
+        """About the bytes of its frame, without encoding it."""
+        headers = sum(len(n) + len(v) + 8 for n, v in self.headers)
+        return len(self.payload) + len(self.key or b"") + len(self.stream) + headers + 48
+
+    def frame(self) -> bytes:
+        body = [1, self.msg_id, self.stream, self.payload, self.key, self.headers]
+        return _frame(_encode(body))
 
 
 class Journal:
@@ -57,9 +64,17 @@ class Journal:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "journal.log"
+        self._lock = os.open(self.directory / "journal.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock)
+            raise JournalError(f"{self.directory} is in use by another producer") from None
         self.pending: dict[int, Entry] = {}  # msg id -> message not yet acknowledged
+        self.sizes: dict[int, int] = {}  # msg id -> the bytes of its frame
         self.pending_bytes = 0
-        found_id, self.next_msg_id = self._load()
+        self.next_msg_id = 1  # above every message id this producer ever used
+        found_id = self._load()
         if found_id and producer_id and found_id != producer_id:
             raise JournalError(
                 f"{self.path} belongs to producer {found_id!r}, not {producer_id!r}; give each "
@@ -73,12 +88,22 @@ class Journal:
     # --- writing ------------------------------------------------------------------------
 
     def add(self, entry: Entry) -> None:
-        body = [1, entry.msg_id, entry.stream, entry.payload, entry.key, entry.headers]
-        self._append(_frame(_encode(body)))
-        self.pending[entry.msg_id] = entry
-        self.pending_bytes += entry.size()
-        self.next_msg_id = max(self.next_msg_id, entry.msg_id + 1)
+        data = entry.frame()
+        if len(data) > FRAME_BYTES_MAX:
+            raise JournalError(f"a message of {len(data)} bytes is too large for the journal")
+        self._append(data)
+        self._hold(entry, len(data))
         self._dirty = True
+
+    def _hold(self, entry: Entry, size: int) -> None:
+        self.pending_bytes += size - self.sizes.get(entry.msg_id, 0)  # a re-sent id replaces
+        self.pending[entry.msg_id], self.sizes[entry.msg_id] = entry, size
+        self.next_msg_id = max(self.next_msg_id, entry.msg_id + 1)
+
+    def _drop(self, msg_id: int) -> None:
+        if msg_id in self.pending:
+            del self.pending[msg_id]
+            self.pending_bytes -= self.sizes.pop(msg_id)
 
     def sync(self) -> None:
         """Make every message added so far durable (before it goes to the cluster)."""
@@ -90,40 +115,44 @@ class Journal:
             self._dirty = False
 
     def acked(self, msg_ids: list[int]) -> None:
+        """These messages are done with (acknowledged, or refused for good)."""
         done = [m for m in msg_ids if m in self.pending]
         if not done:
             return
         for msg_id in done:
-            self.pending_bytes -= self.pending.pop(msg_id).size()
+            self._drop(msg_id)
         self._append(_frame(_encode([2, done])))
-        size = os.fstat(self._fd).st_size
-        if size > COMPACT_BYTES_MIN and size > 2 * self.pending_bytes:
-            os.close(self._fd)
-            self._rewrite()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            size = os.fstat(self._fd).st_size
+            if size > COMPACT_BYTES_MIN and size > 2 * self.pending_bytes:
+                self._rewrite()  # the old descriptor stays valid until the new file is in place
+                os.close(self._fd)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except OSError as exc:
+            raise JournalError(f"{self.path}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._lock >= 0:
+            os.close(self._lock)  # and with it the lock
+            self._lock = -1
 
     def _append(self, data: bytes) -> None:
         try:
-            written = os.write(self._fd, data)
+            _write_all(self._fd, data)
         except OSError as exc:
             raise JournalError(f"{self.path}: {exc.strerror or exc}") from None
-        if written != len(data):
-            raise JournalError(f"{self.path}: a short write (disk full?)")
 
     def _rewrite(self) -> None:
         """Replace the file by its header and the pending messages, durably."""
         fresh = self.path.with_suffix(".new")
         parts = [_frame(_encode([0, self.producer_id, self.next_msg_id]))]
-        for e in self.pending.values():
-            parts.append(_frame(_encode([1, e.msg_id, e.stream, e.payload, e.key, e.headers])))
+        parts += [e.frame() for e in self.pending.values()]
         fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, b"".join(parts))
+            _write_all(fd, b"".join(parts))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -136,13 +165,13 @@ class Journal:
 
     # --- reading ------------------------------------------------------------------------
 
-    def _load(self) -> tuple[str, int]:
-        """(producer id, next msg id) from an existing file, filling ``pending``."""
+    def _load(self) -> str:
+        """The producer id of an existing file, filling ``pending`` and ``next_msg_id``."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return "", 1
-        producer_id, next_id, offset = "", 1, 0
+            return ""
+        producer_id, offset = "", 0
         while offset + FRAME.size <= len(data):
             length, crc = FRAME.unpack_from(data, offset)
             body = data[offset + FRAME.size : offset + FRAME.size + length]
@@ -153,7 +182,7 @@ class Journal:
                 record = _decode(body)
                 kind = record[0]
                 if kind == 0 and offset == FRAME.size + length:
-                    producer_id, next_id = as_str(record[1]), as_int(record[2])
+                    producer_id, self.next_msg_id = as_str(record[1]), as_int(record[2])
                 elif kind == 1 and producer_id:
                     entry = Entry(
                         as_int(record[1]),
@@ -162,20 +191,27 @@ class Journal:
                         None if record[4] is None else as_bytes(record[4]),
                         tuple((as_str(n), as_bytes(v)) for n, v in record[5]),
                     )
-                    self.pending[entry.msg_id] = entry
-                    self.pending_bytes += entry.size()
-                    next_id = max(next_id, entry.msg_id + 1)
+                    self._hold(entry, FRAME.size + length)
                 elif kind == 2 and producer_id:
                     for msg_id in record[1]:
-                        gone = self.pending.pop(as_int(msg_id), None)
-                        self.pending_bytes -= gone.size() if gone else 0
+                        self._drop(as_int(msg_id))
                 else:
                     break
-            except (msgspec.DecodeError, ValueError, TypeError, IndexError, UnicodeDecodeError):
+            except (msgspec.DecodeError, ValueError, TypeError, IndexError, RecursionError):
                 break
         if not producer_id:
             raise JournalError(f"{self.path}: not a producer journal (no header)")
-        return producer_id, next_id
+        return producer_id
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (a short write goes on where it stopped; a full disk raises)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(28, "No space left on device")
+        view = view[written:]
 
 
 def _frame(body: bytes) -> bytes:

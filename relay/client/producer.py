@@ -27,6 +27,7 @@ from relay.core.flake import seq_unix_ms
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Reply
 
+REQUEST_PAYLOAD_BYTES = 16 << 20  # payload bytes per request, far below a node's request limit
 BINARY = (bytes, bytearray, memoryview)  # what a payload may be (a tuple: cheap to test)
 
 
@@ -172,10 +173,8 @@ class Producer:
             if batch not in self._batches:
                 raise ValueError(f"no open batch {batch!r} (open_batch, and not closed yet)")
             headers = (*headers_of(headers), item_header(batch, self._batches[batch]))
-            self._batches[batch] += 1
         if msg_id is None:
             msg_id = self._next_msg_id
-            self._next_msg_id += 1
         future = PublishFuture(stream, msg_id)
         deadline = time.monotonic() + self.timeout_s
         item = _Item(
@@ -183,7 +182,10 @@ class Producer:
         )
         if self._journal is not None:
             self._journaled(item)
-        self._queue.append(item)
+        self._queue.append(item)  # taken: only now may the numbering move on
+        self._next_msg_id = max(self._next_msg_id, msg_id + 1)
+        if batch is not None:
+            self._batches[batch] += 1
         queued = len(self._queue)
         if queued % self.batch_max == 0:  # a full batch is ready: send it if the window allows
             self._pump(0)
@@ -214,9 +216,10 @@ class Producer:
     def close_batch(self, batch: str) -> int:
         """Seal a batch with the count of items sent in it, once every one is acknowledged
         (``flush``): no item can be added after. The count."""
-        count = self._batches.pop(batch)
+        count = self._batches[batch]
         self.flush()
         self.publish(batch, close_payload(count))
+        del self._batches[batch]
         return count
 
     def flush(self) -> None:
@@ -247,7 +250,7 @@ class Producer:
         assert journal is not None
         entry = Entry(item.msg_id, item.stream, item.payload, item.key, item.headers)
         deadline = time.monotonic() + self.timeout_s
-        while journal.pending and journal.pending_bytes + entry.size() > self.journal_bytes_max:
+        while journal.pending and journal.pending_bytes + entry.estimate() > self.journal_bytes_max:
             if self.journal_full == "raise" or time.monotonic() > deadline:
                 raise errors.JournalFullError(
                     errors.JOURNAL_FULL,
@@ -284,12 +287,15 @@ class Producer:
                 )
                 continue
             items = [first]
+            size = len(first.payload)
             while (
                 self._queue
                 and len(items) < self.batch_max
                 and self._queue[0].stream == first.stream
+                and size + len(self._queue[0].payload) <= REQUEST_PAYLOAD_BYTES
             ):
                 items.append(self._queue.popleft())
+                size += len(items[-1].payload)
             address = self._routes.pick(first.stream, now)
             req_id = self._next_req_id
             self._next_req_id += 1
@@ -306,7 +312,7 @@ class Producer:
             return  # a late answer to a request already retried elsewhere
         now = time.monotonic()
         if isinstance(reply, AcksReply) and len(reply.rows) == len(request.items):
-            done = []  # acknowledged or refused for good: the journal lets them go
+            done = []  # acknowledged: the journal lets them go (``_fail`` lets failures go)
             for item, row in zip(request.items, reply.rows, strict=True):
                 if isinstance(row, AckRow):
                     ack = Ack(item.stream, row.seq, row.digest, item.msg_id, address.node_id)
@@ -317,7 +323,6 @@ class Producer:
                     self._queue.appendleft(item)
                 else:
                     self._fail(item, errors.RelayError(row.code, row.message))
-                    done.append(item.msg_id)
             if self._journal is not None:
                 self._journal.acked(done)
         elif isinstance(reply, RedirectReply):
@@ -330,8 +335,6 @@ class Producer:
         elif isinstance(reply, ErrorReply):
             for item in request.items:
                 self._fail(item, errors.RelayError(reply.code, reply.message))
-            if self._journal is not None:
-                self._journal.acked([item.msg_id for item in request.items])
         else:  # the node broke the protocol: take the messages elsewhere
             self._routes.avoid(address, now, 2.0)
             self._requeue(request, f"{address} answered a publish with {type(reply).__name__}")
@@ -352,7 +355,11 @@ class Producer:
             self._queue.appendleft(item)
 
     def _fail(self, item: _Item, error: errors.RelayError) -> None:
+        """The message failed (refused, or not acknowledged in time): its caller has the
+        error, and the journal lets it go."""
         item.future._resolve(None, error)
+        if self._journal is not None:
+            self._journal.acked([item.msg_id])
 
 
 __all__ = ["Ack", "Producer", "PublishFuture"]

@@ -389,7 +389,7 @@ class NodeRuntime:
         self.metrics.syncs.set(self.disk.syncer.syncs if self.disk.syncer else 0)
         self.gauges += 1
         if self.gauges % GROUP_LAG_EVERY == 0:  # a span per group: not every gauge turn
-            for (group, stream), lag in group_lags(core, self.disk).items():
+            for (group, stream), lag in group_lags(core).items():
                 self.metrics.group_lag.labels(group, stream).set(lag)
         for state in ("serving", "fenced", "leaving"):
             self.metrics.state.labels(state).set(1 if core.state_name() == state else 0)
