@@ -39,6 +39,7 @@ def test_seeds_with_faults(first: int) -> None:
         (500173, 5),
         (500189, 5),
         (500307, 5),
+        (921856, 5),
         (469, 5),
         (13, 5),
         (44, 5),
@@ -47,8 +48,10 @@ def test_seeds_with_faults(first: int) -> None:
     ],
 )
 def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
-    """With the disk (the last eight): marks counted across two histories (a peer's mark
-    now names its digest); replicas stuck diverged because syncs served only what
+    """Seed 921856: a closed epoch's txs dropped by a refold (a lane of a newer epoch cannot
+    take them back) left the epoch's cut above what anyone held, and replicas still cutting it
+    waited forever. With the disk (the eight before it): marks counted across two histories (a
+    peer's mark now names its digest); replicas stuck diverged because syncs served only what
     a quorum had marked (they now serve what is verified); acknowledged txs lost to a power
     loss of every node; a retry answered not_committed below the memory ring; a re-issued seq;
     lanes after a restart blocked on claims below the head, or cutting at a vacuous holding.

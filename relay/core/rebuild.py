@@ -161,6 +161,11 @@ class TimelineRebuild:
             lane.contig = head  # everything at or below the head is settled now
             if lane.cut_at is not None and lane.contig > lane.cut_at:
                 lane.cut_at = lane.contig
+            if lane.closed is not None and lane.closed[1] > head:
+                # a lane of a newer epoch cannot take back what a closed epoch held above the
+                # head: that is gone from here, so the epoch now ends at the head, and the
+                # settled report says so (replicas still cutting it settle on the lowest)
+                lane.closed = (lane.closed[0], head)
         self.dedup.pending.clear()
         for tx in sorted(held, key=seq_of):
             if tx.seq > head:
