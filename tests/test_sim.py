@@ -40,6 +40,7 @@ def test_seeds_with_faults(first: int) -> None:
         (500189, 5),
         (500307, 5),
         (921856, 5),
+        (945733, 3),
         (469, 5),
         (13, 5),
         (44, 5),
@@ -50,7 +51,9 @@ def test_seeds_with_faults(first: int) -> None:
 def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
     """Seed 921856: a closed epoch's txs dropped by a refold (a lane of a newer epoch cannot
     take them back) left the epoch's cut above what anyone held, and replicas still cutting it
-    waited forever. With the disk (the eight before it): marks counted across two histories (a
+    waited forever. Seed 945733: with every lane of a stream cut (the node's own among them)
+    nothing bounded the watermark, so the cut lanes' final txs never folded and the node never
+    rejoined. With the disk (the eight before them): marks counted across two histories (a
     peer's mark now names its digest); replicas stuck diverged because syncs served only what
     a quorum had marked (they now serve what is verified); acknowledged txs lost to a power
     loss of every node; a retry answered not_committed below the memory ring; a re-issued seq;

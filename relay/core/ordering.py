@@ -44,7 +44,13 @@ def watermark(lanes: dict[int, Lane], head: int, floors: Floors) -> tuple[int, i
         for c in (lane.contribution(floor_of(lane, floors), head) for lane in lanes.values())
         if c is not None
     ]
-    return (min(bounds) if bounds else head), late
+    if bounds:
+        return min(bounds), late
+    # No lane bounds anything (every one cut or waiting): what the cut lanes hold is final,
+    # up to their cuts, and nothing else can arrive below it (a waiting origin is admitted
+    # only above the head). Folding it is what lets a node whose own epoch was cut rejoin.
+    finals = [lane.cut_at for lane in lanes.values() if lane.state is LaneState.CUT and lane.queue]
+    return max([head, *(f for f in finals if f is not None)]), late
 
 
 def fold_stable(
