@@ -11,6 +11,7 @@ from urllib.request import urlopen
 import pytest
 
 from relay import Consumer, Producer
+from relay.client.groups import commit_payload
 from relay.runtime.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
@@ -105,12 +106,21 @@ def test_a_hostile_group_stream_is_a_clear_error_and_the_nodes_keep_serving(
         with Producer(config=cluster.config_path) as producer:
             producer.publish("orders", b"x")
             producer.publish("orders.__group.evil", b"[" * 5000)  # nested past any parser
+            good = commit_payload("orders", 0, bytes(32))
+            producer.publish("orders.__group.good", good, key="orders")
         with (
             pytest.raises(RelayError, match="not a group commit"),
             Consumer("orders", config=cluster.config_path, group="evil") as consumer,
         ):
             consumer.poll(5.0)
-        time.sleep(6)  # a turn of every node's group lag count has passed over it
+        spec = cluster.config.node(1)  # the good group's lag shows once a count passed both
+        metric = 'relay_group_lag_txs{group="good",stream="orders"}'
+        deadline = time.monotonic() + 20
+        while (
+            metric not in urlopen(f"http://127.0.0.1:{spec.metrics_port}/metrics").read().decode()
+        ):
+            assert time.monotonic() < deadline, "no node counted the groups' lag"
+            time.sleep(0.5)
         for node_id in (1, 2, 3):
             status = cluster.status(node_id)
             assert status is not None and status.state == "serving"

@@ -75,6 +75,7 @@ def groups_describe(config_path: str, group: str) -> None:
 def groups_reset(config_path: str, group: str, stream: str, target: str) -> None:
     """Move GROUP's committed position in STREAM (its consumers should be stopped)."""
     from relay import Producer, RelayError
+    from relay.cli.clients import _start_of
     from relay.client.directory import resolve
     from relay.client.fetcher import Fetcher
     from relay.client.groups import commit_payload, group_stream
@@ -83,21 +84,21 @@ def groups_reset(config_path: str, group: str, stream: str, target: str) -> None
     load_config(config_path)
     with closing(Fetcher(stream, resolve(config_path))) as data:
         verified = _span(data, 0).verified_seq
-        if target == "earliest":
+        try:
+            begin = _start_of(target, None)  # the same forms as relay consume --from
+        except click.BadParameter:
+            raise click.BadParameter(
+                "earliest, latest, a seq or a time", param_hint="--to"
+            ) from None
+        if begin == "earliest":
             after = max(0, _span(data, 0).earliest_seq - 1)
-        elif target == "latest":
+        elif begin == "latest":
             after = verified
-        elif target.isdigit():
-            after = max(0, int(target) - 1)  # a seq to start at, inclusive
+        elif isinstance(begin, int):
+            after = max(0, begin - 1)  # a seq to start at, inclusive
         else:
-            try:
-                when = datetime.fromisoformat(target)
-            except ValueError:
-                raise click.BadParameter(
-                    "earliest, latest, a seq or a time", param_hint="--to"
-                ) from None
-            when = when if when.tzinfo else when.replace(tzinfo=UTC)
-            after = max(0, make_seq(int(when.timestamp() * 1000), 0, 0) - 1)
+            assert isinstance(begin, datetime)
+            after = max(0, make_seq(int(begin.timestamp() * 1000), 0, 0) - 1)
         after = min(after, verified)  # past the verified head the digest is not settled yet
         reply = None
         deadline = time.monotonic() + 10
