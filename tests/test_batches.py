@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from relay import Producer
-from relay.client.batches import _covered, _fold, acks_payload, item_of
+from relay.client.batches import acks_payload, item_of, status_of
 from relay.runtime.local_cluster import LocalCluster
 
 
@@ -26,9 +26,7 @@ def test_acks_travel_as_merged_ranges_and_items_name_their_batch() -> None:
 
 
 def test_status_counts_each_acked_index_once_and_skips_hostile_records() -> None:
-    ranges: list[tuple[int, int]] = []
-    count = None
-    for record in (
+    records = (
         acks_payload("g", {0, 1, 2, 5}),
         acks_payload("g", {2, 3}),  # a retried ack
         acks_payload("other", {4}),  # another group's
@@ -37,9 +35,10 @@ def test_status_counts_each_acked_index_once_and_skips_hostile_records() -> None
         b'{"close": 6}',
         b'{"close": 2}',  # only the first close counts
         acks_payload("g", {9}),  # past the count
-    ):
-        count = _fold(record, "g", count, ranges)
-    assert count == 6 and _covered(ranges, 6) == 5  # 0, 1, 2, 3, 5: item 4 still missing
+    )
+    found = status_of("s.__batch.b", "g", records)
+    assert (found.closed, found.count, found.acked) == (True, 6, 5)  # item 4 still missing
+    assert not found.complete
 
 
 ACKER = """

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from relay import errors
@@ -76,8 +77,7 @@ def acks_payload(group: str, indexes: set[int]) -> bytes:
 
 def status(fetcher: Fetcher, group: str, timeout_s: float = 10.0) -> BatchStatus:
     """Fold the batch stream ``fetcher`` reads, up to its verified head, for ``group``."""
-    ranges: list[tuple[int, int]] = []  # acked [first, last] pairs, as recorded
-    count: int | None = None
+    payloads: list[bytes] = []
     after, head = 0, None
     deadline = time.monotonic() + timeout_s
     while head is None or after < head:
@@ -93,11 +93,19 @@ def status(fetcher: Fetcher, group: str, timeout_s: float = 10.0) -> BatchStatus
         head = reply.verified_seq if head is None else head
         if not reply.rows:
             break
-        for row in reply.rows:
-            count = _fold(row.payload, group, count, ranges)
+        payloads += [row.payload for row in reply.rows]
         after = reply.rows[-1].seq
+    return status_of(fetcher.stream, group, payloads)
+
+
+def status_of(batch: str, group: str, payloads: Iterable[bytes]) -> BatchStatus:
+    """Fold a batch stream's records, in order, for ``group``."""
+    ranges: list[tuple[int, int]] = []  # acked [first, last] pairs, as recorded
+    count: int | None = None
+    for payload in payloads:
+        count = _fold(payload, group, count, ranges)
     top = count if count is not None else max((last + 1 for _, last in ranges), default=0)
-    return BatchStatus(fetcher.stream, group, count is not None, top, _covered(ranges, top))
+    return BatchStatus(batch, group, count is not None, top, _covered(ranges, top))
 
 
 def _covered(ranges: list[tuple[int, int]], top: int) -> int:

@@ -89,7 +89,7 @@ def read_committed(
         )
     if anchor is not None and not anchor.confirm(fetcher.node, [row.seq], [row.digest], timeout_s):
         raise TimeoutError(f"no second replica confirmed {fetcher.stream!r} seq {row.seq}")
-    return _commit_of(fetcher.stream, row.seq, row.payload)
+    return commit_of(fetcher.stream, row.seq, row.payload)
 
 
 class CommitError(errors.RelayError):
@@ -101,7 +101,8 @@ class CommitError(errors.RelayError):
         )
 
 
-def _commit_of(name: str, at_seq: int, payload: bytes) -> Committed:
+def commit_of(name: str, at_seq: int, payload: bytes) -> Committed:
+    """The commit a group stream's record holds; ``CommitError`` if it holds none."""
     try:
         found = json.loads(payload)
     except (ValueError, RecursionError):

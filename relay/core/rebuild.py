@@ -113,6 +113,15 @@ class TimelineRebuild:
             txs, digests = txs[known:], digests[known:]
             if not txs:
                 return ""
+            held = self._held_prefix(txs, digests)
+            if held:  # our own tail holds that much of the slice: it stays, and our votes
+                timeline.verify_upto(txs[held - 1].seq)
+                anchor = timeline.verified_seq
+                txs, digests = txs[held:], digests[held:]
+            if not txs:
+                self.catchup.apply(CatchupInput.ADOPTED, elapsed_ms)
+                self.needs_ack = True
+                return f"verified {held} held txs up to seq {anchor}"
         if reset:
             requeue = timeline.restart_at(base_seq, base_digest)
             self.log.restart(base_seq)
@@ -131,6 +140,16 @@ class TimelineRebuild:
         return f"adopted {len(txs)} verified txs up to seq {timeline.head_seq}" + (
             f" (snapshot from seq {base_seq})" if reset else ""
         )
+
+    def _held_prefix(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...]) -> int:
+        """How many leading entries of a verified slice our timeline holds as they are."""
+        timeline = self.timeline
+        held = 0
+        for tx, digest in zip(txs, digests, strict=True):
+            if tx.seq > timeline.head_seq or timeline.digest_at(tx.seq) != digest:
+                break
+            held += 1
+        return held
 
     def refold(self, elapsed_ms: int) -> int:
         """Give up the stable but unverified tail: requeue it and fold again from the

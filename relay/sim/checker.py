@@ -164,6 +164,18 @@ class InvariantChecker:
         """The consumer's position was trimmed everywhere: it starts again from the earliest."""
         self.consumer_positions.pop(consumer, None)
 
+    def consumer_resumed(self, consumer: int, stream: str, seq: int, digest: bytes) -> None:
+        """The consumer restarted from its group's committed position: it must be a position
+        of the one timeline, and not past what the consumer was given."""
+        pos = self.references[stream].index_of(seq, digest, f"consumer {consumer}'s commit")
+        last = self.consumer_positions.get(consumer, -1)
+        if pos > last:
+            raise InvariantViolation(
+                f"committed offsets: consumer {consumer} resumed at position {pos} of "
+                f"{stream!r}, past the {last} it was given"
+            )
+        self.consumer_positions[consumer] = pos
+
     def check_no_acked_loss(self, live: list[NodeCore]) -> None:
         for (stream, pid, mid), (seq, digest, item) in self.acked.items():
             ref = self.references.get(stream)

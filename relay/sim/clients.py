@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from relay import errors
@@ -27,7 +28,7 @@ from relay.core.events import (
     Rejected,
     Reply,
 )
-from relay.core.messages import Item, fold_tx
+from relay.core.messages import Item, Tx, fold_tx
 from relay.sim.checker import InvariantChecker, InvariantViolation
 
 CLIENT_TIMEOUT_MS = 1500  # a client that hears nothing this long retries elsewhere
@@ -40,6 +41,7 @@ class Publish:
     msg_id: int
     payload: bytes
     attempts: int = 0
+    headers: tuple[tuple[str, bytes], ...] | None = None  # None: drawn from the payload
 
 
 @dataclass(slots=True)
@@ -91,6 +93,9 @@ class SimClients:
         self.sent: list[Publish] = []  # what reuse may take a key from
         self.contents: dict[tuple[str, str, int], set[bytes]] = {}  # key -> payloads sent
         self.conflicts = 0
+        # what a fan-out batch and a consumer group see (``relay.sim.delivery``)
+        self.on_acked: Callable[[Publish, Acked], None] | None = None
+        self.on_delivered: Callable[[int, SimConsumer, tuple[Tx, ...]], None] | None = None
 
     def reuse(self, rng: random.Random, rate: float) -> None:
         """Now and then also publish a new message under an earlier message's key (a producer
@@ -129,7 +134,9 @@ class SimClients:
             and self.rng.random() < self.retry_rate
         ):
             # a producer that gives up waiting early and retries elsewhere: a duplicate
-            again = Publish(pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts)
+            again = Publish(
+                pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts, pub.headers
+            )
             self._retry(now_ms + self.rng.randint(0, 20), again)
 
     def _request(self, request: Request) -> int:
@@ -217,6 +224,8 @@ class SimClients:
             consumer.after_seq, consumer.digest = tx.seq, digest
         consumer.waiting = False
         consumer.retry_at_ms = now_ms if body.txs else now_ms + 20
+        if body.txs and self.on_delivered is not None:
+            self.on_delivered(now_ms, consumer, body.txs)
 
     # --- replies ------------------------------------------------------------------------
 
@@ -248,6 +257,8 @@ class SimClients:
                 result.seq,
                 result.digest,
             )
+            if self.on_acked is not None:
+                self.on_acked(pub, result)
             return
         refused = body.results[0] if isinstance(body, PublishResults) else None
         if isinstance(refused, Rejected) and refused.code == errors.CONFLICT:
@@ -270,5 +281,7 @@ def item_of(pub: Publish) -> Item:
     that the seeds' random draws stay as they were."""
     payload = pub.payload
     key = payload[:3] if len(payload) % 3 == 0 else None
-    headers = (("h", payload[-2:]), ("h", b"")) if len(payload) % 5 == 0 else ()
+    headers = pub.headers
+    if headers is None:
+        headers = (("h", payload[-2:]), ("h", b"")) if len(payload) % 5 == 0 else ()
     return Item(pub.msg_id, payload, key, headers)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from relay.core.events import (
     Broadcast,
@@ -40,6 +40,7 @@ from relay.core.params import CoreConfig
 from relay.core.timer import Now
 from relay.sim.checker import InvariantChecker, InvariantViolation
 from relay.sim.clients import SimClients
+from relay.sim.delivery import SimDelivery
 from relay.sim.disk import SimDisk
 from relay.sim.faults import CrashKind, Fault, FaultKind
 from relay.sim.network import LinkFaults, SimNetwork
@@ -87,6 +88,12 @@ class SimCluster:
             self.rng, ids, plan.streams, plan.consumers, plan.retry_rate, self.checker
         )
         self.clients.reuse(random.Random(seed * 2_750_159 + 3), plan.reuse_rate)
+        self.delivery: SimDelivery | None = None
+        if plan.delivery:  # its own numbers: the seeds without it replay as before
+            rng = random.Random(seed * 49_979_687 + 11)
+            first, last = START_MS + 100, START_MS + 100 + plan.publish_ms
+            stream = rng.choice(plan.streams)
+            self.delivery = SimDelivery(rng, self.clients, self.checker, stream, first, last)
         self.trace: list[str] = []
         self.turns = 0
         self._actions: list[tuple[int, int, bool, Fault]] = []  # (at, order, is_start, fault)
@@ -111,8 +118,11 @@ class SimCluster:
                 publish_times.pop(0)
                 self.clients.publish(self.now_ms, self.rng.choice(plan.streams))
             self.clients.advance(self.now_ms)
+            if self.delivery is not None:
+                self.delivery.advance(self.now_ms)
             self._step()
             idle = self.clients.idle() and not publish_times
+            idle = idle and (self.delivery is None or self.delivery.idle())
             if self.now_ms > calm_from and idle and self._quiet():
                 break
             self.now_ms = self._next_time(publish_times)
@@ -122,6 +132,9 @@ class SimCluster:
                 f"{len(self.clients.requests)} requests open; {self._describe()}"
             )
         self.checker.check_no_acked_loss(list(self.nodes.values()))
+        if self.delivery is not None:
+            for n, node in self.nodes.items():
+                self.delivery.check(node, self.incarnation[n], final=True)
         return SimResult(
             self.seed,
             plan,
@@ -149,6 +162,7 @@ class SimCluster:
             self.network.next_time(),
             publish_times[0] if publish_times else None,
             self.clients.next_time(),
+            self.delivery.next_time() if self.delivery is not None else None,
             self._actions[0][0] if self._actions else None,
         ):
             if t is not None:
@@ -194,6 +208,8 @@ class SimCluster:
         self.turns += 1
         changed = list(node.streams) if self.turns % 64 == 0 else list(node.active)
         self.checker.check_node(node, incarnation, changed)
+        if self.delivery is not None and self.turns % 64 == 0:
+            self.delivery.check(node, incarnation, final=False)
         fenced = node.state_name() == "fenced"
         disk = self.disks[n]
         disk.epoch = max(disk.epoch, node.epoch)
@@ -357,8 +373,15 @@ class SimCluster:
         return f"{nodes}; {consumers}"
 
 
-def run_seed(seed: int, nodes: int = 3, with_faults: bool = True) -> SimResult:
-    cluster = SimCluster(seed, SimPlan.draw(seed, nodes, with_faults))
+def run_seed(
+    seed: int, nodes: int = 3, with_faults: bool = True, delivery: bool | None = None
+) -> SimResult:
+    """Run one seed; ``delivery`` overrides the draw (a seed found before the simulator had
+    groups and batches replays as it was found without them)."""
+    plan = SimPlan.draw(seed, nodes, with_faults)
+    if delivery is not None:
+        plan = replace(plan, delivery=delivery)
+    cluster = SimCluster(seed, plan)
     try:
         return cluster.run()
     except InvariantViolation as exc:

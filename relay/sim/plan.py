@@ -36,6 +36,7 @@ class SimPlan:
     faults: tuple[Fault, ...]
     disk_latency_ms_max: int = 0  # an fsync takes 0 to this many ms
     reuse_rate: float = 0.0  # publishes that reuse an earlier key with other content
+    delivery: bool = False  # a fan-out batch and a group member that commits and restarts
 
     @staticmethod
     def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
@@ -75,6 +76,7 @@ class SimPlan:
             disk_latency_ms_max=disk.choice([0, 1, 3, 10]),
             # its own stream of numbers too: half the seeds never reuse, and replay as before
             reuse_rate=random.Random(seed * 15_485_863 + nodes).choice([0.0, 0.0, 0.03, 0.1]),
+            delivery=random.Random(seed * 32_452_843 + nodes).random() < 0.5,
         )
 
 
