@@ -1,10 +1,11 @@
 """A consumer group and a fan-out batch in the simulator, under the same faults as the rest.
 
 How this works: in the seeds that draw it, a producer sends a batch of items to one stream
-(each with the ``relay-batch`` header) and closes it with its count; a group member reads the
-stream as the real ``Consumer`` does, acknowledges every batch item it is given (now and then
-one again: a retried ack) and commits, one record at a time and each waiting for its answer,
-first its acks into the batch stream and then its position into the group stream. Now and
+(each with the ``relay-batch`` header) and, once every item is answered, closes it with its
+count; a group member reads the stream as the real ``Consumer`` does, acknowledges every batch
+item it is given (now and then one again: a retried ack) and commits, one record at a time and
+each waiting for its answer, first its acks into the batch stream and then its position into
+the group stream. Now and
 then, after a record is answered, the member restarts: it forgets what it had not committed
 and resumes from the last commit that a second consumer, following the group stream, read
 from the cluster. The checker then holds the delivery invariants, folding what each replica
@@ -62,6 +63,7 @@ class SimDelivery:
         self.count = rng.randint(1, 30)
         self.item_times = sorted(rng.randint(first_ms, last_ms) for _ in range(self.count))
         self.sent_items = 0
+        self.items_acked: set[int] = set()  # as ``close_batch``, close once all are answered
         self.close_sent = False
         self.given: set[int] = set()  # item indexes the member was given
         nodes = clients.node_ids
@@ -90,7 +92,7 @@ class SimDelivery:
             payload = self.rng.randbytes(self.rng.randint(0, 20))
             self._send(now_ms, Publish(self.stream, PRODUCER, i + 1, payload, headers=headers))
             self.sent_items += 1
-        if self.sent_items == self.count and not self.close_sent:
+        if len(self.items_acked) == self.count and not self.close_sent:
             close = Publish(self.batch, PRODUCER, self.count + 1, close_payload(self.count))
             self._send(now_ms, close)
             self.close_sent = True
@@ -158,6 +160,8 @@ class SimDelivery:
         return Publish(stream, MEMBER, self.msg_id, payload)
 
     def _on_acked(self, pub: Publish, result: Acked) -> None:
+        if pub.producer_id == PRODUCER and pub.stream == self.stream:
+            self.items_acked.add(pub.msg_id)
         if pub.producer_id != MEMBER or self.in_flight is None:
             return
         if pub.msg_id != self.in_flight.msg_id:
