@@ -146,11 +146,11 @@ def test_the_checker_catches_an_ack_while_fenced(monkeypatch: pytest.MonkeyPatch
 def test_the_checker_catches_a_reused_key_answered_as_a_retry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from relay.core import dedup, node
+    from relay.core import dedup, publish
 
     # nodes that take every message under a used key for a retry, whatever it carries
     monkeypatch.setattr(dedup, "content_tag", lambda message: 0)
-    monkeypatch.setattr(node, "content_tag", lambda message: 0)
+    monkeypatch.setattr(publish, "content_tag", lambda message: 0)
     with pytest.raises(InvariantViolation, match="conflicts"):
         for seed in range(40):
             run_seed(seed, 3, with_faults=False)

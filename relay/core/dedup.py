@@ -18,11 +18,12 @@ computes the same tags, so the decision at fold time is the same everywhere.
 from __future__ import annotations
 
 import zlib
+from bisect import bisect_left
 from collections import deque
 from struct import Struct
 
 from relay.core.flake import seq_unix_ms
-from relay.core.messages import Item, KeyRecord, Tx
+from relay.core.messages import Item, KeyRecord, Tx, fold_tx
 
 Key = tuple[str, int]
 _LENGTH = Struct(">I").pack
@@ -41,27 +42,17 @@ def content_tag(message: Tx | Item) -> int:
 
 
 class DedupIndex:
-    __slots__ = (
-        "digests",
-        "keys_max",
-        "order",
-        "pending",
-        "skipped",
-        "stable",
-        "tags",
-        "window_ms",
-    )
+    __slots__ = ("keys_max", "order", "pending", "skipped", "stable", "window_ms")
 
     def __init__(self, window_ms: int, keys_max: int) -> None:
         self.window_ms = window_ms
         self.keys_max = keys_max
-        self.stable: dict[Key, int] = {}  # key -> seq, over the stable timeline
+        # key -> (seq, content tag, digest) of the kept copy, over the stable timeline
+        self.stable: dict[Key, tuple[int, int, bytes]] = {}
         self.order: deque[tuple[int, Key]] = deque()  # (seq, key) in fold order
         self.pending: dict[Key, Tx] = {}  # key -> the tx held but not yet stable
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
-        self.digests: dict[int, bytes] = {}  # seq of a kept keyed tx -> its digest
-        self.tags: dict[int, int] = {}  # seq of a kept keyed tx -> its content tag
 
     def note_pending(self, tx: Tx) -> None:
         if tx.producer_id:
@@ -70,36 +61,36 @@ class DedupIndex:
     def lookup(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
         """(seq, content tag) of the tx that already carries the key, stable or pending."""
         key = (producer_id, msg_id)
-        seq = self.stable.get(key)
-        if seq is not None:
-            return seq, self.tags[seq]
+        kept = self.stable.get(key)
+        if kept is not None:
+            return kept[0], kept[1]
         held = self.pending.get(key)
         return (held.seq, content_tag(held)) if held is not None else None
 
-    def admit(self, tx: Tx) -> bool:
-        """``tx`` is being folded: False if it is a later copy of a key already stable (a
-        retry, or a conflict when its content differs)."""
-        if not tx.producer_id:
-            return True
+    def fold(self, tx: Tx, previous: bytes) -> bytes | None:
+        """Fold the keyed ``tx`` after ``previous``: its digest, or None when it is a later
+        copy of a key already stable (a retry, or a conflict when its content differs),
+        which is skipped."""
         key = (tx.producer_id, tx.msg_id)
         self.pending.pop(key, None)
-        original = self.stable.get(key)
         tag = content_tag(tx)
-        if original is not None:
-            self.skipped[tx.seq] = (tx, original, self.tags[original] != tag)
-            return False
-        self.stable[key] = tx.seq
-        self.tags[tx.seq] = tag
+        kept = self.stable.get(key)
+        if kept is not None:
+            self.skipped[tx.seq] = (tx, kept[0], kept[1] != tag)
+            return None
+        digest = fold_tx(previous, tx)
+        self.stable[key] = (tx.seq, tag, digest)
         self.order.append((tx.seq, key))
-        return True
-
-    def folded(self, tx: Tx, digest: bytes) -> None:
-        """An admitted tx was folded with ``digest``."""
-        if tx.producer_id:
-            self.digests[tx.seq] = digest
+        return digest
 
     def digest_of(self, seq: int) -> bytes | None:
-        return self.digests.get(seq)
+        """The digest of the kept copy at ``seq`` (a search: for a tx the ring left)."""
+        order = self.order
+        i = bisect_left(order, seq, key=_first)
+        if i == len(order) or order[i][0] != seq:
+            return None
+        kept = self.stable.get(order[i][1])
+        return kept[2] if kept is not None and kept[0] == seq else None
 
     def original_of(self, seq: int) -> int | None:
         """For a skipped duplicate, the seq of the copy that was kept."""
@@ -113,25 +104,24 @@ class DedupIndex:
 
     def evict(self, head_seq: int) -> None:
         horizon = seq_unix_ms(head_seq) - self.window_ms
-        order = self.order
+        order, stable = self.order, self.stable
         while order and (len(order) > self.keys_max or seq_unix_ms(order[0][0]) < horizon):
             seq, key = order.popleft()
-            self.digests.pop(seq, None)
-            self.tags.pop(seq, None)
-            if self.stable.get(key) == seq:
-                del self.stable[key]
+            kept = stable.get(key)
+            if kept is not None and kept[0] == seq:
+                del stable[key]
         if len(self.skipped) > self.keys_max:
             for seq in sorted(self.skipped)[: len(self.skipped) // 2]:
                 del self.skipped[seq]
 
     def truncate(self, keep_upto: int) -> list[Tx]:
         """Forget every key folded after ``keep_upto``; the skipped copies cut off."""
-        while self.order and self.order[-1][0] > keep_upto:
-            seq, key = self.order.pop()
-            self.digests.pop(seq, None)
-            self.tags.pop(seq, None)
-            if self.stable.get(key) == seq:
-                del self.stable[key]
+        order, stable = self.order, self.stable
+        while order and order[-1][0] > keep_upto:
+            seq, key = order.pop()
+            kept = stable.get(key)
+            if kept is not None and kept[0] == seq:
+                del stable[key]
         dropped = [self.skipped.pop(seq)[0] for seq in [s for s in self.skipped if s > keep_upto]]
         self.pending.clear()
         return dropped
@@ -140,27 +130,27 @@ class DedupIndex:
         """Start over from a snapshot's (or the log's) keys."""
         self.stable.clear()
         self.order.clear()
-        self.digests.clear()
-        self.tags.clear()
         for pid, mid, seq, digest, tag in keys:
-            self.stable[(pid, mid)] = seq
+            self.stable[(pid, mid)] = (seq, tag, digest)
             self.order.append((seq, (pid, mid)))
-            self.digests[seq] = digest
-            self.tags[seq] = tag
 
     def add_verified(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...]) -> None:
         """Txs adopted from a verified slice (already free of duplicates)."""
         for tx, digest in zip(txs, digests, strict=True):
             if tx.producer_id:
                 key = (tx.producer_id, tx.msg_id)
-                self.stable[key] = tx.seq
+                self.stable[key] = (tx.seq, content_tag(tx), digest)
                 self.order.append((tx.seq, key))
-                self.digests[tx.seq] = digest
-                self.tags[tx.seq] = content_tag(tx)
 
     def keys_upto(self, seq: int) -> tuple[KeyRecord, ...]:
         """The keys folded at or before ``seq``, for a snapshot."""
-        digests, tags = self.digests, self.tags
-        return tuple(
-            (pid, mid, s, digests[s], tags[s]) for (s, (pid, mid)) in self.order if s <= seq
-        )
+        found = []
+        for s, key in self.order:
+            kept = self.stable.get(key)
+            if s <= seq and kept is not None and kept[0] == s:
+                found.append((key[0], key[1], s, kept[2], kept[1]))
+        return tuple(found)
+
+
+def _first(entry: tuple[int, Key]) -> int:
+    return entry[0]

@@ -53,6 +53,18 @@ class FlakeClock:
         self.floor = seq
         return seq
 
+    def next_seqs(self, now_unix_ms: int, count: int) -> range | list[int]:
+        """``count`` new seqs in ascending order, as ``next_seq`` would give them one by one."""
+        first = self.next_seq(now_unix_ms)
+        if (first & COUNTER_MAX) + count - 1 <= COUNTER_MAX:  # all in one millisecond
+            self.floor = first + count - 1
+            return range(first, first + count)
+        seqs = [first]
+        for _ in range(count - 1):
+            seqs.append(self._smallest_own_seq_above(seqs[-1]))
+        self.floor = seqs[-1]
+        return seqs
+
     def observe(self, seq: int) -> None:
         """Promise never to originate a seq at or below ``seq``."""
         if seq > self.floor:

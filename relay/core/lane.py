@@ -199,6 +199,17 @@ class Lane:
             self.early = {p: t for p, t in self.early.items() if t.seq > self.contig}
         return True
 
+    def accept_chain(self, txs: list[Tx], stable_head: int) -> bool:
+        """Take a chain of txs (each one's ``prev`` the one before), as ``accept`` would one
+        by one: the node's own new txs."""
+        if not self.accept(txs[0], stable_head):
+            return False
+        if self.cut_at is not None or self.early:
+            return all([self.accept(tx, stable_head) for tx in txs[1:]])
+        self.queue.extend(txs[1:])
+        self.contig = txs[-1].seq
+        return True
+
     def missing_range(self, head: int) -> tuple[int, int] | None:
         """(after, upto) of txs we know exist but do not hold, or None; nothing at or below
         the stable ``head`` is missing (it could not be placed any more)."""

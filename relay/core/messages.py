@@ -54,9 +54,8 @@ class Item(NamedTuple):
 
 def fold_tx(previous: bytes, tx: Tx) -> bytes:
     """The digest after ``tx`` on a timeline ending in ``previous``."""
-    return fold(
-        previous, tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, tx.key, tx.headers
-    )
+    seq, _, origin, _, producer_id, msg_id, payload, key, headers = tx
+    return fold(previous, seq, origin, producer_id, msg_id, payload, key, headers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from collections.abc import Iterable
 
 from relay import errors
 from relay.core import reads
-from relay.core.dedup import content_tag
 from relay.core.events import (
     Acked,
     Broadcast,
@@ -62,7 +61,7 @@ from relay.core.messages import (
 from relay.core.origin import Origin
 from relay.core.params import CoreConfig
 from relay.core.peers import Peers
-from relay.core.publish import Publishes, conflict, refusal, request_problem
+from relay.core.publish import Publishes, attach_retries, refusal, request_problem
 from relay.core.routing import stream_name_problem
 from relay.core.status import NodeStatus
 from relay.core.stream import StreamLimits, StreamReplica
@@ -218,17 +217,11 @@ class NodeCore(MeshIntake, LogEvents):
             return
         state = self.streams[req.stream]
         pending = self.publishes.start(self.elapsed_ms, req)
-        for i, item in enumerate(req.items):
-            held = state.lookup_key(req.producer_id, item.msg_id) if req.producer_id else None
-            if held is None:
-                tx = self.origin.originate(req.stream, now.wall_ms, req.producer_id, item)
-                taken = state.take(tx)
-                assert taken, "a node's own txs always extend its lane"
-                pending.seqs.append(tx.seq)
-                continue
-            if held[1] != content_tag(item):  # not a retry: a new message reusing the key
-                pending.results[i] = conflict(req.producer_id, item.msg_id, held[0])
-            pending.seqs.append(held[0])
+        fresh = attach_retries(state, req, pending)
+        if fresh:
+            txs = self.origin.originate(req.stream, now.wall_ms, req.producer_id, fresh)
+            state.take_own(txs)
+            pending.originated(txs)
         self.publishes.wait(req.stream, pending)
         self._touch(req.stream)
 

@@ -73,16 +73,19 @@ def fold_stable(
     digest = timeline.head_digest
     folded: list[Tx] = []
     digests: list[bytes] = []
-    admit = dedup.admit
+    fold_keyed = dedup.fold
     for tx in ready:
         seq = tx.seq
         if seq <= head_seq:
             late += 1  # an origin broke its promise; never reorder the past
             continue
-        if not admit(tx):
-            continue
-        digest = fold_tx(digest, tx)
-        dedup.folded(tx, digest)
+        if tx.producer_id:
+            kept = fold_keyed(tx, digest)
+            if kept is None:
+                continue  # a later copy of a key already stable
+            digest = kept
+        else:
+            digest = fold_tx(digest, tx)
         folded.append(tx)
         digests.append(digest)
         head_seq = seq

@@ -30,6 +30,7 @@ from relay.core.flake import (
 )
 from relay.core.messages import Item, Replicate, Tx
 
+_new_tx = tuple.__new__  # a Tx straight from its fields, without the named tuple's checks
 CLAIM_HEARTBEATS = 10  # heartbeats that repeat a stream's last originated seq after it changed
 RESERVE_AHEAD_MS = 2000  # how far ahead of the clock a seq reservation reaches
 
@@ -47,14 +48,19 @@ class Origin:
         self.outbox: dict[str, list[Tx]] = {}
         self.heartbeats = 0
 
-    def originate(self, stream: str, wall_ms: int, producer_id: str, item: Item) -> Tx:
-        seq = self.clock.next_seq(wall_ms)
+    def originate(self, stream: str, wall_ms: int, producer_id: str, items: list[Item]) -> list[Tx]:
+        """New txs for ``items``, chained in seq order after the stream's last one."""
+        seqs = self.clock.next_seqs(wall_ms, len(items))
         prev = self.last.get(stream, 0)
-        tx = Tx(seq, prev, self.node_id, self.epoch, producer_id, *item)
-        self.last[stream] = seq
+        node_id, epoch = self.node_id, self.epoch
+        txs = []
+        for seq, item in zip(seqs, items, strict=True):
+            txs.append(_new_tx(Tx, (seq, prev, node_id, epoch, producer_id, *item)))
+            prev = seq
+        self.last[stream] = prev
         self.claimed_at[stream] = self.heartbeats
-        self.outbox.setdefault(stream, []).append(tx)
-        return tx
+        self.outbox.setdefault(stream, []).extend(txs)
+        return txs
 
     def room(self, wall_ms: int, count: int) -> bool:
         """Whether ``count`` new seqs stay within the reservation (one ms to spare)."""

@@ -18,10 +18,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from relay import errors
+from relay.core.dedup import content_tag
 from relay.core.events import Acked, PublishRequested, PublishResults, Rejected, Reply
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
-from relay.core.messages import Item
+from relay.core.messages import Item, Tx
 from relay.core.params import CoreParams
 from relay.core.stream import StreamReplica
 from relay.core.timer import Timeout
@@ -41,6 +42,37 @@ class PendingPublish:
     seqs: list[int] = field(default_factory=list)  # per item: the seq it waits for
     results: list[Result] = field(default_factory=list)
     done: bool = False
+
+    def originated(self, txs: list[Tx]) -> None:
+        """The items left by ``attach_retries`` got these txs, in order."""
+        if len(txs) == len(self.seqs):
+            self.seqs[:] = [tx.seq for tx in txs]
+            return
+        slots = [i for i, seq in enumerate(self.seqs) if seq == 0]
+        for i, tx in zip(slots, txs, strict=True):
+            self.seqs[i] = tx.seq
+
+
+def attach_retries(
+    state: StreamReplica, req: PublishRequested, pending: PendingPublish
+) -> list[Item]:
+    """Attach each item whose key the stream already holds to that tx (a retry; a conflict
+    when it carries other content); the items left to originate, whose seqs stay 0 in
+    ``pending.seqs`` until ``originated``."""
+    if not req.producer_id:
+        pending.seqs.extend([0] * len(req.items))
+        return list(req.items)
+    fresh = []
+    for i, item in enumerate(req.items):
+        held = state.lookup_key(req.producer_id, item.msg_id)
+        if held is None:
+            fresh.append(item)
+            pending.seqs.append(0)
+            continue
+        if held[1] != content_tag(item):  # not a retry: a new message reusing the key
+            pending.results[i] = conflict(req.producer_id, item.msg_id, held[0])
+        pending.seqs.append(held[0])
+    return fresh
 
 
 def request_problem(req: PublishRequested, params: CoreParams) -> str | None:

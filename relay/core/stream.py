@@ -102,6 +102,14 @@ class StreamReplica(TimelineRebuild):
         self.dedup.note_pending(tx)
         return True
 
+    def take_own(self, txs: list[Tx]) -> None:
+        """This node's new txs for the stream, chained in seq order."""
+        taken = self.lanes[self.self_id].accept_chain(txs, self.timeline.head_seq)
+        assert taken, "a node's own txs always extend its lane"
+        note_pending = self.dedup.note_pending
+        for tx in txs:
+            note_pending(tx)
+
     def lookup_key(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
         """(seq, content tag) of the tx that already carries the key, if any."""
         return self.dedup.lookup(producer_id, msg_id)
