@@ -11,6 +11,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from relay.errors import DataLossError, DigestMismatchError, NoQuorumError, RelayError
+from relay.gc_tuning import tune_gc
 
 if TYPE_CHECKING:
     from relay.client.consumer import Consumer, Transaction
@@ -34,6 +35,7 @@ __all__ = [
     "PublishFuture",
     "RelayError",
     "Transaction",
+    "tune_gc",
 ]
 
 

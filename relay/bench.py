@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from relay.client.producer import Producer, PublishFuture
+from relay.gc_tuning import tune_gc
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ def run_bench(settings: BenchSettings, progress: bool = True) -> BenchReport:
         config=settings.config, node=settings.node, window=settings.window, batch_max=settings.batch
     ) as producer:
         producer.publish(settings.stream, payload)  # warm up: connect, create the stream
+        tune_gc()  # as the node does, and as the peer's client gets in scripts/bench.sh
         started = time.perf_counter()
         if settings.mode == "one publish in flight":
             latencies, failed = _one_at_a_time(producer, settings, payload, started, progress)

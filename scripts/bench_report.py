@@ -21,6 +21,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from relay.gc_tuning import THRESHOLDS
 from relay.runtime.local_cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,10 +111,16 @@ def measure_relay(nodes: int, count: int, fsync: str) -> dict[str, Any]:
 def measure_nats() -> str | None:
     if not PEER.exists() or not PEER_PYTHON.exists():
         return None
+    # the peer's client runs with the garbage collector policy relay's own bench client uses
+    prelude = (
+        f"import gc, runpy; gc.collect(); gc.freeze(); gc.set_threshold(*{THRESHOLDS}); "
+        f"runpy.run_path({str(PEER)!r}, run_name='__main__')"
+    )
     out = subprocess.run(
         [
             str(PEER_PYTHON),
-            str(PEER),
+            "-c",
+            prelude,
             "--uvloop",
             "--storage",
             "memory",

@@ -9,7 +9,6 @@ Consumer fetches are events too: the core answers them or parks them (long poll)
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 import time
@@ -49,6 +48,7 @@ from relay.core.events import (
 from relay.core.node import NodeCore
 from relay.core.status import StreamStatus
 from relay.core.timer import Now
+from relay.gc_tuning import tune_gc
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_command
 from relay.runtime.group_lag import group_lags
@@ -157,9 +157,7 @@ class NodeRuntime:
 
     def run(self) -> None:
         self._install_signals()
-        gc.collect()
-        gc.freeze()  # what start-up built lives as long as the process: never scan it again
-        gc.set_threshold(50_000, 50, 100)  # per-tx garbage is acyclic; scan for cycles rarely
+        tune_gc()
         log.info(
             "node %d serving clients on %s, mesh on %s",
             self.spec.id,
