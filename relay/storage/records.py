@@ -74,8 +74,11 @@ def txs_frame(records: list[Record]) -> bytes:
 
 def record_bytes(tx: Tx) -> int:
     """About what ``tx`` takes in a batch frame (to size batches before encoding them)."""
-    extra = sum(len(name) + len(value) + 8 for name, value in tx.headers) if tx.headers else 0
-    return RECORD_OVERHEAD + len(tx.payload) + len(tx.producer_id) + len(tx.key or b"") + extra
+    _, _, _, _, producer_id, _, payload, key, headers = tx
+    size = RECORD_OVERHEAD + len(payload) + len(producer_id)
+    if key is None and not headers:
+        return size
+    return size + len(key or b"") + sum(len(name) + len(value) + 8 for name, value in headers)
 
 
 def mark_frame(seq: int) -> bytes:

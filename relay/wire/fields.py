@@ -82,16 +82,13 @@ TxRow = tuple[int, int, int, int, str, int, bytes, bytes | None, tuple[tuple[str
 
 def checked_txs(rows: Sequence[TxRow]) -> tuple[Tx, ...]:
     """Txs from rows a typed decoder read (types already checked), their values in range."""
-    txs = tuple(map(Tx._make, rows))
-    for tx in txs:
+    for row in rows:
+        seq, prev, origin, epoch, _, msg_id, _, _, headers = row
         if not (
-            tx.seq > tx.prev >= 0
-            and 0 <= tx.origin <= 1023
-            and tx.epoch >= 0
-            and tx.msg_id >= 0
-            and tx.seq < 1 << 64
+            seq > prev >= 0 and 0 <= origin <= 1023 and epoch >= 0 and msg_id >= 0 and seq < 1 << 64
         ):
-            raise ValueError(f"bad tx {tx!r:.80}")
-        if tx.headers and not all(name for name, _ in tx.headers):
+            raise ValueError(f"bad tx {row!r:.80}")
+        if headers and not all(name for name, _ in headers):
             raise ValueError("a header name is never empty")
-    return txs
+    new = tuple.__new__
+    return tuple([new(Tx, row) for row in rows])
