@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -144,13 +145,16 @@ def main() -> None:
     args = parser.parse_args()
     cores = os.cpu_count()
     print(f"# relay benchmark, {date.today()}, {platform.node()}, {cores} cores\n")
+    results: dict[tuple[int, str], dict[str, Any]] = {}
     for nodes, fsync in ((3, "always"), (3, "interval"), (3, "never"), (5, "always")):
         r: dict[str, Any] = measure_relay(nodes, args.count, fsync)
+        results[(nodes, fsync)] = r
         peak, single, half = r["peak"], r["single"], r["half"]
         print(f"## {nodes} nodes, fsync = {fsync}\n")
         print(
             f"- pipelined: {peak['tx_per_s']:,.0f} acked tx/s ({peak['acked']} acked, "
-            f"{peak['failed']} failed, window 16 x batch 256)"
+            f"{peak['failed']} failed, window {peak['settings']['window']} x "
+            f"batch {peak['settings']['batch']})"
         )
         print(
             f"- one in flight: p50 {single['p50_ms']:.3f} ms, p99 {single['p99_ms']:.3f} ms, "
@@ -168,6 +172,38 @@ def main() -> None:
         missing = "not run: install nats-server and /tmp/peer-venv (../shared/peers/README.md)"
         print("## NATS JetStream R3 (../shared/peers), same run\n")
         print("```\n" + (nats or missing) + "\n```")
+        if nats:
+            print(ratios(results, nats))
+
+
+def ratios(results: dict[tuple[int, str], dict[str, Any]], nats: str) -> str:
+    """The targets' ratios against the peer measured in this run."""
+    best: dict[str, float] = {}
+    sync: dict[str, tuple[float, float]] = {}
+    for line in nats.splitlines():
+        found = re.match(r"(memory|file)\s+async publish window=\d+: median ([\d,]+) msg/s", line)
+        if found:
+            rate = float(found[2].replace(",", ""))
+            best[found[1]] = max(best.get(found[1], 0.0), rate)
+        found = re.match(r"(memory|file)\s+sync publish: .* p50 ([\d,]+) us, p99 ([\d,]+) us", line)
+        if found:
+            sync[found[1]] = (float(found[2].replace(",", "")), float(found[3].replace(",", "")))
+    if len(best) < 2 or len(sync) < 2:
+        return "\n(ratios: the peer's output was not complete)"
+    always, never, five = results[(3, "always")], results[(3, "never")], results[(5, "always")]
+    rows = [
+        ("3 nodes always / JetStream file, pipelined", always["peak"]["tx_per_s"] / best["file"]),
+        ("3 nodes never / JetStream memory, pipelined", never["peak"]["tx_per_s"] / best["memory"]),
+        ("one in flight p99, always / file", always["single"]["p99_ms"] * 1000 / sync["file"][1]),
+        ("one in flight p99, never / memory", never["single"]["p99_ms"] * 1000 / sync["memory"][1]),
+        (
+            "5 nodes / 3 nodes, always, pipelined",
+            five["peak"]["tx_per_s"] / always["peak"]["tx_per_s"],
+        ),
+    ]
+    lines = ["\n## Ratios in this run\n", "| measure | ratio |", "|---|---|"]
+    lines += [f"| {name} | {value:.2f}x |" for name, value in rows]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -155,7 +155,7 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str) -> None:
 @click.option("--stream", default="bench", show_default=True)
 @click.option("--count", default=100_000, show_default=True, help="Transactions to publish.")
 @click.option("--size", default=100, show_default=True, help="Payload bytes.")
-@click.option("--window", default=16, show_default=True, help="Requests in flight.")
+@click.option("--window", default=32, show_default=True, help="Requests in flight.")
 @click.option("--batch", default=256, show_default=True, help="Messages per request.")
 @click.option("--rate", type=float, help="Target tx/s (open loop); default: as fast as acked.")
 @click.option("--node", "node_id", type=int, help="The node to publish to.")

@@ -105,7 +105,7 @@ class Producer:
         timeout_s: float = 30.0,
         request_timeout_s: float = 3.0,
         batch_max: int = 512,
-        window: int = 16,
+        window: int = 32,
         journal: str | Path | None = None,
         journal_bytes_max: int = 64 << 20,
         journal_full: str = "block",
