@@ -5,6 +5,7 @@ Loading refuses a bad file with a ``ConfigError`` whose message names the key at
 
 from __future__ import annotations
 
+import socket
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -17,6 +18,15 @@ from relay.storage import settings as storage
 from relay.storage.settings import StorageSettings
 
 REPLICAS_MIN = 3
+MAX_INT = (1 << 63) - 1
+# (least, most) of each core setting; every other one is an integer from 1 up
+PARAM_BOUNDS = {
+    "quorum": (0, 1023),  # 0: a majority of each stream's replicas
+    "payload_bytes_max": (1, 16 << 20),  # a request must stay far below a frame's 64 MiB
+    "publish_items_max": (1, 1 << 16),
+    "dedup_window_ms": (1000, 7 * 24 * 3600 * 1000),  # a retry's window: one second to a week
+    "heartbeat_ms": (1, 60_000),
+}
 
 
 class ConfigError(ValueError):
@@ -118,16 +128,14 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         stored = storage.parse(where, cluster)
     except storage.SettingsError as exc:
         raise ConfigError(str(exc)) from None
-    for key in _PARAM_KEYS:
+    for key in sorted(_PARAM_KEYS):
         value = cluster.get(key, getattr(defaults, key))
-        if type(value) is not int or value < 0:
+        least, most = PARAM_BOUNDS.get(key, (1, MAX_INT))
+        if type(value) is not int or not least <= value <= most:
             raise ConfigError(
-                f"{where}: 'cluster.{key}' must be a non-negative integer, got {value!r}"
+                f"{where}: 'cluster.{key}' must be an integer from {least} to {most}, got {value!r}"
             )
         params[key] = value
-    for key in ("heartbeat_ms", "suspect_after_ms", "publish_timeout_ms", "buffer_txs_max"):
-        if params[key] == 0:
-            raise ConfigError(f"{where}: 'cluster.{key}' must be greater than 0")
     if params["fence_after_ms"] >= params["suspect_after_ms"]:
         raise ConfigError(
             f"{where}: 'cluster.fence_after_ms' must be less than "
@@ -171,8 +179,10 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         )
     if not allow_small:
         _check_replication(where, config)
+    _check_dir(where, "cluster.run_dir", config.run_dir)
     dirs: dict[Path, int] = {}
     for spec in specs:
+        _check_dir(where, f"data_dir of node {spec.id}", config.data_dir(spec.id))
         other = dirs.setdefault(config.data_dir(spec.id), spec.id)
         if other != spec.id:
             raise ConfigError(
@@ -242,15 +252,44 @@ def _check_unique(where: str, specs: tuple[NodeSpec, ...]) -> None:
                 f"node[{ids[spec.id]}]; node ids must be unique"
             )
         ids[spec.id] = i
+        addresses = _resolve(where, f"node[{i}].host", spec.host)
         for key in ("mesh_port", "client_port", "metrics_port"):
             port = getattr(spec, key)
-            owner = ports.get((spec.host, port))
-            if owner:
-                raise ConfigError(
-                    f"{where}: 'node[{i}].{key}' {port} on {spec.host} is "
-                    f"already {owner}; every port must be unique per host"
+            for address in addresses:
+                owner = ports.get((address, port)) or next(
+                    (o for (a, p), o in ports.items() if p == port and WILDCARDS & {a, address}),
+                    None,
                 )
-            ports[(spec.host, port)] = f"node[{i}].{key}"
+                if owner:
+                    raise ConfigError(
+                        f"{where}: 'node[{i}].{key}' {port} on {spec.host} ({address}) is "
+                        f"already {owner}; every port must be unique per address"
+                    )
+                ports[(address, port)] = f"node[{i}].{key}"
+
+
+def _check_dir(where: str, key: str, path: Path) -> None:
+    """A directory that exists, or can be made: no file stands where one of its parents is."""
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise ConfigError(f"{where}: {key} {path} cannot be made: {part} is a file")
+            return
+
+
+WILDCARDS = frozenset({"0.0.0.0", "::"})
+
+
+def _resolve(where: str, key: str, host: str) -> frozenset[str]:
+    """The addresses ``host`` names (so that localhost and 127.0.0.1 are one address)."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ConfigError(
+            f"{where}: '{key}' {host!r} does not resolve to an address ({why})"
+        ) from None
+    return frozenset(str(info[4][0]) for info in found)
 
 
 def _check_replication(where: str, config: ClusterConfig) -> None:

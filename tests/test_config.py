@@ -1,5 +1,6 @@
 """Config files: the example loads; every kind of mistake is refused, naming the key."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,13 @@ def raw(text: str) -> dict:
     import tomllib
 
     return tomllib.loads(text)
+
+
+def set_key(text: str, key: str, value: str) -> str:
+    """The config text with ``[cluster] key = value`` (replaced, or added)."""
+    if re.search(rf"^{key} = ", text, flags=re.M):
+        return re.sub(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
+    return text.replace("[cluster]", f"[cluster]\n{key} = {value}", 1)
 
 
 def test_the_example_config_loads() -> None:
@@ -61,6 +69,27 @@ def test_init_writes_loadable_3_and_5_node_configs() -> None:
             lambda t: t.replace("[[node]]\nid = 1", "[[node]]\nid = 1\ncolour = 3", 1),
             "node[0].colour",
         ),
+        *[
+            (lambda t, k=k: set_key(t, k, "0"), k)
+            for k in (
+                "payload_bytes_max",
+                "publish_items_max",
+                "streams_max",
+                "repair_batch_txs_max",
+                "dedup_keys_max",
+                "buffer_txs_max",
+            )
+        ],
+        (  # the same port under two names of one address
+            lambda t: t.replace('host = "127.0.0.1"', 'host = "localhost"', 1).replace(
+                "mesh_port = 7102", "mesh_port = 7101"
+            ),
+            "node[1].mesh_port",
+        ),
+        (
+            lambda t: t.replace('host = "127.0.0.1"', 'host = "no-such-host.invalid"', 1),
+            "node[0].host",
+        ),
     ],
 )
 def test_bad_configs_are_refused_naming_the_key(edit, key: str) -> None:
@@ -88,3 +117,11 @@ def test_storage_keys_and_data_dirs() -> None:
     assert config.storage.fsync == "never" and not config.params.votes_wait_for_disk
     assert config.data_dir(2) == config.run_dir / "data" / "node-2"
     assert parse(raw(cluster_toml(3))).params.votes_wait_for_disk
+
+
+def test_a_run_dir_under_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("not a directory")
+    settings = raw(cluster_toml(3))
+    settings["cluster"]["run_dir"] = str(tmp_path / "plain" / "run")
+    with pytest.raises(ConfigError, match=r"run_dir .* is a file"):
+        parse(settings)

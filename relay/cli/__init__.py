@@ -38,9 +38,15 @@ main.add_command(batch_group)
 @click.option("--id", "node_id", required=True, type=int, help="Which [[node]] of the file.")
 @click.option("--clock-offset-ms", default=0, type=int, help="Skew this node's clock (testing).")
 @click.option("--admin-port", type=int, help="Enable fault injection on this port (testing).")
+@click.option("--admin-host", default="127.0.0.1", show_default=True, help="Where it listens.")
 @click.option("--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING"]))
 def node(
-    config_path: str, node_id: int, clock_offset_ms: int, admin_port: int | None, log_level: str
+    config_path: str,
+    node_id: int,
+    clock_offset_ms: int,
+    admin_port: int | None,
+    admin_host: str,
+    log_level: str,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from relay.runtime.node import NodeRuntime, StartupError
@@ -51,7 +57,11 @@ def node(
     config = load_config(config_path)
     try:
         runtime = NodeRuntime(
-            config, node_id, clock_offset_ms=clock_offset_ms, admin_port=admin_port
+            config,
+            node_id,
+            clock_offset_ms=clock_offset_ms,
+            admin_port=admin_port,
+            admin_host=admin_host,
         )
     except (StartupError, ConfigError, OSError) as exc:
         raise click.ClickException(str(exc)) from None

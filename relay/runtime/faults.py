@@ -17,6 +17,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
+from relay.core.flake import NODE_ID_MAX
 from relay.core.messages import MeshMessage
 from relay.core.node import NodeCore
 from relay.core.timeline import Timeline
@@ -24,6 +27,8 @@ from relay.core.timeline import Timeline
 log = logging.getLogger("relay.node")
 
 ADMIN_KEYS = ("loss_in", "loss_out", "block_from", "delay_ms", "clock_offset_ms")
+DAY_MS = 24 * 3600 * 1000
+SETTING_BOUNDS = {"delay_ms": (0, 60_000), "clock_offset_ms": (-DAY_MS, DAY_MS)}
 
 
 class AdminError(ValueError):
@@ -54,14 +59,17 @@ class FaultHooks:
                 raise AdminError(f"{key} must be a fraction from 0 to 1")
         if "block_from" in settings and not (
             isinstance(settings["block_from"], list)
-            and all(isinstance(n, int) for n in settings["block_from"])
+            and all(type(n) is int for n in settings["block_from"])
         ):
             raise AdminError("block_from must be a list of node ids")
-        for key in ("delay_ms", "clock_offset_ms"):
-            if key in settings and not isinstance(settings[key], int):
-                raise AdminError(f"{key} must be an integer")
-        if settings.get("delay_ms", 0) < 0:
-            raise AdminError("delay_ms must not be negative")
+        for key, (least, most) in SETTING_BOUNDS.items():
+            value = settings.get(key, 0)
+            if type(value) is not int or not least <= value <= most:
+                raise AdminError(f"{key} must be an integer from {least} to {most}")
+        if "block_from" in settings and not all(
+            0 <= n <= NODE_ID_MAX for n in settings["block_from"]
+        ):
+            raise AdminError(f"block_from names node ids from 0 to {NODE_ID_MAX}")
         for key, value in settings.items():
             setattr(self, key, frozenset(value) if key == "block_from" else value)
 
@@ -126,6 +134,17 @@ def tamper_payload(timeline: Timeline, seq: int) -> int:
     return seq
 
 
+def admin_reply(raw: bytes, hooks: FaultHooks, core: NodeCore) -> bytes:
+    """The encoded answer to one encoded admin request; a request that is not msgpack, or
+    nests too deep, gets an error like any other bad request."""
+    try:
+        answer = admin_command(msgpack.unpackb(raw, raw=False), hooks, core)
+    except (ValueError, RecursionError) as exc:
+        answer = {"ok": False, "error": f"not a msgpack request: {exc}"}
+    reply: bytes = msgpack.packb(answer)
+    return reply
+
+
 def admin_command(request: object, hooks: FaultHooks, core: NodeCore) -> dict[str, Any]:
     """Carry out one admin request ``[command, argument]``; the answer to send back."""
     try:
@@ -146,7 +165,10 @@ def admin_command(request: object, hooks: FaultHooks, core: NodeCore) -> dict[st
             state = core.streams.get(argument["stream"])  # a fault, not a decision
             if state is None:
                 raise AdminError(f"this node holds no stream {argument['stream']!r}")
-            seq = tamper_payload(state.timeline, int(argument.get("seq", 0)))
+            seq = argument.get("seq", 0)
+            if type(seq) is not int or not 0 <= seq < 1 << 64:
+                raise AdminError("tamper's seq is an integer (0: the last verified tx)")
+            seq = tamper_payload(state.timeline, seq)
             log.warning("tampered with the payload of %s seq %d", argument["stream"], seq)
         elif command != "status":
             raise AdminError(

@@ -15,7 +15,6 @@ import time
 from types import FrameType
 from typing import Any
 
-import msgpack
 import zmq
 
 from relay import errors
@@ -50,7 +49,7 @@ from relay.core.status import StreamStatus
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
 from relay.runtime.disk import NodeDisk
-from relay.runtime.faults import FaultHooks, admin_command
+from relay.runtime.faults import FaultHooks, admin_reply
 from relay.runtime.group_lag import group_lags
 from relay.runtime.metrics import NodeMetrics
 from relay.storage.stream_log import StorageError
@@ -67,6 +66,7 @@ from relay.wire.client import (
 
 log = logging.getLogger("relay.node")
 
+ADMIN_REQUEST_BYTES_MAX = 64 << 10  # an admin request is a small map
 TICK_MS = 10
 GAUGE_MS = 500
 GROUP_LAG_EVERY = 10  # gauge turns between two counts of the consumer groups' lag
@@ -86,6 +86,7 @@ class NodeRuntime:
         clock_offset_ms: int = 0,
         metrics: bool = True,
         admin_port: int | None = None,
+        admin_host: str = "127.0.0.1",  # fault injection answers on loopback unless told
     ) -> None:
         self.config = config
         self.spec = config.node(node_id)
@@ -118,9 +119,10 @@ class NodeRuntime:
             self._bind(self.router, self.spec.client_port, "client_port")
             if self.admin is not None and admin_port is not None:
                 self.admin.setsockopt(zmq.LINGER, 0)
-                self._bind(self.admin, admin_port, "--admin-port")
+                self.admin.setsockopt(zmq.MAXMSGSIZE, ADMIN_REQUEST_BYTES_MAX)
+                self._bind(self.admin, admin_port, "--admin-port", admin_host)
             if metrics:
-                self.metrics.serve(self.spec.host, self.spec.metrics_port)
+                self._bind(None, self.spec.metrics_port, "metrics_port")
         except BaseException:
             self.close()
             raise
@@ -136,12 +138,18 @@ class NodeRuntime:
         if self.admin is not None:
             self.poller.register(self.admin, zmq.POLLIN)
 
-    def _bind(self, sock: zmq.Socket[Any], port: int, key: str) -> None:
+    def _bind(self, sock: zmq.Socket[Any] | None, port: int, key: str, host: str = "") -> None:
+        """Bind ``sock`` (None: the metrics server) or say which key and address failed."""
+        host = host or self.spec.host
         try:
-            sock.bind(f"tcp://{self.spec.host}:{port}")
-        except zmq.ZMQError as exc:
+            if sock is None:
+                self.metrics.serve(host, port)
+            else:
+                sock.bind(f"tcp://{host}:{port}")
+        except (zmq.ZMQError, OSError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise StartupError(
-                f"node {self.spec.id}: cannot bind {key} {self.spec.host}:{port}: {exc}. "
+                f"node {self.spec.id}: cannot bind {key} {host}:{port}: {why}. "
                 "Is another node or program using it? Stop it (relay cluster down) or change "
                 f"'{key}' in {self.config.path}"
             ) from None
@@ -220,12 +228,7 @@ class NodeRuntime:
     def _admin(self) -> None:
         """One operator command on the admin socket: [command, argument]."""
         assert self.admin is not None
-        try:
-            request = msgpack.unpackb(self.admin.recv(), raw=False)
-            reply = admin_command(request, self.hooks, self.core)
-        except ValueError as exc:  # not msgpack
-            reply = {"ok": False, "error": str(exc)}
-        self.admin.send(msgpack.packb(reply))
+        self.admin.send(admin_reply(self.admin.recv(), self.hooks, self.core))
 
     # --- input --------------------------------------------------------------------------
 
