@@ -21,7 +21,6 @@ import zlib
 from bisect import bisect_left
 from collections import deque
 from struct import Struct
-from zlib import crc32
 
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Item, KeyRecord, Tx, fold_tx
@@ -76,7 +75,7 @@ class DedupIndex:
         which is skipped."""
         key = (tx.producer_id, tx.msg_id)
         self.pending.pop(key, None)
-        tag = crc32(tx.payload) if tx.key is None and not tx.headers else content_tag(tx)
+        tag = content_tag(tx)
         kept = self.stable.get(key)
         if kept is not None:
             self.skipped[tx.seq] = (tx, kept[0], kept[1] != tag)
