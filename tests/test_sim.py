@@ -75,6 +75,15 @@ def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
     assert run_seed(seed, nodes, delivery=False).acked > 0  # found before groups and batches
 
 
+def test_a_group_seed_a_campaign_found() -> None:
+    """Seed 971020: with a node stopped for good and every other node power-cycled, the group
+    member's commit records, each waiting for its answer, kept going to the stopped node and
+    each waited out a client timeout, and the member restarted again and again: the run did
+    not go quiet in time (the simulated member now sends where nodes are up, as a producer
+    that saw one go does, and restarts at most three times a run)."""
+    assert run_seed(971020, 3).acked > 0
+
+
 def test_calm_seeds() -> None:
     for seed in range(20):
         for nodes in (3, 5):

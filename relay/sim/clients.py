@@ -42,6 +42,7 @@ class Publish:
     payload: bytes
     attempts: int = 0
     headers: tuple[tuple[str, bytes], ...] | None = None  # None: drawn from the payload
+    routed: bool = False  # sent only to nodes that are up, as a producer that saw one go
 
 
 @dataclass(slots=True)
@@ -96,6 +97,7 @@ class SimClients:
         # what a fan-out batch and a consumer group see (``relay.sim.delivery``)
         self.on_acked: Callable[[Publish, Acked], None] | None = None
         self.on_delivered: Callable[[int, SimConsumer, tuple[Tx, ...]], None] | None = None
+        self.live: Callable[[], list[int]] | None = None  # the nodes up now, for routed sends
 
     def reuse(self, rng: random.Random, rate: float) -> None:
         """Now and then also publish a new message under an earlier message's key (a producer
@@ -119,7 +121,8 @@ class SimClients:
             self._send(now_ms, again, rng)
 
     def _send(self, now_ms: int, pub: Publish, rng: random.Random | None = None) -> None:
-        node = (rng or self.rng).choice(self.node_ids)
+        up = self.live() if pub.routed and self.live is not None else []
+        node = (rng or self.rng).choice(up or self.node_ids)
         pub.attempts += 1
         req_id = self._request(Request(node, now_ms, pub))
         event = PublishRequested(b"p", req_id, pub.stream, pub.producer_id, (item_of(pub),))
@@ -135,7 +138,13 @@ class SimClients:
         ):
             # a producer that gives up waiting early and retries elsewhere: a duplicate
             again = Publish(
-                pub.stream, pub.producer_id, pub.msg_id, pub.payload, pub.attempts, pub.headers
+                pub.stream,
+                pub.producer_id,
+                pub.msg_id,
+                pub.payload,
+                pub.attempts,
+                pub.headers,
+                pub.routed,
             )
             self._retry(now_ms + self.rng.randint(0, 20), again)
 

@@ -94,6 +94,7 @@ class SimCluster:
             first, last = START_MS + 100, START_MS + 100 + plan.publish_ms
             stream = rng.choice(plan.streams)
             self.delivery = SimDelivery(rng, self.clients, self.checker, stream, first, last)
+            self.clients.live = lambda: sorted(self.nodes)
         self.trace: list[str] = []
         self.turns = 0
         self._actions: list[tuple[int, int, bool, Fault]] = []  # (at, order, is_start, fault)

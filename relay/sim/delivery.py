@@ -42,6 +42,7 @@ GROUP = "g"
 PRODUCER = "batcher"
 MEMBER = "member"
 NEVER = 1 << 62
+RESTARTS_MAX = 3  # per run: each one re-delivers and re-commits, so the run still goes quiet
 
 
 class SimDelivery:
@@ -90,10 +91,13 @@ class SimDelivery:
             i = self.sent_items
             headers = (item_header(self.batch, i),)
             payload = self.rng.randbytes(self.rng.randint(0, 20))
-            self._send(now_ms, Publish(self.stream, PRODUCER, i + 1, payload, headers=headers))
+            item = Publish(self.stream, PRODUCER, i + 1, payload, headers=headers, routed=True)
+            self._send(now_ms, item)
             self.sent_items += 1
         if len(self.items_acked) == self.count and not self.close_sent:
-            close = Publish(self.batch, PRODUCER, self.count + 1, close_payload(self.count))
+            close = Publish(
+                self.batch, PRODUCER, self.count + 1, close_payload(self.count), routed=True
+            )
             self._send(now_ms, close)
             self.close_sent = True
         if self.commit_at <= now_ms and self.in_flight is None and not self.resuming:
@@ -157,7 +161,7 @@ class SimDelivery:
 
     def _record(self, stream: str, payload: bytes) -> Publish:
         self.msg_id += 1
-        return Publish(stream, MEMBER, self.msg_id, payload)
+        return Publish(stream, MEMBER, self.msg_id, payload, routed=True)
 
     def _on_acked(self, pub: Publish, result: Acked) -> None:
         if pub.producer_id == PRODUCER and pub.stream == self.stream:
@@ -170,7 +174,12 @@ class SimDelivery:
         if pub.stream == self.group_stream:
             found = commit_of(pub.stream, result.seq, pub.payload)
             self.committed = (found.seq, found.digest, result.seq)
-        if self.committed is not None and not self.member.waiting and self.rng.random() < 0.2:
+        if (
+            self.committed is not None
+            and not self.member.waiting
+            and self.restarts < RESTARTS_MAX
+            and self.rng.random() < 0.2
+        ):
             self._restart()  # between two records of a commit, or after the last
 
     def _restart(self) -> None:
