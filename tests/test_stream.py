@@ -1,11 +1,15 @@
 """StreamReplica: stability, votes that must agree on the digest, dedup."""
 
+from relay import errors
 from relay.core.catchup import CatchupInput
 from relay.core.dedup import content_tag
 from relay.core.digest import fold, genesis
-from relay.core.flake import SEQ_MAX
+from relay.core.events import PublishRequested, Rejected
+from relay.core.flake import SEQ_MAX, make_seq
 from relay.core.lane import LaneInput
-from relay.core.messages import Item, StreamAck, Tx
+from relay.core.messages import Item, StreamAck, SyncData, Tx
+from relay.core.origin import Origin
+from relay.core.publish import Publishes, attach_retries
 from relay.core.stream import StreamLimits, StreamReplica
 
 LIMITS = StreamLimits(buffer_txs_max=100, dedup_window_ms=60_000, dedup_keys_max=1000)
@@ -196,3 +200,73 @@ def test_adopting_replaces_an_unverified_tail_and_keeps_later_txs() -> None:
     assert outcome.startswith("adopted 2")
     assert diverged.timeline.seqs == source.timeline.seqs
     assert diverged.timeline.head_digest == source.timeline.head_digest
+
+
+def test_the_dedup_window_moves_with_each_tx_not_with_a_loop_turn() -> None:
+    """Replicas cut the same timeline into different batches; what the index holds at a tx
+    must not depend on that, or one replica skips a copy another keeps (found by a review:
+    the window used to move once per batch, from the batch's last seq)."""
+    limits = StreamLimits(buffer_txs_max=100, dedup_window_ms=50, dedup_keys_max=1000)
+    t0 = 1_800_000_000_000
+    first = Tx(make_seq(t0, 2), 0, 2, 7, "p", 1, b"x")
+    unkeyed = Tx(make_seq(t0 + 100, 3), 0, 3, 7, "", 0, b"y")
+    again = Tx(make_seq(t0 + 101, 2), first.seq, 2, 7, "p", 1, b"x")  # past the window: kept
+    heads = []
+    for batches in ([[first], [unkeyed], [again]], [[first], [unkeyed, again]]):
+        r = replica(limits=limits)
+        for batch in batches:
+            for tx in batch:
+                r.take(tx)
+            promise_all(r, batch[-1].seq)
+            stabilize(r)
+        assert r.timeline.seqs == [first.seq, unkeyed.seq, again.seq]
+        heads.append(r.timeline.head_digest)
+    assert heads[0] == heads[1]
+
+
+def test_two_copies_of_a_key_in_one_request_follow_the_first() -> None:
+    """The first copy gets a seq; a second with the same content is its retry, one with other
+    content a conflict naming it; a later retry of the first is still its retry (a review
+    found it refused once both copies got seqs)."""
+    r = replica()
+    publishes = Publishes(5000)
+    items = (Item(5, b"A"), Item(5, b"A"), Item(5, b"B"), Item(6, b"C"))
+    req = PublishRequested(b"c", 1, "s", "p", items)
+    pending = publishes.start(0, req)
+    fresh, copies = attach_retries(r, req, pending)
+    assert [item.payload for item in fresh] == [b"A", b"C"]
+    origin = Origin(1, 7, BASE)
+    txs = origin.originate("s", 1_800_000_000_000, "p", fresh)
+    r.take_own(txs)
+    pending.originated(txs, copies)
+    assert pending.seqs == [txs[0].seq, txs[0].seq, txs[0].seq, txs[1].seq]
+    third = pending.results[2]
+    assert isinstance(third, Rejected) and third.code == errors.CONFLICT
+    assert pending.results[:2] == [None, None]
+    retry = PublishRequested(b"c", 2, "s", "p", (Item(5, b"A"),))
+    again = publishes.start(0, retry)
+    assert attach_retries(r, retry, again) == ([], [])
+    assert again.seqs == [txs[0].seq] and again.results == [None]
+
+
+def test_a_sync_slice_the_replica_already_holds_keeps_the_paging_going() -> None:
+    """A replica that holds a peer's verified txs but verified fewer marks them verified page
+    by page, asking for the next page at once (a review found it stopped after one)."""
+    source, behind = replica(), replica()
+    chain = []
+    for i in range(1, 9):
+        chain.append(Tx(BASE + i, BASE + i - 1 if i > 1 else 0, 2, 7, "", 0, bytes([i])))
+    for r in (source, behind):
+        for tx in chain:
+            r.take(tx)
+        promise_all(r, BASE + 20)
+        stabilize(r)
+    source.timeline.verify_upto(BASE + 8)
+    behind.timeline.verify_upto(BASE + 2)
+    found = source.sync_slice(behind.verified_seq, 3)
+    assert found is not None
+    data = SyncData("s", 1, 2, *found)
+    outcome, ask = behind.take_sync(data, 0, 3)
+    assert outcome.startswith("verified 3 held txs") and behind.verified_seq == BASE + 5
+    assert ask is not None and ask.after_seq == BASE + 5
+    assert behind.timeline.head_seq == BASE + 8  # its own tail stayed

@@ -4,9 +4,12 @@ How this works: a coordinator that already holds a key attaches a retry to it (`
 over stable and pending txs). A retry sent to another coordinator gets a second seq, and the
 duplicate is removed deterministically when it is folded: every replica folds the same txs
 in the same order, so every replica keeps the first copy and skips the same later one
-(``admit``), remembering the skipped seq's original so its coordinator can answer with it.
+(``fold``), remembering the skipped seq's original so its coordinator can answer with it.
 The index covers ``window_ms`` of seq time and at most ``keys_max`` keys, and keeps each kept
-copy's digest, so a retry is answered even when the original left the memory ring.
+copy's digest, so a retry is answered even when the original left the memory ring. The window
+moves as each tx is folded, measured from that tx's seq, so what the index holds at any point
+of the timeline is a function of the timeline alone: replicas that fold it in different batches
+skip the same copies.
 
 A retry carries what the original carried. A *new* message that reuses a producer id and
 message id (a producer restarted with a fixed id that numbers from 1 again) does not: each
@@ -22,7 +25,7 @@ from bisect import bisect_left
 from collections import deque
 from struct import Struct
 
-from relay.core.flake import seq_unix_ms
+from relay.core.flake import TIME_SHIFT
 from relay.core.messages import Item, KeyRecord, Tx, fold_tx
 
 Key = tuple[str, int]
@@ -70,20 +73,45 @@ class DedupIndex:
         return (held.seq, content_tag(held)) if held is not None else None
 
     def fold(self, tx: Tx, previous: bytes) -> bytes | None:
-        """Fold the keyed ``tx`` after ``previous``: its digest, or None when it is a later
-        copy of a key already stable (a retry, or a conflict when its content differs),
-        which is skipped."""
+        """Fold ``tx`` after ``previous``: its digest, or None when it is a later copy of a
+        key already stable (a retry, or a conflict when its content differs), which is
+        skipped. The window is moved first, measured from this tx's own seq, so what the
+        index holds at every tx depends on the timeline alone, never on how a replica's loop
+        turns cut it into batches: every replica skips the same copies."""
+        order = self.order
+        if order:
+            horizon = ((tx.seq >> TIME_SHIFT) - self.window_ms) << TIME_SHIFT
+            if order[0][0] < horizon:
+                self._forget_before(horizon)
+        if not tx.producer_id:
+            return fold_tx(previous, tx)
         key = (tx.producer_id, tx.msg_id)
         self.pending.pop(key, None)
         tag = content_tag(tx)
         kept = self.stable.get(key)
         if kept is not None:
+            if len(self.skipped) >= self.keys_max:  # what a coordinator answers with: local
+                for seq in sorted(self.skipped)[: len(self.skipped) // 2]:
+                    del self.skipped[seq]
             self.skipped[tx.seq] = (tx, kept[0], kept[1] != tag)
             return None
+        while len(order) >= self.keys_max:
+            self._forget_oldest()
         digest = fold_tx(previous, tx)
         self.stable[key] = (tx.seq, tag, digest)
-        self.order.append((tx.seq, key))
+        order.append((tx.seq, key))
         return digest
+
+    def _forget_before(self, horizon: int) -> None:
+        order = self.order
+        while order and order[0][0] < horizon:
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        seq, key = self.order.popleft()
+        kept = self.stable.get(key)
+        if kept is not None and kept[0] == seq:
+            del self.stable[key]
 
     def digest_of(self, seq: int) -> bytes | None:
         """The digest of the kept copy at ``seq`` (a search: for a tx the ring left)."""
@@ -103,18 +131,6 @@ class DedupIndex:
         """Whether a skipped copy carried other content than the copy that was kept."""
         found = self.skipped.get(seq)
         return found is not None and found[2]
-
-    def evict(self, head_seq: int) -> None:
-        horizon = seq_unix_ms(head_seq) - self.window_ms
-        order, stable = self.order, self.stable
-        while order and (len(order) > self.keys_max or seq_unix_ms(order[0][0]) < horizon):
-            seq, key = order.popleft()
-            kept = stable.get(key)
-            if kept is not None and kept[0] == seq:
-                del stable[key]
-        if len(self.skipped) > self.keys_max:
-            for seq in sorted(self.skipped)[: len(self.skipped) // 2]:
-                del self.skipped[seq]
 
     def truncate(self, keep_upto: int) -> list[Tx]:
         """Forget every key folded after ``keep_upto``; the skipped copies cut off."""

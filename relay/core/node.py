@@ -217,11 +217,11 @@ class NodeCore(MeshIntake, LogEvents):
             return
         state = self.streams[req.stream]
         pending = self.publishes.start(self.elapsed_ms, req)
-        fresh = attach_retries(state, req, pending)
+        fresh, copies = attach_retries(state, req, pending)
         if fresh:
             txs = self.origin.originate(req.stream, now.wall_ms, req.producer_id, fresh)
             state.take_own(txs)
-            pending.originated(txs)
+            pending.originated(txs, copies)
         self.publishes.wait(req.stream, pending)
         self._touch(req.stream)
 

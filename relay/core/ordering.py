@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from relay.core.dedup import DedupIndex
 from relay.core.lane import Lane, LaneInput, LaneState
-from relay.core.messages import Tx, fold_tx
+from relay.core.messages import Tx
 from relay.core.timeline import Timeline
 
 Floors = Mapping[int, tuple[int, int]]  # origin -> (epoch, floor)
@@ -73,25 +73,21 @@ def fold_stable(
     digest = timeline.head_digest
     folded: list[Tx] = []
     digests: list[bytes] = []
-    fold_keyed = dedup.fold
+    fold = dedup.fold
     for tx in ready:
         seq = tx.seq
         if seq <= head_seq:
             late += 1  # an origin broke its promise; never reorder the past
             continue
-        if tx.producer_id:
-            kept = fold_keyed(tx, digest)
-            if kept is None:
-                continue  # a later copy of a key already stable
-            digest = kept
-        else:
-            digest = fold_tx(digest, tx)
+        kept = fold(tx, digest)
+        if kept is None:
+            continue  # a later copy of a key already stable
+        digest = kept
         folded.append(tx)
         digests.append(digest)
         head_seq = seq
     if folded:
         timeline.extend(folded, digests)
-    dedup.evict(head_seq)
     return bool(folded), late
 
 

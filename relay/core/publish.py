@@ -43,36 +43,54 @@ class PendingPublish:
     results: list[Result] = field(default_factory=list)
     done: bool = False
 
-    def originated(self, txs: list[Tx]) -> None:
-        """The items left by ``attach_retries`` got these txs, in order."""
-        if len(txs) == len(self.seqs):
+    def originated(self, txs: list[Tx], copies: list[tuple[int, int, bool]]) -> None:
+        """The items left by ``attach_retries`` got these txs, in order; each copy inside
+        the request (slot, its first copy's slot, whether its content differs) follows its
+        first copy: a retry of it, or a conflict naming it."""
+        if not copies and len(txs) == len(self.seqs):
             self.seqs[:] = [tx.seq for tx in txs]
             return
         slots = [i for i, seq in enumerate(self.seqs) if seq == 0]
         for i, tx in zip(slots, txs, strict=True):
             self.seqs[i] = tx.seq
+        by_seq = {tx.seq: tx for tx in txs} if copies else {}
+        for i, first, differs in copies:
+            kept = by_seq[self.seqs[first]]
+            self.seqs[i] = kept.seq
+            if differs:
+                self.results[i] = conflict(kept.producer_id, kept.msg_id, kept.seq)
 
 
 def attach_retries(
     state: StreamReplica, req: PublishRequested, pending: PendingPublish
-) -> list[Item]:
+) -> tuple[list[Item], list[tuple[int, int, bool]]]:
     """Attach each item whose key the stream already holds to that tx (a retry; a conflict
-    when it carries other content); the items left to originate, whose seqs stay 0 in
-    ``pending.seqs`` until ``originated``."""
+    when it carries other content); (the items left to originate, whose seqs stay 0 in
+    ``pending.seqs`` until ``originated``, and the copies of an earlier item of the same
+    request, which follow that item)."""
     if not req.producer_id:
         pending.seqs.extend([0] * len(req.items))
-        return list(req.items)
-    fresh = []
+        return list(req.items), []
+    fresh: list[Item] = []
+    copies: list[tuple[int, int, bool]] = []
+    first: dict[int, int] = {}  # msg id -> the slot of its first new item in this request
     for i, item in enumerate(req.items):
         held = state.lookup_key(req.producer_id, item.msg_id)
         if held is None:
+            earlier = first.get(item.msg_id)
+            if earlier is not None:
+                differs = content_tag(item) != content_tag(req.items[earlier])
+                copies.append((i, earlier, differs))
+                pending.seqs.append(-1)  # its first copy's seq, once originated
+                continue
+            first[item.msg_id] = i
             fresh.append(item)
             pending.seqs.append(0)
             continue
         if held[1] != content_tag(item):  # not a retry: a new message reusing the key
             pending.results[i] = conflict(req.producer_id, item.msg_id, held[0])
         pending.seqs.append(held[0])
-    return fresh
+    return fresh, copies
 
 
 def request_problem(req: PublishRequested, params: CoreParams) -> str | None:

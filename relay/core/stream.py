@@ -318,7 +318,8 @@ class StreamReplica(TimelineRebuild):
         outcome = self.adopt(
             elapsed_ms, data.base_seq, data.base_digest, data.txs, data.digests, data.dedup
         )
-        if not outcome.startswith("adopted") or len(data.txs) < limit:
+        progress = outcome.startswith(("adopted", "verified"))
+        if not progress or len(data.txs) < limit:
             return outcome, None
         self.asks.sync.reset(elapsed_ms)
         return outcome, SyncRequest(self.stream, self.self_id, self.verified_seq)

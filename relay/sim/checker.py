@@ -168,8 +168,8 @@ class InvariantChecker:
         """The consumer restarted from its group's committed position: it must be a position
         of the one timeline, and not past what the consumer was given."""
         pos = self.references[stream].index_of(seq, digest, f"consumer {consumer}'s commit")
-        last = self.consumer_positions.get(consumer, -1)
-        if pos > last:
+        last = self.consumer_positions.get(consumer)
+        if last is not None and pos > last:  # None: its position was trimmed, it began again
             raise InvariantViolation(
                 f"committed offsets: consumer {consumer} resumed at position {pos} of "
                 f"{stream!r}, past the {last} it was given"
