@@ -49,6 +49,12 @@ def run(nodes: str, duration: float, kinds: str, seed: int, rate: float, out: Pa
         )
     faults = schedule.draw(seed, int(nodes), duration, fault_kinds)
     out = out or Path("chaos-runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-n{nodes}-seed{seed}"
+    if out.exists() and any(out.iterdir()):  # an old run's logs would be restored and checked
+        raise click.BadParameter(
+            f"{out} is not empty (an earlier run's history and node logs); choose another "
+            "folder or remove it",
+            param_hint="--out",
+        )
     click.echo(f"chaos run: {nodes} nodes, {duration:.0f} s, seed {seed}, {rate:.0f} tx/s -> {out}")
     for fault in faults:
         click.echo(f"  {fault.start_s:6.1f}-{fault.end_s:6.1f} s  {fault.label()}")

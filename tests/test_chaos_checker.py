@@ -400,3 +400,15 @@ def test_corrupt_flips_a_byte_chosen_by_the_fault_alone_and_logs_where(tmp_path:
     start, _ = play(nothing, [fault])
     assert start["detail"] == {"xor": 7, "sealed": 0}
     assert nothing.calls == [("stop", 2), ("start", 2)]
+
+
+def test_a_run_refuses_a_history_folder_that_is_not_empty(tmp_path: Path) -> None:
+    """An earlier run's node logs in --out would be restored and its transactions checked as
+    this run's (a reused folder showed duplicates and a changed order that never happened)."""
+    from click.testing import CliRunner
+
+    from chaos.__main__ import main
+
+    (tmp_path / "run.json").write_text("{}")
+    result = CliRunner().invoke(main, ["run", "--duration", "20", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "is not empty" in result.output
