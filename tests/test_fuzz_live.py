@@ -91,47 +91,53 @@ def test_a_fuzzed_cluster_stays_up_bounded_and_on_one_timeline(tmp_path: Path) -
         cluster.wait_serving()
         pids = {n: p.pid for n, p in cluster.procs.items()}
         load = Load(cluster, ["orders"])
-        cluster.stop(3)
-        spec = cluster.config.node(3)
-        fake = ctx.socket(zmq.PUB)
-        fake.setsockopt(zmq.LINGER, 0)
-        monitor = fake.get_monitor_socket(zmq.EVENT_ACCEPTED)
-        sockets = [fake]
         try:
-            fake.bind(spec.mesh_address)
-            accepted, deadline = 0, time.monotonic() + 20
-            while accepted < 2 and time.monotonic() < deadline:  # both peers reconnected
-                if monitor.poll(200):
-                    monitor.recv_multipart()
-                    accepted += 1
-            assert accepted == 2, "the peers never connected to the fake node 3"
-            dealer = ctx.socket(zmq.DEALER)
-            admin = ctx.socket(zmq.DEALER)
-            sockets += [dealer, admin]
-            for sock in (dealer, admin):
-                sock.setsockopt(zmq.LINGER, 0)
-            dealer.connect(cluster.config.node(1).client_address)
-            admin.connect(f"tcp://127.0.0.1:{cluster.admin_ports[2]}")
-            for frames in zip(client_frames(rng), mesh_frames(rng), strict=True):
-                dealer.send_multipart(frames[0])
-                fake.send_multipart(frames[1])
-                admin.send_multipart([b"", mutate(rng, msgpack.packb(["set", {"delay_ms": 0}]))])
-            answered = 0
-            while dealer.poll(2000):  # the node answers what it can; it never goes silent
-                dealer.recv_multipart()
-                answered += 1
-            assert answered > FRAMES // 2
-        finally:
-            monitor.close(linger=0)
-            for sock in sockets:
-                sock.close(linger=0)
-        for node_id in (1, 2):
-            status = cluster.status(node_id)
-            assert status is not None and status.state == "serving"
-            assert cluster.procs[node_id].pid == pids[node_id]  # never restarted
-            assert rss_mb(pids[node_id]) < RSS_MB_MAX
-        cluster.start(3)
-        cluster.wait_serving()
+            cluster.stop(3)
+            spec = cluster.config.node(3)
+            fake = ctx.socket(zmq.PUB)
+            fake.setsockopt(zmq.LINGER, 0)
+            monitor = fake.get_monitor_socket(zmq.EVENT_ACCEPTED)
+            sockets = [fake]
+            try:
+                fake.bind(spec.mesh_address)
+                accepted, deadline = 0, time.monotonic() + 20
+                while accepted < 2 and time.monotonic() < deadline:  # both peers reconnected
+                    if monitor.poll(200):
+                        monitor.recv_multipart()
+                        accepted += 1
+                assert accepted == 2, "the peers never connected to the fake node 3"
+                dealer = ctx.socket(zmq.DEALER)
+                admin = ctx.socket(zmq.DEALER)
+                sockets += [dealer, admin]
+                for sock in (dealer, admin):
+                    sock.setsockopt(zmq.LINGER, 0)
+                dealer.connect(cluster.config.node(1).client_address)
+                admin.connect(f"tcp://127.0.0.1:{cluster.admin_ports[2]}")
+                for frames in zip(client_frames(rng), mesh_frames(rng), strict=True):
+                    dealer.send_multipart(frames[0])
+                    fake.send_multipart(frames[1])
+                    admin.send_multipart(
+                        [b"", mutate(rng, msgpack.packb(["set", {"delay_ms": 0}]))]
+                    )
+                answered = 0
+                while dealer.poll(2000):  # the node answers what it can; it never goes silent
+                    dealer.recv_multipart()
+                    answered += 1
+                assert answered > FRAMES // 2
+            finally:
+                monitor.close(linger=0)
+                for sock in sockets:
+                    sock.close(linger=0)
+            for node_id in (1, 2):
+                status = cluster.status(node_id)
+                assert status is not None and status.state == "serving"
+                assert cluster.procs[node_id].pid == pids[node_id]  # never restarted
+                assert rss_mb(pids[node_id]) < RSS_MB_MAX
+            cluster.start(3)
+            cluster.wait_serving()
+        except BaseException:
+            load.stop.set()  # no producer thread outlives a failed test
+            raise
         acks = load.finish()
         converged(cluster, [1, 2, 3])
         assert_all_acked_held(cluster, acks, [1, 2, 3])
