@@ -5,7 +5,9 @@ For a 3-node cluster with each ``fsync`` setting (always, the default; interval;
 ack latency with one publish in flight and at half the measured peak, each node's peak RSS and
 the log's bytes per tx. Then, if nats-server and the peer venv are there, ../shared/peers'
 JetStream R3 benchmark (memory and file storage) in the same run.
-Usage: scripts/bench.sh [--count N] [--skip-nats]
+Every measure is taken --rounds times (default 3), relay and JetStream alternating, so each
+round's ratio compares figures taken minutes apart; the median ratio is the one to read.
+Usage: scripts/bench.sh [--count N] [--rounds N] [--skip-nats]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -138,46 +141,54 @@ def measure_nats() -> str | None:
     return out.stdout + out.stderr
 
 
+CONFIGS = ((3, "always"), (3, "interval"), (3, "never"), (5, "always"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=300_000)
+    parser.add_argument("--rounds", type=int, default=3, help="relay then JetStream, N times")
     parser.add_argument("--skip-nats", action="store_true")
     args = parser.parse_args()
     cores = os.cpu_count()
     print(f"# relay benchmark, {date.today()}, {platform.node()}, {cores} cores\n")
-    results: dict[tuple[int, str], dict[str, Any]] = {}
-    for nodes, fsync in ((3, "always"), (3, "interval"), (3, "never"), (5, "always")):
-        r: dict[str, Any] = measure_relay(nodes, args.count, fsync)
-        results[(nodes, fsync)] = r
-        peak, single, half = r["peak"], r["single"], r["half"]
-        print(f"## {nodes} nodes, fsync = {fsync}\n")
-        print(
-            f"- pipelined: {peak['tx_per_s']:,.0f} acked tx/s ({peak['acked']} acked, "
-            f"{peak['failed']} failed, window {peak['settings']['window']} x "
-            f"batch {peak['settings']['batch']})"
-        )
-        print(
-            f"- one in flight: p50 {single['p50_ms']:.3f} ms, p99 {single['p99_ms']:.3f} ms, "
-            f"p99.9 {single['p999_ms']:.3f} ms ({single['tx_per_s']:,.0f} tx/s)"
-        )
-        print(
-            f"- at half the peak ({half['settings']['rate']:,.0f} tx/s offered, "
-            f"{half['tx_per_s']:,.0f} acked): p50 {half['p50_ms']:.3f} ms, "
-            f"p99 {half['p99_ms']:.3f} ms"
-        )
-        print(f"- peak RSS per node (MB): {r['rss_mb']}")
-        print(f"- log bytes per tx per node (100-byte payloads): {r['bytes_per_tx']:.0f}\n")
-    if not args.skip_nats:
+    per_round: list[dict[str, float]] = []
+    for round_no in range(1, args.rounds + 1):
+        results: dict[tuple[int, str], dict[str, Any]] = {}
+        for nodes, fsync in CONFIGS:
+            results[(nodes, fsync)] = measure_relay(nodes, args.count, fsync)
+            print(f"## round {round_no}: {nodes} nodes, fsync = {fsync}\n")
+            print(describe(results[(nodes, fsync)]), flush=True)
+        if args.skip_nats:
+            continue
         nats = measure_nats()
         missing = "not run: install nats-server and /tmp/peer-venv (../shared/peers/README.md)"
-        print("## NATS JetStream R3 (../shared/peers), same run\n")
-        print("```\n" + (nats or missing) + "\n```")
+        print(f"## round {round_no}: NATS JetStream R3 (../shared/peers)\n")
+        print("```\n" + (nats or missing) + "\n```\n", flush=True)
         if nats:
-            print(ratios(results, nats))
+            per_round.append(ratios(results, nats))
+    if per_round:
+        print(ratio_table(per_round))
 
 
-def ratios(results: dict[tuple[int, str], dict[str, Any]], nats: str) -> str:
-    """The targets' ratios against the peer measured in this run."""
+def describe(r: dict[str, Any]) -> str:
+    peak, single, half = r["peak"], r["single"], r["half"]
+    return (
+        f"- pipelined: {peak['tx_per_s']:,.0f} acked tx/s ({peak['acked']} acked, "
+        f"{peak['failed']} failed, window {peak['settings']['window']} x "
+        f"batch {peak['settings']['batch']})\n"
+        f"- one in flight: p50 {single['p50_ms']:.3f} ms, p99 {single['p99_ms']:.3f} ms, "
+        f"p99.9 {single['p999_ms']:.3f} ms ({single['tx_per_s']:,.0f} tx/s)\n"
+        f"- at half the peak ({half['settings']['rate']:,.0f} tx/s offered, "
+        f"{half['tx_per_s']:,.0f} acked): p50 {half['p50_ms']:.3f} ms, "
+        f"p99 {half['p99_ms']:.3f} ms\n"
+        f"- peak RSS per node (MB): {r['rss_mb']}\n"
+        f"- log bytes per tx per node (100-byte payloads): {r['bytes_per_tx']:.0f}\n"
+    )
+
+
+def ratios(results: dict[tuple[int, str], dict[str, Any]], nats: str) -> dict[str, float]:
+    """The targets' ratios against the peer measured in the same round ({} if it failed)."""
     best: dict[str, float] = {}
     sync: dict[str, tuple[float, float]] = {}
     for line in nats.splitlines():
@@ -189,20 +200,34 @@ def ratios(results: dict[tuple[int, str], dict[str, Any]], nats: str) -> str:
         if found:
             sync[found[1]] = (float(found[2].replace(",", "")), float(found[3].replace(",", "")))
     if len(best) < 2 or len(sync) < 2:
-        return "\n(ratios: the peer's output was not complete)"
+        return {}
     always, never, five = results[(3, "always")], results[(3, "never")], results[(5, "always")]
-    rows = [
-        ("3 nodes always / JetStream file, pipelined", always["peak"]["tx_per_s"] / best["file"]),
-        ("3 nodes never / JetStream memory, pipelined", never["peak"]["tx_per_s"] / best["memory"]),
-        ("one in flight p99, always / file", always["single"]["p99_ms"] * 1000 / sync["file"][1]),
-        ("one in flight p99, never / memory", never["single"]["p99_ms"] * 1000 / sync["memory"][1]),
-        (
-            "5 nodes / 3 nodes, always, pipelined",
-            five["peak"]["tx_per_s"] / always["peak"]["tx_per_s"],
+    return {
+        "3 nodes always / JetStream file, pipelined": always["peak"]["tx_per_s"] / best["file"],
+        "3 nodes never / JetStream memory, pipelined": never["peak"]["tx_per_s"] / best["memory"],
+        "one in flight p99, always / file": always["single"]["p99_ms"] * 1000 / sync["file"][1],
+        "one in flight p99, never / memory": never["single"]["p99_ms"] * 1000 / sync["memory"][1],
+        "5 nodes / 3 nodes, always, pipelined": (
+            five["peak"]["tx_per_s"] / always["peak"]["tx_per_s"]
         ),
+    }
+
+
+def ratio_table(per_round: list[dict[str, float]]) -> str:
+    """Each target's ratio in every round and their median: the figure to read."""
+    complete = [r for r in per_round if r]
+    if not complete:
+        return "\n(ratios: the peer's output was not complete in any round)"
+    rounds = " | ".join(f"round {i}" for i in range(1, len(complete) + 1))
+    lines = [
+        "## Ratios, each against the peer measured in the same round\n",
+        f"| measure | {rounds} | median |",
+        "|---|" + "---|" * (len(complete) + 1),
     ]
-    lines = ["\n## Ratios in this run\n", "| measure | ratio |", "|---|---|"]
-    lines += [f"| {name} | {value:.2f}x |" for name, value in rows]
+    for name in complete[0]:
+        values = [r[name] for r in complete]
+        cells = " | ".join(f"{v:.2f}x" for v in values)
+        lines.append(f"| {name} | {cells} | **{statistics.median(values):.2f}x** |")
     return "\n".join(lines) + "\n"
 
 
