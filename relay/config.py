@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import socket
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from relay.auth import settings as auth
+from relay.auth.settings import AuthSettings
 from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Routing, Subscription
@@ -42,6 +44,12 @@ class NodeSpec:
     metrics_port: int
     streams: tuple[str, ...]
     data_dir: str | None = None  # default: <run_dir>/data/node-<id>
+    public_key: str | None = None  # Z85 CURVE key; required unless cluster.security = "none"
+    bind_host: str | None = None  # the interface to listen on; default: host
+
+    @property
+    def listen_host(self) -> str:
+        return self.bind_host or self.host
 
     @property
     def client_address(self) -> str:
@@ -61,6 +69,7 @@ class ClusterConfig:
     allow_small_replication: bool
     run_dir: Path
     storage: StorageSettings = field(default_factory=StorageSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
 
     def node(self, node_id: int) -> NodeSpec:
         for spec in self.nodes:
@@ -77,6 +86,11 @@ class ClusterConfig:
         base = self.path.parent if self.path else Path.cwd()
         return (base / spec.data_dir).resolve()
 
+    def keys_dir(self) -> Path:
+        """Where this machine's secret keys are (node-<id>, client, admin)."""
+        base = self.path.parent if self.path else Path.cwd()
+        return (base / self.auth.keys_dir).resolve()
+
     def subscriptions(self) -> tuple[Subscription, ...]:
         return tuple(Subscription(n.id, n.streams) for n in self.nodes)
 
@@ -89,9 +103,11 @@ class ClusterConfig:
 
 
 _PARAM_KEYS = {f.name for f in fields(CoreParams)} - {"votes_wait_for_disk"}
-_CLUSTER_KEYS = {"name", "allow_small_replication", "run_dir"} | _PARAM_KEYS | storage.KEYS
+_CLUSTER_KEYS = (
+    {"name", "allow_small_replication", "run_dir"} | _PARAM_KEYS | storage.KEYS | auth.KEYS
+)
 _NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
-_NODE_OPTIONAL = {"data_dir"}
+_NODE_OPTIONAL = {"data_dir", "public_key", "bind_host"}
 
 
 def load(path: str | Path) -> ClusterConfig:
@@ -126,7 +142,8 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     params: dict[str, Any] = {}
     try:
         stored = storage.parse(where, cluster)
-    except storage.SettingsError as exc:
+        security = auth.parse(where, cluster)
+    except (storage.SettingsError, auth.SettingsError) as exc:
         raise ConfigError(str(exc)) from None
     for key in sorted(_PARAM_KEYS):
         value = cluster.get(key, getattr(defaults, key))
@@ -162,6 +179,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         raise ConfigError(f"{where}: at least one [[node]] table is required")
     specs = tuple(_node(where, i, n) for i, n in enumerate(nodes))
     _check_unique(where, specs)
+    specs = _check_keys(where, specs, security)
     base = path.parent if path else Path.cwd()
     config = ClusterConfig(
         name=name,
@@ -171,6 +189,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         allow_small_replication=allow_small,
         run_dir=(base / run_dir).resolve(),
         storage=stored,
+        auth=security,
     )
     if params["quorum"] > len(specs):
         raise ConfigError(
@@ -202,9 +221,16 @@ def _node(where: str, i: int, n: Any) -> NodeSpec:
                 f"{where}: unknown key '{label}.{key}'; known keys: "
                 + ", ".join(sorted(_NODE_KEYS | _NODE_OPTIONAL))
             )
-    data_dir = n.get("data_dir")
-    if data_dir is not None and (type(data_dir) is not str or not data_dir):
-        raise ConfigError(f"{where}: '{label}.data_dir' must be a non-empty string")
+    for key in ("data_dir", "bind_host"):
+        value = n.get(key)
+        if value is not None and (type(value) is not str or not value):
+            raise ConfigError(f"{where}: '{label}.{key}' must be a non-empty string")
+    public_key = n.get("public_key")
+    if public_key is not None:
+        try:
+            auth.public_key(where, f"{label}.public_key", public_key)
+        except auth.SettingsError as exc:
+            raise ConfigError(str(exc)) from None
     for key in _NODE_KEYS:
         if key not in n:
             raise ConfigError(f"{where}: '{label}.{key}' is missing")
@@ -238,7 +264,9 @@ def _node(where: str, i: int, n: Any) -> NodeSpec:
         n["client_port"],
         n["metrics_port"],
         tuple(streams),
-        data_dir,
+        n.get("data_dir"),
+        public_key,
+        n.get("bind_host"),
     )
 
 
@@ -266,6 +294,30 @@ def _check_unique(where: str, specs: tuple[NodeSpec, ...]) -> None:
                         f"already {owner}; every port must be unique per address"
                     )
                 ports[(address, port)] = f"node[{i}].{key}"
+
+
+def _check_keys(
+    where: str, specs: tuple[NodeSpec, ...], security: AuthSettings
+) -> tuple[NodeSpec, ...]:
+    """With CURVE every node names its own public key; without, keys are ignored."""
+    if not security.curve:
+        return tuple(replace(spec, public_key=None) for spec in specs)
+    owners: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        if spec.public_key is None:
+            raise ConfigError(
+                f"{where}: 'node[{i}].public_key' is missing: with cluster.security = \"curve\" "
+                "(the default) every node lists its public key. Make a node's pair with "
+                f"`relay keys gen --dir <keys_dir> --name node-{spec.id}` and list the key it "
+                'prints, or set security = "none" to run unencrypted'
+            )
+        other = owners.setdefault(spec.public_key, spec.id)
+        if other != spec.id:
+            raise ConfigError(
+                f"{where}: nodes {other} and {spec.id} have the same public_key; every node "
+                "needs its own key pair"
+            )
+    return specs
 
 
 def _check_dir(where: str, key: str, path: Path) -> None:

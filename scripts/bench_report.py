@@ -1,10 +1,11 @@
 """Measure relay against NATS JetStream R3 in one run; print a markdown report.
 
-For a 3-node cluster with each ``fsync`` setting (always, the default; interval; never) and a
-5-node cluster with the default: pipelined acked tx/s from one producer (100-byte payloads),
-ack latency with one publish in flight and at half the measured peak, each node's peak RSS and
-the log's bytes per tx. Then, if nats-server and the peer venv are there, ../shared/peers'
-JetStream R3 benchmark (memory and file storage) in the same run.
+For a 3-node cluster with each ``fsync`` setting (always, the default; interval; never), the
+default once more without CURVE (what encryption costs), and a 5-node cluster with the
+default: pipelined acked tx/s from one producer (100-byte payloads), ack latency with one
+publish in flight and at half the measured peak, each node's peak RSS and the log's bytes per
+tx. Then, if nats-server and the peer venv are there, ../shared/peers' JetStream R3 benchmark
+(memory and file storage) in the same run.
 Every measure is taken --rounds times (default 3), relay and JetStream alternating, so each
 round's ratio compares figures taken minutes apart; the median ratio is the one to read.
 Usage: scripts/bench.sh [--count N] [--rounds N] [--skip-nats]
@@ -62,8 +63,8 @@ def log_bytes(cluster: LocalCluster) -> int:
     )
 
 
-def measure_relay(nodes: int, count: int, fsync: str) -> dict[str, Any]:
-    overrides = {"fsync": fsync}
+def measure_relay(nodes: int, count: int, fsync: str, security: str) -> dict[str, Any]:
+    overrides = {"fsync": fsync, "security": security}
     with (
         tempfile.TemporaryDirectory() as tmp,
         LocalCluster(Path(tmp), nodes=nodes, overrides=overrides) as cluster,
@@ -141,7 +142,14 @@ def measure_nats() -> str | None:
     return out.stdout + out.stderr
 
 
-CONFIGS = ((3, "always"), (3, "interval"), (3, "never"), (5, "always"))
+# (nodes, fsync, security): CURVE is on by default; once off, to measure what it costs
+CONFIGS = (
+    (3, "always", "curve"),
+    (3, "always", "none"),
+    (3, "interval", "curve"),
+    (3, "never", "curve"),
+    (5, "always", "curve"),
+)
 
 
 def main() -> None:
@@ -154,11 +162,13 @@ def main() -> None:
     print(f"# relay benchmark, {date.today()}, {platform.node()}, {cores} cores\n")
     per_round: list[dict[str, float]] = []
     for round_no in range(1, args.rounds + 1):
-        results: dict[tuple[int, str], dict[str, Any]] = {}
-        for nodes, fsync in CONFIGS:
-            results[(nodes, fsync)] = measure_relay(nodes, args.count, fsync)
-            print(f"## round {round_no}: {nodes} nodes, fsync = {fsync}\n")
-            print(describe(results[(nodes, fsync)]), flush=True)
+        results: dict[tuple[int, str, str], dict[str, Any]] = {}
+        for nodes, fsync, security in CONFIGS:
+            found = results[(nodes, fsync, security)] = measure_relay(
+                nodes, args.count, fsync, security
+            )
+            print(f"## round {round_no}: {nodes} nodes, fsync = {fsync}, security = {security}\n")
+            print(describe(found), flush=True)
         if args.skip_nats:
             continue
         nats = measure_nats()
@@ -187,7 +197,7 @@ def describe(r: dict[str, Any]) -> str:
     )
 
 
-def ratios(results: dict[tuple[int, str], dict[str, Any]], nats: str) -> dict[str, float]:
+def ratios(results: dict[tuple[int, str, str], dict[str, Any]], nats: str) -> dict[str, float]:
     """The targets' ratios against the peer measured in the same round ({} if it failed)."""
     best: dict[str, float] = {}
     sync: dict[str, tuple[float, float]] = {}
@@ -201,7 +211,8 @@ def ratios(results: dict[tuple[int, str], dict[str, Any]], nats: str) -> dict[st
             sync[found[1]] = (float(found[2].replace(",", "")), float(found[3].replace(",", "")))
     if len(best) < 2 or len(sync) < 2:
         return {}
-    always, never, five = results[(3, "always")], results[(3, "never")], results[(5, "always")]
+    always, never = results[(3, "always", "curve")], results[(3, "never", "curve")]
+    plain, five = results[(3, "always", "none")], results[(5, "always", "curve")]
     return {
         "3 nodes always / JetStream file, pipelined": always["peak"]["tx_per_s"] / best["file"],
         "3 nodes never / JetStream memory, pipelined": never["peak"]["tx_per_s"] / best["memory"],
@@ -210,6 +221,8 @@ def ratios(results: dict[tuple[int, str], dict[str, Any]], nats: str) -> dict[st
         "5 nodes / 3 nodes, always, pipelined": (
             five["peak"]["tx_per_s"] / always["peak"]["tx_per_s"]
         ),
+        "CURVE on / off, always, pipelined": always["peak"]["tx_per_s"] / plain["peak"]["tx_per_s"],
+        "CURVE on / off, one in flight p50": always["single"]["p50_ms"] / plain["single"]["p50_ms"],
     }
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from relay.client.directory import NodeAddress, resolve
+from relay.auth.keys import KeyPair
+from relay.client.directory import NodeAddress, identity, resolve
 from relay.client.groups import group_stream
 from relay.core.flake import make_seq
 from relay.core.routing import stream_name_problem
@@ -22,7 +23,9 @@ FETCH_ROWS_MAX = 5000  # what a node returns per fetch at most
 
 KNOWN = {
     "config": "a cluster config file (TOML) readable on the driver and every executor",
-    "nodes": "comma-separated host:port client addresses of relay nodes",
+    "nodes": "comma-separated host:port (KEY@host:port for CURVE) client addresses of nodes",
+    "clientKey": "a .key_secret file on the driver and every executor, for a cluster with "
+    'client_auth = "keys" (default: the config\'s client.key_secret if there, else a new key)',
     "stream": "the stream to read (one name, no wildcards)",
     "startingOffsets": "earliest, latest, or a seq to start at (inclusive)",
     "startingTimestamp": "start at the first tx at or after this time (ms since the Unix epoch)",
@@ -51,6 +54,12 @@ class SourceOptions:
     fetch_rows: int
     read_timeout_s: float
     group: str = ""  # a consumer group to report each committed batch's end as
+    config: str | None = None
+    client_key: str | None = None
+
+    def pair(self) -> KeyPair:
+        """Who the source is to the nodes (read on the driver and in each task)."""
+        return identity(self.config, self.client_key)
 
     def nodes_from(self, index: int) -> list[NodeAddress]:
         """The nodes in an order that spreads partitions across them."""
@@ -83,6 +92,8 @@ def parse_options(raw: Mapping[str, str], default_start: str) -> SourceOptions:
         fetch_rows=_int(options, "fetchRows", FETCH_ROWS_MAX, low=1, high=FETCH_ROWS_MAX),
         read_timeout_s=_int(options, "readTimeoutMs", 30_000, low=100) / 1000,
         group=_group(options),
+        config=options.get("config") or None,
+        client_key=options.get("clientKey") or None,
     )
 
 

@@ -30,8 +30,12 @@ def report_progress(fetcher: Fetcher, options: SourceOptions, end_seq: int) -> N
             reply = fetcher.fetch(end_seq, 1, 0, False)
             if reply is None and time.monotonic() > deadline:
                 raise TimeoutError(f"no node answered for {options.stream!r}")
-        nodes = [f"{a.host}:{a.port}" for a in options.nodes]
-        with Producer(nodes=nodes, timeout_s=options.read_timeout_s) as producer:
+        with Producer(
+            config=options.config,
+            nodes=None if options.config else [a.text for a in options.nodes],
+            timeout_s=options.read_timeout_s,
+            client_key=options.client_key,
+        ) as producer:
             payload = commit_payload(options.stream, end_seq, reply.prev_digest)
             name = group_stream(options.stream, options.group)
             producer.publish(name, payload, key=options.stream)

@@ -108,7 +108,7 @@ class RelayBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
-        fetcher = Fetcher(o.stream, list(o.nodes))
+        fetcher = Fetcher(o.stream, list(o.nodes), pair=o.pair())
         try:
             after = ranges.resolve_start(fetcher, o.starting, o.read_timeout_s)
             planned = ranges.plan(fetcher, after, o.ending, o, exact=False)
@@ -176,7 +176,9 @@ class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _planner(self) -> Fetcher:
         if self._fetcher is None:
-            self._fetcher = Fetcher(self.options.stream, list(self.options.nodes))
+            self._fetcher = Fetcher(
+                self.options.stream, list(self.options.nodes), pair=self.options.pair()
+            )
         return self._fetcher
 
     def __getstate__(self) -> dict[str, object]:
@@ -187,7 +189,7 @@ class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def read_partition(options: SourceOptions, seq_range: ranges.SeqRange) -> Iterator[pa.RecordBatch]:
-    fetcher = Fetcher(options.stream, options.nodes_from(seq_range.index))
+    fetcher = Fetcher(options.stream, options.nodes_from(seq_range.index), pair=options.pair())
     try:
         for chunk in ranges.read(fetcher, seq_range, options):
             yield to_arrow(options.stream, chunk)

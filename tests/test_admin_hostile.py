@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -29,6 +30,7 @@ def raw_admin(cluster: LocalCluster, node_id: int, frame: bytes) -> dict[str, ob
     sock = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        cluster.secure(sock, node_id, cluster.admin_pair)
         sock.connect(f"tcp://127.0.0.1:{cluster.admin_ports[node_id]}")
         sock.send(frame)
         assert sock.poll(5000), "the node did not answer"
@@ -36,6 +38,13 @@ def raw_admin(cluster: LocalCluster, node_id: int, frame: bytes) -> dict[str, ob
         return reply
     finally:
         sock.close(linger=0)
+
+
+def admin(cluster: LocalCluster, node_id: int, command: str, argument: object) -> dict[str, Any]:
+    """An admin call to ``node_id`` with the node's key and the cluster's admin key."""
+    address = f"127.0.0.1:{cluster.admin_ports[node_id]}"
+    key = cluster.config.node(node_id).public_key
+    return admin_call(address, command, argument, 3000, key, cluster.admin_pair)
 
 
 @pytest.mark.parametrize(
@@ -54,8 +63,7 @@ def test_a_hostile_admin_request_gets_an_error_and_the_node_serves_on(
 ) -> None:
     with Producer(config=cluster.config_path) as producer:
         producer.publish("orders", b"before")
-    address = f"127.0.0.1:{cluster.admin_ports[1]}"
-    reply = admin_call(address, command, argument)
+    reply = admin(cluster, 1, command, argument)
     assert reply["ok"] is False and why in str(reply["error"])
     with Producer(config=cluster.config_path, node=1) as producer:
         assert producer.publish("orders", b"after").seq > 0
@@ -76,12 +84,13 @@ def test_an_oversized_admin_frame_is_dropped_and_the_node_serves_on(
     sock = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        cluster.secure(sock, 3, cluster.admin_pair)
         sock.connect(f"tcp://127.0.0.1:{cluster.admin_ports[3]}")
         sock.send(b"x" * (1 << 20))  # over the 64 KiB an admin request may take: disconnected
         assert not sock.poll(500)
     finally:
         sock.close(linger=0)
-    assert admin_call(f"127.0.0.1:{cluster.admin_ports[3]}", "status")["ok"] is True
+    assert admin(cluster, 3, "status", None)["ok"] is True
 
 
 def test_a_metrics_port_in_use_names_the_key_and_the_address(tmp_path: Path) -> None:

@@ -104,6 +104,7 @@ def test_a_malformed_frame_gets_an_error_and_the_node_keeps_serving(cluster3: Lo
     spec = cluster3.config.node(2)
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    cluster3.secure(sock, 2)
     sock.connect(spec.client_address)
     try:
         for junk in (b"\xc1\xc1junk", msgpack.packb([1, "pub", 7, "s"]), msgpack.packb({"a": 1})):

@@ -103,7 +103,7 @@ def test_a_node_that_rewrites_history_consistently_is_caught_by_a_second_replica
         port = free_ports(1)[0]
         forger = Forger("orders", txs, port)
         try:
-            real_nodes = [f"{a.host}:{a.port}" for a in resolve(cluster.config_path)]
+            real_nodes = [a.text for a in resolve(cluster.config_path)]
             alone = Consumer("orders", nodes=[f"127.0.0.1:{port}"], reply_timeout_s=1.0)
             with alone:  # with nobody to compare against, the forged chain holds together
                 assert alone.take(20, timeout_s=10)[0].payload == b"forged order 0"

@@ -177,6 +177,7 @@ def test_a_flipped_byte_and_a_torn_tail_are_found_and_fetched_again(tmp_path: Pa
 def raw_publish(cluster: LocalCluster, node_id: int, payload: bytes) -> list[object]:
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    cluster.secure(sock, node_id)
     sock.connect(cluster.config.node(node_id).client_address)
     try:
         sock.send(publish_request(1, "orders", "raw", [[1, payload, None, []]]))

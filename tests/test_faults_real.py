@@ -178,6 +178,7 @@ def test_a_consumer_continues_elsewhere_when_its_node_dies(make_cluster) -> None
 def raw_publish(cluster: LocalCluster, node_id: int, stream: str, payload: bytes) -> list:  # type: ignore[type-arg]
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    cluster.secure(sock, node_id)
     sock.connect(cluster.config.node(node_id).client_address)
     try:
         sock.send(publish_request(1, stream, "raw", [[1, payload, None, []]]))

@@ -45,8 +45,9 @@ def test_every_reply_round_trips() -> None:
     assert span == replies.SpanReply(5, "s", 5, 1, True, ((5, b"d", 1),))
     status = replies.decode_reply(replies.encode_status(6, _STATUS))
     assert status == replies.StatusReply(6, _STATUS)
-    redirect = replies.decode_reply(replies.encode_redirect(7, "s", [(2, "h", 9)]))
-    assert redirect == replies.RedirectReply(7, "s", ((2, "h", 9),))
+    key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+    redirect = replies.decode_reply(replies.encode_redirect(7, "s", [(2, "h", 9, key)]))
+    assert redirect == replies.RedirectReply(7, "s", ((2, "h", 9, key),))
     error = replies.decode_reply(replies.encode_error(8, Rejected("unavailable", "no"), []))
     assert error == replies.ErrorReply(8, "unavailable", "no", ())
 
@@ -74,7 +75,12 @@ def test_every_reply_round_trips() -> None:
         (pack("span", 1, "s", 5, 5, False, [[5, b"d"]]), "span reply: bounds: [0]"),
         (pack("status", 1, {"node": 1}), "status reply: status: status.streams"),
         (pack("status", 1, "x"), "status reply: status: a status must be a map"),
-        (pack("redirect", 1, "s", [[2, 3, 4]]), "redirect reply: nodes: [0]: expected a string"),
+        (
+            pack("redirect", 1, "s", [[2, 3, 4, ""]]),
+            "redirect reply: nodes: [0]: expected a string",
+        ),
+        (pack("redirect", 1, "s", [[2, "h", 4, "short"]]), "not a public key"),
+        (pack("redirect", 1, "s", [[2, "h", 4]]), "not a list of 4 fields"),
         (pack("error", 1, 5, "m", []), "error reply: code"),
     ],
 )

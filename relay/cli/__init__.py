@@ -12,6 +12,7 @@ from relay.cli.batches import batch_group
 from relay.cli.clients import consume, publish
 from relay.cli.cluster import cluster
 from relay.cli.groups import groups_group
+from relay.cli.keys import keys_group
 from relay.cli.log import log_group
 from relay.cli.options import CONFIG, load_config
 from relay.config import ConfigError
@@ -28,6 +29,7 @@ main.add_command(consume)
 main.add_command(log_group)
 main.add_command(groups_group)
 main.add_command(batch_group)
+main.add_command(keys_group)
 
 
 # --- node and cluster ----------------------------------------------------------------------
@@ -72,7 +74,16 @@ def node(
 
 
 @main.command()
-@click.option("--admin", "address", required=True, help="host:port of a node's --admin-port.")
+@click.option(
+    "--admin", "address", required=True, help="host:port (or KEY@host:port) of an --admin-port."
+)
+@click.option("--config", "config_path", help="The cluster file: the node's key and keys_dir.")
+@click.option("--node", "node_id", type=int, help="The node's id in --config (for its key).")
+@click.option(
+    "--admin-key",
+    type=click.Path(dir_okay=False),
+    help="An admitted admin .key_secret (default: admin.key_secret in the config's keys_dir).",
+)
 @click.option("--loss-in", type=float, help="Fraction of incoming mesh frames to drop.")
 @click.option("--loss-out", type=float, help="Fraction of outgoing mesh frames to drop.")
 @click.option("--block-from", help="Comma-separated node ids whose frames to drop (a cut).")
@@ -87,6 +98,9 @@ def node(
 )
 def fault(
     address: str,
+    config_path: str | None,
+    node_id: int | None,
+    admin_key: str | None,
     loss_in: float | None,
     loss_out: float | None,
     block_from: str | None,
@@ -96,7 +110,12 @@ def fault(
     tamper: str | None,
 ) -> None:
     """Inject faults into a node started with --admin-port; prints its fault status."""
-    from relay.runtime.admin import admin_call
+    from relay.runtime.admin import admin_target
+
+    try:
+        address, call = admin_target(address, config_path, node_id, admin_key)
+    except (ValueError, ConfigError) as exc:
+        raise click.ClickException(str(exc)) from None
 
     settings: dict[str, object] = {}
     for key, value in (
@@ -111,17 +130,17 @@ def fault(
         settings["block_from"] = [int(n) for n in block_from.split(",") if n.strip()]
     try:
         if clear:
-            admin_call(address, "clear")
+            call("clear", None)
         if tamper is not None:
             stream, _, seq = tamper.partition(":")
             if seq and not seq.isdigit():
                 raise click.BadParameter(
                     f"{tamper!r} is not STREAM or STREAM:SEQ", param_hint="--tamper"
                 )
-            done = admin_call(address, "tamper", {"stream": stream, "seq": int(seq or 0)})
+            done = call("tamper", {"stream": stream, "seq": int(seq or 0)})
             if not done["ok"]:
                 raise click.ClickException(done["error"])
-        reply = admin_call(address, "set", settings) if settings else admin_call(address, "status")
+        reply = call("set", settings) if settings else call("status", None)
     except TimeoutError as exc:
         raise click.ClickException(str(exc)) from None
     if not reply["ok"]:

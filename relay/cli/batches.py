@@ -6,7 +6,7 @@ from contextlib import closing
 
 import click
 
-from relay.cli.options import CONFIG, load_config
+from relay.cli.options import CONFIG, client_identity, load_config
 
 
 @click.group("batch")
@@ -27,7 +27,8 @@ def batch_status(config_path: str, batch: str, group: str) -> None:
 
     load_config(config_path)
     try:
-        with closing(Fetcher(batch, resolve(config_path))) as fetcher:
+        order, pair = resolve(config_path), client_identity(config_path)
+        with closing(Fetcher(batch, order, pair=pair)) as fetcher:
             found = status(fetcher, group)
     except (RelayError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from relay.cli.options import CONFIG, load_config
+from relay.cli.options import CONFIG, client_identity, load_config
 
 
 @click.group()
@@ -27,13 +27,31 @@ def cluster() -> None:
     help="Node i gets mesh port base+i, client base+100+i, metrics base+200+i.",
 )
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write here, not stdout.")
-def cluster_init(count: int, host: str, base_port: int, output: str | None) -> None:
+@click.option(
+    "--keys/--no-keys",
+    default=True,
+    show_default=True,
+    help='Make CURVE keys (in keys/<name> beside the file) or write security = "none".',
+)
+def cluster_init(count: int, host: str, base_port: int, output: str | None, keys: bool) -> None:
     """Write a cluster config: 3 nodes replicate everything; 5 or more partition the
     streams into two groups (orders.* and payments.*, each on three nodes) and the rest
-    everywhere, so redirects can be seen."""
+    everywhere, so redirects can be seen. Every node, the clients and the operator get a
+    CURVE key pair; only public keys go into the file."""
+    from relay.auth.keys import KeyFileError, write_cluster
     from relay.runtime.templates import cluster_toml
 
-    text = cluster_toml(count, host, base_port)
+    name = f"local{count}"
+    keys_dir = f"keys/{name}"
+    made = None
+    if keys:
+        folder = Path(output).parent if output else Path.cwd()
+        try:
+            made = write_cluster(folder / keys_dir, list(range(1, count + 1)))
+        except (KeyFileError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"keys in {folder / keys_dir} (secret keys: owner-only files)", err=True)
+    text = cluster_toml(count, host, base_port, name, made, keys_dir)
     if output:
         Path(output).write_text(text)
         click.echo(f"wrote {output}")
@@ -63,9 +81,10 @@ def cluster_up(config_path: str, timeout_s: float) -> None:
             continue
         pid = launcher.start_node(config, proc)
         click.echo(f"node {proc.spec.id} started (pid {pid}, log {proc.log_file})")
+    pair = client_identity(config_path)
     for proc in launcher.processes(config):
         pid = proc.pid()
-        if pid is None or not launcher.wait_until_answering(proc.spec, pid, timeout_s):
+        if pid is None or not launcher.wait_until_answering(proc.spec, pid, timeout_s, pair):
             failed.append(proc)
     if failed:
         for proc in failed:
@@ -105,7 +124,8 @@ def cluster_status(config_path: str, as_json: bool) -> None:
     from relay.runtime import launcher
 
     config = load_config(config_path)
-    statuses = {spec.id: launcher.query_status(spec) for spec in config.nodes}
+    pair = client_identity(config_path)
+    statuses = {spec.id: launcher.query_status(spec, pair=pair) for spec in config.nodes}
     if as_json:
         raw = {str(k): v.to_wire() if v else None for k, v in statuses.items()}
         click.echo(json.dumps(raw, indent=2))

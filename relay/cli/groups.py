@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from relay.cli.options import CONFIG, load_config
+from relay.cli.options import CONFIG, client_identity, load_config
 
 if TYPE_CHECKING:
     from relay.client.fetcher import Fetcher
@@ -48,8 +48,8 @@ def groups_describe(config_path: str, group: str) -> None:
         raise click.ClickException(f"no group {group!r} has committed anything")
     click.echo("stream\tcommitted\tverified_head\tlag_txs\tlag_s\tcommitted_at")
     for stream in streams:
-        order = resolve(config_path)
-        with closing(Fetcher(group_stream(stream, group), order)) as commits:
+        order, pair = resolve(config_path), client_identity(config_path)
+        with closing(Fetcher(group_stream(stream, group), order, pair=pair)) as commits:
             try:
                 committed = read_committed(commits, 10.0)
             except (RelayError, TimeoutError) as exc:
@@ -57,7 +57,7 @@ def groups_describe(config_path: str, group: str) -> None:
                 continue
         if committed is None:
             continue
-        with closing(Fetcher(stream, order)) as data:
+        with closing(Fetcher(stream, order, pair=pair)) as data:
             spanned = _span(data, committed.seq)
         counted = [b for b in spanned.bounds if b[2]]
         head = max(spanned.verified_seq, committed.seq)
@@ -82,7 +82,8 @@ def groups_reset(config_path: str, group: str, stream: str, target: str) -> None
     from relay.core.flake import make_seq
 
     load_config(config_path)
-    with closing(Fetcher(stream, resolve(config_path))) as data:
+    pair = client_identity(config_path)
+    with closing(Fetcher(stream, resolve(config_path), pair=pair)) as data:
         verified = _span(data, 0).verified_seq
         try:
             begin = _start_of(target, None)  # the same forms as relay consume --from
@@ -121,9 +122,10 @@ def _group_streams(config_path: str) -> list[tuple[str, str]]:
     from relay.runtime.launcher import query_status
 
     config = load_config(config_path)
+    pair = client_identity(config_path)
     names: set[str] = set()
     for spec in config.nodes:
-        status = query_status(spec)
+        status = query_status(spec, pair=pair)
         names |= {s.name for s in status.streams} if status else set()
     return [found for name in names if (found := parse_group_stream(name))]
 

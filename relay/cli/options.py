@@ -17,6 +17,17 @@ CONFIG = click.option(
 )
 
 
+def client_identity(path: str) -> Any:
+    """The client key pair for the cluster file at ``path`` (``KeyPair``)."""
+    from relay.auth.keys import KeyFileError
+    from relay.client.directory import identity
+
+    try:
+        return identity(path)
+    except (ConfigError, KeyFileError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def load_config(path: str) -> Any:
     try:
         return load(path)

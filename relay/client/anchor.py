@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from relay import errors
+from relay.auth.keys import KeyPair
 from relay.client.directory import NodeAddress
 from relay.client.fetcher import Fetcher
 
@@ -22,8 +23,15 @@ RETRY_S = 0.05  # a second replica that has not verified the batch yet is asked 
 
 
 class Anchor:
-    def __init__(self, stream: str, order: list[NodeAddress], reply_timeout_s: float) -> None:
+    def __init__(
+        self,
+        stream: str,
+        order: list[NodeAddress],
+        reply_timeout_s: float,
+        pair: KeyPair | None = None,
+    ) -> None:
         self.stream = stream
+        self.pair = pair
         self.order = order
         self.reply_timeout_s = reply_timeout_s
         self._fetcher: Fetcher | None = None  # asks every node but the serving one
@@ -39,7 +47,9 @@ class Anchor:
             return True
         if self._fetcher is None or self._fetcher.avoid != serving:
             self.close()
-            self._fetcher = Fetcher(self.stream, self.order, self.reply_timeout_s, avoid=serving)
+            self._fetcher = Fetcher(
+                self.stream, self.order, self.reply_timeout_s, avoid=serving, pair=self.pair
+            )
         fetcher = self._fetcher
         deadline = time.monotonic() + timeout_s
         while True:

@@ -6,6 +6,8 @@ from typing import Any
 
 import zmq
 
+from relay.auth.keys import KeyPair
+from relay.auth.sockets import connect_to
 from relay.client.directory import NodeAddress
 from relay.errors import ProtocolError
 from relay.wire.replies import Reply, decode_reply
@@ -14,12 +16,16 @@ HWM_FRAMES = 100_000
 
 
 class Connection:
-    def __init__(self, ctx: zmq.Context[Any], address: NodeAddress) -> None:
+    def __init__(self, ctx: zmq.Context[Any], address: NodeAddress, pair: KeyPair) -> None:
+        """With the node's public key known, the connection is CURVE: encrypted, and only
+        the holder of that key's secret half can answer."""
         self.address = address
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, HWM_FRAMES)
         self.sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)
+        if address.public_key:
+            connect_to(self.sock, address.public_key, pair)
         self.sock.connect(address.endpoint)
 
     def send(self, body: bytes) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from relay import errors
 from relay.client.anchor import Anchor
 from relay.client.batches import acks_payload, item_of
-from relay.client.directory import NodeAddress, resolve
+from relay.client.directory import NodeAddress, identity, resolve
 from relay.client.fetcher import Fetcher
 from relay.client.groups import commit_payload, group_stream, read_committed
 from relay.client.producer import Producer
@@ -62,18 +62,21 @@ class Consumer:
         verify: bool = True,
         group: str | None = None,
         commit_interval_ms: int = 5000,
+        client_key: str | Path | None = None,
     ) -> None:
         """``group``: resume after the group's committed position in this stream (``start``
         applies when it has none), and commit what ``poll`` returned every
-        ``commit_interval_ms`` (0: only on ``commit()``) and on ``close``."""
+        ``commit_interval_ms`` (0: only on ``commit()``) and on ``close``. ``client_key``: a
+        .key_secret file for a cluster that admits only listed clients."""
         self.stream = stream
         self.batch_max = batch_max
         self.wait_ms = wait_ms
         self.reply_timeout_s = reply_timeout_s
         self.verify = verify
         order = resolve(config, nodes, node)
-        self._fetcher = Fetcher(stream, order, reply_timeout_s)
-        self._anchor = Anchor(stream, order, reply_timeout_s)
+        pair = identity(config, client_key)
+        self._fetcher = Fetcher(stream, order, reply_timeout_s, pair=pair)
+        self._anchor = Anchor(stream, order, reply_timeout_s, pair)
         self._buffer: deque[Transaction] = deque()
         self.position = 0  # the last seq yielded; the next fetch asks for txs after it
         self.last_digest: bytes | None = None
@@ -85,8 +88,10 @@ class Consumer:
         self.commit_interval_s = commit_interval_ms / 1000
         self.committed_seq = 0
         self._commit_at = time.monotonic() + self.commit_interval_s
-        self._group_fetcher = Fetcher(group_stream(stream, group), order) if group else None
-        self._producer_args = (config, nodes, node)
+        self._group_fetcher = (
+            Fetcher(group_stream(stream, group), order, pair=pair) if group else None
+        )
+        self._producer_args = (config, nodes, node, client_key)
         self._committer: Producer | None = None
         self._acks: dict[str, set[int]] = {}  # batch -> item indexes acked, not yet sent
         self._processed: tuple[int, bytes] | None = None  # (seq, digest) the caller finished
@@ -169,8 +174,10 @@ class Consumer:
 
     def _publisher(self) -> Producer:
         if self._committer is None:
-            config, nodes, node = self._producer_args
-            self._committer = Producer(config, nodes, node, timeout_s=self.reply_timeout_s * 5)
+            config, nodes, node, client_key = self._producer_args
+            self._committer = Producer(
+                config, nodes, node, timeout_s=self.reply_timeout_s * 5, client_key=client_key
+            )
         return self._committer
 
     def close(self) -> None:

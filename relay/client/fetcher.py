@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from relay import errors
+from relay.auth.keys import KeyPair
 from relay.client.directory import NodeAddress, addresses_of
 from relay.client.pool import ConnectionPool
 from relay.errors import ProtocolError
@@ -28,6 +29,7 @@ class Fetcher:
         order: list[NodeAddress],
         reply_timeout_s: float = 3.0,
         avoid: NodeAddress | None = None,
+        pair: KeyPair | None = None,
     ) -> None:
         """``avoid``: a node never asked, even when a redirect names it (by host and port: an
         address from a list carries no node id)."""
@@ -39,7 +41,8 @@ class Fetcher:
         self.reply_timeout_s = reply_timeout_s
         self.node: NodeAddress | None = None  # the node that answered last
         self._current = 0
-        self._pool = ConnectionPool()
+        self._pool = ConnectionPool(pair)
+        self.pair = self._pool.pair
         self._req_id = 0
 
     def fetch(self, after: int, limit: int, wait_ms: int, strict: bool) -> Fetched | None:

@@ -1,8 +1,9 @@
 """A client's connections to nodes, polled together, with disconnects noticed at once.
 
 ZeroMQ reconnects silently and drops what was in flight on a connection that broke, so each
-connection carries a socket monitor: a broken or refused connection is reported by
-``disconnected`` and the client fails over instead of waiting out a timeout.
+connection carries a socket monitor: a broken or refused connection, or a CURVE handshake
+that failed (the node does not hold the key we expect, or does not admit ours), is reported
+by ``disconnected`` and the client fails over instead of waiting out a timeout.
 """
 
 from __future__ import annotations
@@ -12,15 +13,25 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from relay.auth.keys import KeyPair, generate
 from relay.client.connection import Connection
 from relay.client.directory import NodeAddress
 from relay.wire.replies import Reply
 
-_WATCHED = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED
+_WATCHED = (
+    zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_CONNECT_RETRIED
+    | zmq.EVENT_CONNECTED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 class ConnectionPool:
-    def __init__(self) -> None:
+    def __init__(self, pair: KeyPair | None = None) -> None:
+        """``pair``: who this client is to nodes that use CURVE (default: a new pair)."""
+        self.pair = pair or generate()
         self.ctx: zmq.Context[Any] = zmq.Context.instance()
         self._conns: dict[NodeAddress, Connection] = {}
         self._monitors: dict[NodeAddress, zmq.Socket[Any]] = {}
@@ -30,7 +41,7 @@ class ConnectionPool:
     def get(self, address: NodeAddress) -> Connection:
         conn = self._conns.get(address)
         if conn is None:
-            conn = Connection(self.ctx, address)
+            conn = Connection(self.ctx, address, self.pair)
             monitor = conn.sock.get_monitor_socket(_WATCHED)
             self._conns[address] = conn
             self._monitors[address] = monitor

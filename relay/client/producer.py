@@ -18,7 +18,7 @@ from pathlib import Path
 
 from relay import errors
 from relay.client.batches import batch_stream, close_payload, item_header
-from relay.client.directory import NodeAddress, addresses_of, resolve
+from relay.client.directory import NodeAddress, addresses_of, identity, resolve
 from relay.client.journal import Entry, Journal
 from relay.client.pool import ConnectionPool
 from relay.client.routes import HeadersIn, Routes, headers_of, key_of
@@ -109,12 +109,15 @@ class Producer:
         journal: str | Path | None = None,
         journal_bytes_max: int = 64 << 20,
         journal_full: str = "block",
+        client_key: str | Path | None = None,
     ) -> None:
         """``journal``: a directory where every message is kept until acknowledged, so a
         producer started again on it resends what was not (``recovered``), with the same
         producer id and message ids. When it holds ``journal_bytes_max`` of unacknowledged
         messages, ``send`` waits for acks (``journal_full="block"``) or raises
-        ``JournalFullError`` (``"raise"``); it never drops a message."""
+        ``JournalFullError`` (``"raise"``); it never drops a message. ``client_key``: a
+        .key_secret file for a cluster that admits only listed clients (default: the
+        config's ``client.key_secret`` if this machine has it, else a new key pair)."""
         if journal_full not in ("block", "raise"):
             raise ValueError(f"journal_full is 'block' or 'raise', not {journal_full!r}")
         self._journal = Journal(journal, producer_id) if journal is not None else None
@@ -128,7 +131,7 @@ class Producer:
         self.batch_max = batch_max
         self.window = window
         self._routes = Routes(resolve(config, nodes, node))
-        self._pool = ConnectionPool()
+        self._pool = ConnectionPool(identity(config, client_key))
         self._queue: deque[_Item] = deque()
         self._inflight: dict[int, _Request] = {}
         self._next_msg_id = self._journal.next_msg_id if self._journal else 1

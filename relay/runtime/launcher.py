@@ -13,6 +13,8 @@ from typing import Any
 
 import zmq
 
+from relay.auth.keys import KeyPair, generate
+from relay.auth.sockets import connect_to
 from relay.config import ClusterConfig, NodeSpec
 from relay.core.status import NodeStatus
 from relay.errors import ProtocolError
@@ -86,13 +88,18 @@ def stop_node(proc: NodeProcess, timeout_s: float = 5.0) -> bool:
     return True
 
 
-def query_status(spec: NodeSpec, timeout_ms: int = 1000) -> NodeStatus | None:
+def query_status(
+    spec: NodeSpec, timeout_ms: int = 1000, pair: KeyPair | None = None
+) -> NodeStatus | None:
     """A node's status, or None if it does not answer in time; ``ProtocolError`` if the
-    answer is not a status."""
+    answer is not a status. ``pair``: who asks a node that uses CURVE (default: a new pair,
+    which a cluster with ``client_auth = "none"`` admits)."""
     ctx: zmq.Context[Any] = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        if spec.public_key is not None:
+            connect_to(sock, spec.public_key, pair or generate())
         sock.connect(f"tcp://{spec.host}:{spec.client_port}")
         sock.send(status_request(1))
         if not sock.poll(timeout_ms):
@@ -105,12 +112,14 @@ def query_status(spec: NodeSpec, timeout_ms: int = 1000) -> NodeStatus | None:
         sock.close(linger=0)
 
 
-def wait_until_answering(spec: NodeSpec, pid: int, timeout_s: float) -> bool:
+def wait_until_answering(
+    spec: NodeSpec, pid: int, timeout_s: float, pair: KeyPair | None = None
+) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not _alive(pid):
             return False
-        if query_status(spec, 300) is not None:
+        if query_status(spec, 300, pair) is not None:
             return True
     return False
 

@@ -17,7 +17,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+import zmq
+
+from relay.auth import keys
+from relay.auth.keys import KeyPair, write_cluster
+from relay.auth.sockets import connect_to
 from relay.config import ClusterConfig, load
 from relay.core.status import NodeStatus
 from relay.runtime.admin import admin_call
@@ -50,9 +56,11 @@ def free_ports(count: int) -> list[int]:
 def write_config(
     folder: Path, nodes: int, overrides: Mapping[str, int | str] | None = None
 ) -> Path:
-    """A config for ``nodes`` nodes on free ports (3 per node), written into ``folder``."""
+    """A config for ``nodes`` nodes on free ports (3 per node), written into ``folder``, with
+    CURVE keys in ``folder/keys`` (unless ``overrides`` say ``security = "none"``)."""
     ports = free_ports(3 * nodes)
-    text = cluster_toml(nodes, "127.0.0.1", 0, name=f"test{nodes}")
+    keys = write_cluster(folder / "keys", list(range(1, nodes + 1)))
+    text = cluster_toml(nodes, "127.0.0.1", 0, name=f"test{nodes}", keys=keys)
     for i in range(1, nodes + 1):
         mesh, client, metrics = ports[3 * (i - 1) : 3 * i]
         text = text.replace(f"mesh_port = {i}\n", f"mesh_port = {mesh}\n", 1)
@@ -90,6 +98,9 @@ class LocalCluster:
                 self.admin_ports[spec.id] = port
                 self.node_args.setdefault(spec.id, []).extend(["--admin-port", str(port)])
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        keys_dir = self.config.keys_dir()
+        self.admin_pair = keys.read(keys.secret_file(keys_dir, "admin"))
+        self.client_pair = keys.read(keys.secret_file(keys_dir, "client"))
 
     # --- processes ----------------------------------------------------------------------
 
@@ -161,16 +172,31 @@ class LocalCluster:
 
     def _admin(self, node_id: int, command: str, argument: object) -> dict[str, object]:
         reply: dict[str, object] = admin_call(
-            f"127.0.0.1:{self.admin_ports[node_id]}", command, argument
+            f"127.0.0.1:{self.admin_ports[node_id]}",
+            command,
+            argument,
+            node_key=self.config.node(node_id).public_key,
+            admin_pair=self.admin_pair,
         )
         if not reply["ok"]:
             raise ValueError(reply["error"])
         return reply
 
+    def secure(self, sock: zmq.Socket[Any], node_id: int, pair: KeyPair | None = None) -> None:
+        """CURVE options for a raw socket about to connect to a port of ``node_id`` (as the
+        cluster's client, or as ``pair``); nothing where the cluster runs unencrypted."""
+        key = self.config.node(node_id).public_key
+        if key is not None:
+            connect_to(sock, key, pair or self.client_pair)
+
+    def node_pair(self, node_id: int) -> KeyPair:
+        """Node ``node_id``'s own key pair: what a test playing a compromised node holds."""
+        return keys.read(keys.secret_file(self.config.keys_dir(), f"node-{node_id}"))
+
     # --- waiting ------------------------------------------------------------------------
 
     def status(self, node_id: int) -> NodeStatus | None:
-        return query_status(self.config.node(node_id), 500)
+        return query_status(self.config.node(node_id), 500, self.client_pair)
 
     def wait_serving(self, node_ids: list[int] | None = None, timeout_s: float = 20.0) -> None:
         """Until every named node (default: every started node) answers and is serving."""

@@ -51,6 +51,18 @@ class NodeMetrics:
             ["kind"],
             registry=r,
         )
+        self.peer_faults = Counter(
+            "relay_peer_faults",
+            "Mesh frames a peer should not have sent (malformed, or claiming another sender)",
+            ["peer"],
+            registry=r,
+        )
+        self.auth_refused = Counter(
+            "relay_auth_refused",
+            "Connections refused by CURVE authentication, by socket (mesh, client, admin)",
+            ["domain"],
+            registry=r,
+        )
         self.mesh_frames = Counter(
             "relay_mesh_frames", "Mesh frames, by direction", ["direction"], registry=r
         )

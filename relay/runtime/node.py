@@ -18,6 +18,10 @@ from typing import Any
 import zmq
 
 from relay import errors
+from relay.auth import cluster as trust
+from relay.auth.keys import KeyFileError
+from relay.auth.sockets import ADMIN_DOMAIN, CLIENT_DOMAIN, serve
+from relay.auth.zap import ZapHandler
 from relay.config import ClusterConfig
 from relay.core.events import Acked as AckedResult
 from relay.core.events import (
@@ -45,12 +49,12 @@ from relay.core.events import (
     Verified,
 )
 from relay.core.node import NodeCore
-from relay.core.status import StreamStatus
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_reply
-from relay.runtime.group_lag import group_lags
+from relay.runtime.gauges import Gauges
+from relay.runtime.mesh_sockets import DRAIN_FRAMES_MAX, HWM_FRAMES, MeshSockets
 from relay.runtime.metrics import NodeMetrics
 from relay.storage.stream_log import StorageError
 from relay.wire import mesh, replies
@@ -69,9 +73,6 @@ log = logging.getLogger("relay.node")
 ADMIN_REQUEST_BYTES_MAX = 64 << 10  # an admin request is a small map
 TICK_MS = 10
 GAUGE_MS = 500
-GROUP_LAG_EVERY = 10  # gauge turns between two counts of the consumer groups' lag
-DRAIN_FRAMES_MAX = 2000  # frames taken from one socket per loop turn
-HWM_FRAMES = 200_000
 
 
 class StartupError(RuntimeError):
@@ -101,21 +102,36 @@ class NodeRuntime:
         self.core = NodeCore(core_config, epoch=epoch, floor=floor, reserved=reserved)
         self.pending: list[Event] = list(restored)  # the first turn's events
         self.metrics = NodeMetrics(node_id)
-        self.gauged: set[str] = set()  # streams whose lag gauge was set above zero
-        self.gauges = 0  # gauge turns so far
+        self.gauges = Gauges(self.metrics)
+        self.refusals_logged_ms = -1000
         self.stopping = False
+        try:
+            pair = trust.node_pair(config, node_id)
+        except KeyFileError as exc:
+            self.disk.close()
+            raise StartupError(f"node {node_id}: {exc}") from None
+        if pair is not None and admin_port is not None and not config.auth.admin_keys:
+            self.disk.close()
+            raise StartupError(
+                f"node {node_id}: --admin-port needs cluster.admin_keys in {config.path}: "
+                "list the operator's public key (`relay keys gen --name admin`)"
+            )
         self.ctx = zmq.Context()
-        self.pub = self.ctx.socket(zmq.PUB)
-        self.sub = self.ctx.socket(zmq.SUB)
+        # bound before any server socket, so that no handshake is ever accepted unasked
+        self.zap = ZapHandler(self.ctx, trust.admitted(config)) if pair is not None else None
+        self.mesh = MeshSockets(self.ctx, config, self.spec, pair)
         self.router = self.ctx.socket(zmq.ROUTER)
-        for sock in (self.pub, self.sub, self.router):
-            sock.setsockopt(zmq.LINGER, 200)
-            sock.setsockopt(zmq.SNDHWM, HWM_FRAMES)
-            sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)
+        self.router.setsockopt(zmq.LINGER, 200)
+        self.router.setsockopt(zmq.SNDHWM, HWM_FRAMES)
+        self.router.setsockopt(zmq.RCVHWM, HWM_FRAMES)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.admin = self.ctx.socket(zmq.REP) if admin_port is not None else None
+        if pair is not None:
+            serve(self.router, pair, CLIENT_DOMAIN)
+            if self.admin is not None:
+                serve(self.admin, pair, ADMIN_DOMAIN)
         try:
-            self._bind(self.pub, self.spec.mesh_port, "mesh_port")
+            self._bind(self.mesh.pub, self.spec.mesh_port, "mesh_port")
             self._bind(self.router, self.spec.client_port, "client_port")
             if self.admin is not None and admin_port is not None:
                 self.admin.setsockopt(zmq.LINGER, 0)
@@ -126,21 +142,19 @@ class NodeRuntime:
         except BaseException:
             self.close()
             raise
-        for other in config.nodes:
-            if other.id != node_id:
-                self.sub.connect(other.mesh_address)
-        for prefix in mesh.topic_prefixes(self.spec.streams):
-            self.sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self.mesh.connect(config)
         self.poller = zmq.Poller()
-        self.poller.register(self.sub, zmq.POLLIN)
+        self.mesh.register(self.poller)
         self.poller.register(self.router, zmq.POLLIN)
         self.poller.register(self.disk.wake_fd, zmq.POLLIN)
         if self.admin is not None:
             self.poller.register(self.admin, zmq.POLLIN)
+        if self.zap is not None:
+            self.poller.register(self.zap.sock, zmq.POLLIN)
 
     def _bind(self, sock: zmq.Socket[Any] | None, port: int, key: str, host: str = "") -> None:
         """Bind ``sock`` (None: the metrics server) or say which key and address failed."""
-        host = host or self.spec.host
+        host = host or self.spec.listen_host
         try:
             if sock is None:
                 self.metrics.serve(host, port)
@@ -185,8 +199,9 @@ class NodeRuntime:
                     events.extend(self.disk.completed(elapsed))
                 if ready:
                     self.metrics.loop_turns.inc()
-                if self.sub in ready:
-                    self._drain_mesh(elapsed, events)
+                if self.zap is not None and self.zap.sock in ready:
+                    self._authenticate(elapsed)
+                self.mesh.drain(ready, elapsed, self.hooks, self.metrics, events)
                 events.extend(MeshReceived(m) for m in self.hooks.release(elapsed))
                 if self.admin is not None and self.admin in ready:
                     self._admin()
@@ -199,7 +214,7 @@ class NodeRuntime:
                 self.disk.after_turn(elapsed, self.core.epoch)
                 if elapsed >= next_gauge:
                     next_gauge = elapsed + GAUGE_MS
-                    self._gauge()
+                    self.gauges.update(self.core, self.disk)
                     self.pending += self.disk.retain(now.wall_ms)
             self._leave()
         finally:
@@ -220,10 +235,25 @@ class NodeRuntime:
 
     def close(self) -> None:
         self.disk.close()
-        for sock in (self.pub, self.sub, self.router, self.admin):
+        self.mesh.close()
+        for sock in (self.router, self.admin):
             if sock is not None:
                 sock.close()
+        if self.zap is not None:
+            self.zap.close()
         self.ctx.term()
+
+    def _authenticate(self, elapsed_ms: int) -> None:
+        """Answer the CURVE handshakes waiting on the ZAP handler; log who was refused (at
+        most once a second: a flood of refused connections must not flood the log)."""
+        assert self.zap is not None
+        refused = self.zap.answer()
+        for domain, _ in refused:
+            self.metrics.auth_refused.labels(domain).inc()
+        if refused and elapsed_ms >= self.refusals_logged_ms + 1000:
+            self.refusals_logged_ms = elapsed_ms
+            domain, address = refused[0]
+            log.warning("auth_refused: %s connection from %s: key not admitted", domain, address)
 
     def _admin(self) -> None:
         """One operator command on the admin socket: [command, argument]."""
@@ -231,24 +261,6 @@ class NodeRuntime:
         self.admin.send(admin_reply(self.admin.recv(), self.hooks, self.core))
 
     # --- input --------------------------------------------------------------------------
-
-    def _drain_mesh(self, elapsed_ms: int, events: list[Event]) -> None:
-        for _ in range(DRAIN_FRAMES_MAX):
-            try:
-                frames = self.sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            self.metrics.mesh_frames.labels("in").inc()
-            if len(frames) != 2:
-                self.metrics.errors.labels("malformed_mesh_frame").inc()
-                continue
-            try:
-                message = self.hooks.admit(elapsed_ms, mesh.decode(frames[1]))
-                if message is not None:
-                    events.append(MeshReceived(message))
-            except mesh.MalformedFrame as exc:
-                self.metrics.errors.labels("malformed_mesh_frame").inc()
-                log.warning("dropped a malformed mesh frame: %s", exc)
 
     def _drain_clients(self, events: list[Event]) -> None:
         for _ in range(DRAIN_FRAMES_MAX):
@@ -303,8 +315,7 @@ class NodeRuntime:
             if isinstance(effect, Broadcast):
                 if not self.hooks.keep_outgoing():
                     continue
-                topic, body = mesh.encode(effect.message)
-                self.pub.send_multipart((topic, body))
+                self.mesh.send(mesh.encode(effect.message))
                 self.metrics.mesh_frames.labels("out").inc()
             elif isinstance(effect, Reply):
                 self._reply(effect)
@@ -315,7 +326,7 @@ class NodeRuntime:
             elif isinstance(effect, LogSync):
                 sync = self.disk.sync_data(effect, self.spec.id)
                 if sync is not None and self.hooks.keep_outgoing():
-                    self.pub.send_multipart(mesh.encode(sync))
+                    self.mesh.send(mesh.encode(sync))
             elif isinstance(effect, Persist | Reserve):
                 answer = self.disk.carry_out(
                     effect, int(time.time() * 1000), int(time.monotonic() * 1000)
@@ -363,7 +374,11 @@ class NodeRuntime:
 
     def _addresses(self, nodes: tuple[int, ...]) -> list[replies.Address]:
         specs = {n.id: n for n in self.config.nodes}
-        return [(n, specs[n].host, specs[n].client_port) for n in nodes if n in specs]
+        return [
+            (n, specs[n].host, specs[n].client_port, specs[n].public_key or "")
+            for n in nodes
+            if n in specs
+        ]
 
     def _send(self, client: bytes, body: bytes) -> None:
         try:
@@ -371,26 +386,3 @@ class NodeRuntime:
         except zmq.ZMQError as exc:  # the client went away, or its queue is full
             self.metrics.errors.labels("reply_undeliverable").inc()
             log.debug("could not reply to a client: %s", exc)
-
-    def _gauge(self) -> None:
-        """Gauges from the core's state; only streams that are not at rest can have a lag."""
-        core = self.core
-        active = {name for name in core.active if name in core.streams}
-        for name in active:
-            lag = StreamStatus.of(core.streams[name]).unverified_txs
-            self.metrics.lag.labels(name).set(lag)
-        for name in self.gauged - active:
-            self.metrics.lag.labels(name).set(0)
-        self.gauged = active
-        self.metrics.peers_up.set(len(core.peers.up_nodes()) - 1)
-        self.metrics.storage_ok.set(0 if core.storage_error else 1)
-        for name, stream_log in self.disk.store.logs.items():
-            self.metrics.log_bytes.labels(name).set(stream_log.bytes_on_disk())
-            self.metrics.log_segments.labels(name).set(len(stream_log.segments))
-        self.metrics.syncs.set(self.disk.syncer.syncs if self.disk.syncer else 0)
-        self.gauges += 1
-        if self.gauges % GROUP_LAG_EVERY == 0:  # a span per group: not every gauge turn
-            for (group, stream), lag in group_lags(core).items():
-                self.metrics.group_lag.labels(group, stream).set(lag)
-        for state in ("serving", "fenced", "leaving"):
-            self.metrics.state.labels(state).set(1 if core.state_name() == state else 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from relay.auth.keys import ClusterKeys
+
 HEADER = """\
 # A relay cluster: every node runs on this machine (see README.md).
 # Ports: mesh (node to node PUB/SUB), client (producers and consumers), metrics (Prometheus).
@@ -28,6 +30,16 @@ segment_ms = 3600000        # or at this age
 # each node keeps its logs in <run_dir>/data/node-<id> unless its [[node]] sets data_dir
 """
 
+SECURITY = """security = "curve"          # CurveZMQ on every socket; node public keys below
+keys_dir = "{keys_dir}"    # secret keys: node-<id>, client and admin .key_secret files
+client_auth = "none"        # "keys": admit only the clients listed in client_keys
+client_keys = ["{client}"]
+admin_keys = ["{admin}"]   # who may use a node's --admin-port
+"""
+
+UNSECURED = """security = "none"           # no encryption or authentication: trusted networks only
+"""
+
 NODE = """
 [[node]]
 id = {id}
@@ -36,16 +48,26 @@ mesh_port = {mesh}
 client_port = {client}
 metrics_port = {metrics}
 streams = [{streams}]
-"""
+{public_key}"""
 
 
 def cluster_toml(
-    count: int, host: str = "127.0.0.1", base_port: int = 7100, name: str | None = None
+    count: int,
+    host: str = "127.0.0.1",
+    base_port: int = 7100,
+    name: str | None = None,
+    keys: ClusterKeys | None = None,
+    keys_dir: str = "keys",
 ) -> str:
     """3 nodes: every stream everywhere. 5 or more: ``orders.*`` on the first three nodes,
-    ``payments.*`` on the last three, ``events.*`` on all; other names have no replicas."""
+    ``payments.*`` on the last three, ``events.*`` on all; other names have no replicas.
+    With ``keys`` every socket uses CURVE; without, the file says ``security = "none"``."""
     name = name or f"local{count}"
     parts = [HEADER.format(name=name)]
+    if keys is None:
+        parts.append(UNSECURED)
+    else:
+        parts.append(SECURITY.format(keys_dir=keys_dir, client=keys.client, admin=keys.admin))
     for i in range(1, count + 1):
         if count < 5:
             patterns = ["*"]
@@ -63,6 +85,7 @@ def cluster_toml(
                 client=base_port + 100 + i,
                 metrics=base_port + 200 + i,
                 streams=", ".join(f'"{p}"' for p in patterns),
+                public_key=f'public_key = "{keys.nodes[i]}"\n' if keys else "",
             )
         )
     return "".join(parts)

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgpack
 
+from relay.auth.settings import is_public_key
 from relay.core.digest import Headers
 from relay.core.events import Acked, PublishResults, ReadResult, Rejected, SpanResult
 from relay.core.status import NodeStatus, StatusFormatError
@@ -22,7 +23,7 @@ from relay.errors import ProtocolError
 from relay.wire.client import VERSION, pack
 from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_list, as_str
 
-Address = tuple[int, str, int]  # (node id, host, client port)
+Address = tuple[int, str, int, str]  # (node id, host, client port, public key or "")
 T = TypeVar("T")
 
 
@@ -203,7 +204,10 @@ def rows_of(read: Callable[[list[Any]], T], width: int) -> Callable[[Any], tuple
 
 
 def _address(row: list[Any]) -> Address:
-    return as_int(row[0]), as_str(row[1]), as_int(row[2])
+    key = as_str(row[3])
+    if key and not is_public_key(key):
+        raise ProtocolError(f"a node address carries {key!r:.60}, not a public key")
+    return as_int(row[0]), as_str(row[1]), as_int(row[2]), key
 
 
 def _ack_row(row: list[Any]) -> AckRow | ErrorRow:
@@ -263,9 +267,9 @@ SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
         ),
     ),
     "status": (StatusReply, (("status", NodeStatus.from_wire),)),
-    "redirect": (RedirectReply, (("stream", as_str), ("nodes", rows_of(_address, 3)))),
+    "redirect": (RedirectReply, (("stream", as_str), ("nodes", rows_of(_address, 4)))),
     "error": (
         ErrorReply,
-        (("code", as_str), ("message", as_str), ("try_nodes", rows_of(_address, 3))),
+        (("code", as_str), ("message", as_str), ("try_nodes", rows_of(_address, 4))),
     ),
 }

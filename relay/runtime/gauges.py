@@ -1,0 +1,40 @@
+"""The node's gauges, set every half second from the core's and the disk's state."""
+
+from __future__ import annotations
+
+from relay.core.node import NodeCore
+from relay.core.status import StreamStatus
+from relay.runtime.disk import NodeDisk
+from relay.runtime.group_lag import group_lags
+from relay.runtime.metrics import NodeMetrics
+
+GROUP_LAG_EVERY = 10  # gauge turns between two counts of the consumer groups' lag
+
+
+class Gauges:
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.metrics = metrics
+        self.gauged: set[str] = set()  # streams whose lag gauge was set above zero
+        self.gauges = 0  # gauge turns so far
+
+    def update(self, core: NodeCore, disk: NodeDisk) -> None:
+        """Gauges from the core's state; only streams that are not at rest can have a lag."""
+        active = {name for name in core.active if name in core.streams}
+        for name in active:
+            lag = StreamStatus.of(core.streams[name]).unverified_txs
+            self.metrics.lag.labels(name).set(lag)
+        for name in self.gauged - active:
+            self.metrics.lag.labels(name).set(0)
+        self.gauged = active
+        self.metrics.peers_up.set(len(core.peers.up_nodes()) - 1)
+        self.metrics.storage_ok.set(0 if core.storage_error else 1)
+        for name, stream_log in disk.store.logs.items():
+            self.metrics.log_bytes.labels(name).set(stream_log.bytes_on_disk())
+            self.metrics.log_segments.labels(name).set(len(stream_log.segments))
+        self.metrics.syncs.set(disk.syncer.syncs if disk.syncer else 0)
+        self.gauges += 1
+        if self.gauges % GROUP_LAG_EVERY == 0:  # a span per group: not every gauge turn
+            for (group, stream), lag in group_lags(core).items():
+                self.metrics.group_lag.labels(group, stream).set(lag)
+        for state in ("serving", "fenced", "leaving"):
+            self.metrics.state.labels(state).set(1 if core.state_name() == state else 0)

@@ -1,0 +1,126 @@
+"""The node's mesh sockets: one PUB it broadcasts on, and one SUB per peer.
+
+Each SUB socket connects to one peer's PUB. With CURVE it completes a handshake only with the
+holder of that peer's secret key, so every frame it delivers comes from that peer: a frame that
+claims another sender is that peer's protocol fault, counted and dropped. The PUB admits (through
+the ZAP handler) only the configured nodes, so no one else receives a payload.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import zmq
+
+from relay.auth.keys import KeyPair
+from relay.auth.sockets import MESH_DOMAIN, connect_to, serve
+from relay.config import ClusterConfig, NodeSpec
+from relay.core.events import Event, MeshReceived
+from relay.runtime.faults import FaultHooks
+from relay.runtime.metrics import NodeMetrics
+from relay.wire import mesh
+
+log = logging.getLogger("relay.node")
+
+DRAIN_FRAMES_MAX = 2000  # frames taken from one socket per loop turn
+HWM_FRAMES = 200_000
+FAULT_LOG_EVERY_MS = 1000  # at most one warning a second per faulty peer
+
+
+class MeshSockets:
+    def __init__(
+        self, ctx: zmq.Context[Any], config: ClusterConfig, spec: NodeSpec, pair: KeyPair | None
+    ) -> None:
+        self.pub = ctx.socket(zmq.PUB)
+        self.peers: dict[zmq.Socket[Any], int] = {}
+        _tune(self.pub)
+        if pair is not None:
+            serve(self.pub, pair, MESH_DOMAIN)
+        for other in config.nodes:
+            if other.id == spec.id:
+                continue
+            sub = ctx.socket(zmq.SUB)
+            _tune(sub)
+            sub.setsockopt(zmq.MAXMSGSIZE, mesh.FRAME_BYTES_MAX)
+            if pair is not None and other.public_key is not None:
+                connect_to(sub, other.public_key, pair)
+            for prefix in mesh.topic_prefixes(spec.streams):
+                sub.setsockopt(zmq.SUBSCRIBE, prefix)
+            self.peers[sub] = other.id
+        self.faults_logged: dict[int, int] = {}  # peer -> when its last fault was logged
+
+    def connect(self, config: ClusterConfig) -> None:
+        """Connect every SUB to its peer (after the PUB is bound)."""
+        for sub, peer in self.peers.items():
+            sub.connect(config.node(peer).mesh_address)
+
+    def register(self, poller: zmq.Poller) -> None:
+        for sub in self.peers:
+            poller.register(sub, zmq.POLLIN)
+
+    def send(self, frames: tuple[bytes, bytes]) -> None:
+        self.pub.send_multipart(frames)
+
+    def drain(
+        self,
+        ready: dict[Any, int],
+        elapsed_ms: int,
+        hooks: FaultHooks,
+        metrics: NodeMetrics,
+        events: list[Event],
+    ) -> None:
+        """What every ready peer sent, decoded and checked, into ``events``."""
+        for sub, peer in self.peers.items():
+            if sub in ready:
+                self._drain_one(sub, peer, elapsed_ms, hooks, metrics, events)
+
+    def _drain_one(
+        self,
+        sub: zmq.Socket[Any],
+        peer: int,
+        elapsed_ms: int,
+        hooks: FaultHooks,
+        metrics: NodeMetrics,
+        events: list[Event],
+    ) -> None:
+        for _ in range(DRAIN_FRAMES_MAX):
+            try:
+                frames = sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            metrics.mesh_frames.labels("in").inc()
+            try:
+                if len(frames) != 2:
+                    raise mesh.MalformedFrame(f"{len(frames)} parts, not topic and body")
+                message = mesh.decode(frames[1])
+            except mesh.MalformedFrame as exc:
+                self._fault(peer, elapsed_ms, metrics, "malformed_mesh_frame", str(exc))
+                continue
+            claimed = mesh.sender_of(message)
+            if claimed != peer:
+                why = f"a {type(message).__name__} claiming to come from node {claimed}"
+                self._fault(peer, elapsed_ms, metrics, "peer_fault", why)
+                continue
+            admitted = hooks.admit(elapsed_ms, message)
+            if admitted is not None:
+                events.append(MeshReceived(admitted))
+
+    def _fault(self, peer: int, elapsed_ms: int, metrics: NodeMetrics, kind: str, why: str) -> None:
+        """Count a frame ``peer`` should not have sent; log it, at most once a second."""
+        metrics.errors.labels(kind).inc()
+        metrics.peer_faults.labels(str(peer)).inc()
+        if elapsed_ms - self.faults_logged.get(peer, -FAULT_LOG_EVERY_MS) >= FAULT_LOG_EVERY_MS:
+            self.faults_logged[peer] = elapsed_ms
+            log.warning("%s: dropped a frame from node %d: %s", kind, peer, why)
+
+    def close(self) -> None:
+        self.pub.close()
+        for sub in self.peers:
+            sub.close()
+
+
+def _tune(sock: zmq.Socket[Any]) -> None:
+    sock.setsockopt(zmq.LINGER, 200)
+    sock.setsockopt(zmq.SNDHWM, HWM_FRAMES)
+    sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)

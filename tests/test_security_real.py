@@ -1,0 +1,212 @@
+"""The attacks of issue 12 on a real cluster, each of which used to work: an eavesdropper on
+the mesh, a process on a stopped node's mesh port forging replication, sync and an epoch of
+2^62, a node (holding its own key) speaking for another, an unauthenticated admin, and a
+client outside the allowlist. With CURVE on (the default) none of them works."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.request import urlopen
+
+import pytest
+import zmq
+from prometheus_client.parser import text_string_to_metric_families
+from test_faults_real import FAST
+from zmq.utils.monitor import recv_monitor_message
+
+from relay import Consumer, Producer
+from relay.auth import keys
+from relay.auth.keys import KeyPair
+from relay.auth.sockets import serve
+from relay.core.digest import genesis
+from relay.core.flake import make_seq
+from relay.core.messages import Heartbeat, Replicate, SyncData, Tx, fold_tx
+from relay.errors import RelayError
+from relay.runtime.admin import admin_call
+from relay.runtime.local_cluster import LocalCluster
+from relay.wire import mesh
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "c", nodes=3, overrides=FAST, admin=True) as made:
+        made.start()
+        made.wait_serving()
+        yield made
+
+
+def metric(cluster: LocalCluster, node_id: int, name: str, **labels: str) -> float:
+    """A counter's value on a node's metrics endpoint (0 if it has no such sample)."""
+    port = cluster.config.node(node_id).metrics_port
+    text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0
+
+
+def publish_real(cluster: LocalCluster, count: int) -> list[bytes]:
+    payloads = [f"real-{i}".encode() for i in range(count)]
+    with Producer(config=cluster.config_path, node=1) as producer:
+        for p in payloads:
+            producer.publish("orders", p)
+    return payloads
+
+
+def read_all(cluster: LocalCluster, node_id: int, count: int) -> list[bytes]:
+    with Consumer("orders", config=cluster.config_path, node=node_id) as consumer:
+        return [tx.payload for tx in consumer.take(count + 100, timeout_s=3)]
+
+
+def forgeries(claimed: int, victim_seq: int) -> list[tuple[bytes, bytes]]:
+    """Well-formed frames from node ``claimed``: txs below the victims' history, a sync slice
+    replacing it from genesis, and a heartbeat with an epoch of 2^62."""
+    fake = [Tx(victim_seq - 1000 + i, 0, claimed, 7, "evil", i + 1, b"forged") for i in range(5)]
+    digests, digest = [], genesis("orders")
+    for tx in fake:
+        digest = fold_tx(digest, tx)
+        digests.append(digest)
+    return [
+        mesh.encode(Heartbeat(claimed, 1 << 62, 1 << 62, (("orders", 1 << 62),), (), False)),
+        mesh.encode(Replicate("orders", claimed, 7, victim_seq, tuple(fake))),
+        mesh.encode(
+            SyncData("orders", claimed, 1, 0, genesis("orders"), tuple(fake), tuple(digests), ())
+        ),
+        mesh.encode(
+            SyncData("orders", claimed, 2, 0, genesis("orders"), tuple(fake), tuple(digests), ())
+        ),
+    ]
+
+
+def impersonate(
+    cluster: LocalCluster, node_id: int, pair: KeyPair | None, frames: list[tuple[bytes, bytes]]
+) -> int:
+    """Bind node ``node_id``'s mesh port (as a CURVE server with ``pair``, or plain) and send
+    ``frames`` for two seconds; how many peers completed a handshake."""
+    ctx = zmq.Context.instance()
+    fake = ctx.socket(zmq.PUB)
+    fake.setsockopt(zmq.LINGER, 0)
+    if pair is not None:
+        serve(fake, pair, "mesh")
+    monitor = fake.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_ACCEPTED)
+    handshakes = accepted = 0
+    try:
+        fake.bind(cluster.config.node(node_id).mesh_address)
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and accepted < 2:  # both peers reconnect to it
+            if monitor.poll(100):
+                event = recv_monitor_message(monitor)["event"]
+                accepted += event == zmq.EVENT_ACCEPTED
+                handshakes += event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+        assert accepted == 2, "the peers never connected to the impostor"
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            for frame in frames:
+                fake.send_multipart(frame)
+            while monitor.poll(0):
+                event = recv_monitor_message(monitor)["event"]
+                handshakes += event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+            time.sleep(0.02)
+    finally:
+        fake.disable_monitor()
+        monitor.close(linger=0)
+        fake.close(linger=0)
+    return handshakes
+
+
+def assert_history_kept(cluster: LocalCluster, real: list[bytes]) -> None:
+    """Publishes still succeed on both live nodes, and each serves exactly the real history."""
+    with Producer(config=cluster.config_path, node=1, timeout_s=10) as producer:
+        after = [producer.publish("orders", b"after").seq for _ in range(3)]
+    assert len(after) == 3
+    for node_id in (1, 2):
+        got = read_all(cluster, node_id, len(real) + 3)
+        assert got == [*real, b"after", b"after", b"after"], f"node {node_id} served {got[:5]}"
+
+
+def test_an_eavesdropper_on_a_mesh_port_receives_nothing(cluster: LocalCluster) -> None:
+    ctx = zmq.Context.instance()
+    plain, stranger = ctx.socket(zmq.SUB), ctx.socket(zmq.SUB)
+    try:
+        for sock in (plain, stranger):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+        cluster.secure(stranger, 1, keys.generate())  # the node's real key, an unlisted own key
+        for sock in (plain, stranger):
+            sock.connect(cluster.config.node(1).mesh_address)
+        publish_real(cluster, 50)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            assert not plain.poll(50) and not stranger.poll(50), "a payload reached an outsider"
+        assert metric(cluster, 1, "relay_auth_refused_total", domain="mesh") >= 1
+    finally:
+        plain.close(linger=0)
+        stranger.close(linger=0)
+
+
+@pytest.mark.parametrize("impostor_key", ["none", "own"])
+def test_a_process_on_a_stopped_nodes_mesh_port_is_not_believed(
+    cluster: LocalCluster, impostor_key: str
+) -> None:
+    real = publish_real(cluster, 20)
+    cluster.stop(3)
+    pair = keys.generate() if impostor_key == "own" else None
+    victim = make_seq(int(time.time() * 1000), 1, 0)
+    handshakes = impersonate(cluster, 3, pair, forgeries(3, victim))
+    assert handshakes == 0
+    assert_history_kept(cluster, real)
+
+
+def test_a_node_holding_its_key_cannot_speak_for_another(cluster: LocalCluster) -> None:
+    """Node 3's key opens the mesh, but a frame on node 3's connection that claims to come
+    from node 2 is node 3's protocol fault: dropped and counted against node 3."""
+    real = publish_real(cluster, 20)
+    cluster.stop(3)
+    victim = make_seq(int(time.time() * 1000), 1, 0)
+    handshakes = impersonate(cluster, 3, cluster.node_pair(3), forgeries(2, victim))
+    assert handshakes == 2  # the peers did take node 3's key and hear what it sent
+    assert_history_kept(cluster, real)
+    for node_id in (1, 2):
+        assert metric(cluster, node_id, "relay_peer_faults_total", peer="3") > 0
+
+
+def test_the_admin_port_answers_only_an_admitted_admin_key(cluster: LocalCluster) -> None:
+    address = f"127.0.0.1:{cluster.admin_ports[1]}"
+    node_key = cluster.config.node(1).public_key
+    for pair in (None, keys.generate(), cluster.client_pair):  # none, a stranger, a client
+        with pytest.raises(TimeoutError):
+            admin_call(address, "status", None, 1000, node_key, pair)
+    with pytest.raises(TimeoutError):  # no CURVE at all
+        admin_call(address, "status", None, 1000)
+    reply: dict[str, Any] = admin_call(address, "status", None, 3000, node_key, cluster.admin_pair)
+    assert reply["ok"] is True
+    assert metric(cluster, 1, "relay_auth_refused_total", domain="admin") >= 2
+
+
+def test_client_auth_keys_admits_only_listed_clients(tmp_path: Path) -> None:
+    overrides = {**FAST, "client_auth": "keys"}
+    with LocalCluster(tmp_path / "c", nodes=3, overrides=overrides) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        with Producer(config=cluster.config_path, timeout_s=20) as producer:
+            assert producer.publish("orders", b"listed").seq > 0  # keys/client.key_secret
+        stranger = tmp_path / "stranger"
+        keys.write(stranger, "client")
+        with (
+            pytest.raises((RelayError, TimeoutError)),
+            Producer(
+                config=cluster.config_path,
+                timeout_s=2,
+                client_key=keys.secret_file(stranger, "client"),
+            ) as producer,
+        ):
+            producer.publish("orders", b"stranger")
+        assert metric(cluster, 1, "relay_auth_refused_total", domain="client") >= 1
+        with Consumer("orders", config=cluster.config_path) as consumer:
+            assert [tx.payload for tx in consumer.take(10, timeout_s=3)] == [b"listed"]
