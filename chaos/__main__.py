@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from chaos import checker, report, runner, schedule
+from relay.runtime import netns
 
 
 @click.group()
@@ -36,7 +37,17 @@ def main() -> None:
 @click.option(
     "--out", type=click.Path(path_type=Path), help="History folder (default chaos-runs/...)."
 )
-def run(nodes: str, duration: float, kinds: str, seed: int, rate: float, out: Path | None) -> None:
+@click.option(
+    "--net",
+    type=click.Choice(["local", "netns"]),
+    default="local",
+    show_default=True,
+    help="local: nodes on 127.0.0.1, partitions and loss by the nodes' admin hooks; netns: "
+    "each node in a network namespace of its own (root), partitions and loss by nftables.",
+)
+def run(
+    nodes: str, duration: float, kinds: str, seed: int, rate: float, out: Path | None, net: str
+) -> None:
     """Run a workload against a fresh cluster while injecting faults; check the history."""
     try:
         fault_kinds = schedule.parse_kinds(kinds)
@@ -55,7 +66,12 @@ def run(nodes: str, duration: float, kinds: str, seed: int, rate: float, out: Pa
             "folder or remove it",
             param_hint="--out",
         )
-    click.echo(f"chaos run: {nodes} nodes, {duration:.0f} s, seed {seed}, {rate:.0f} tx/s -> {out}")
+    if net == "netns" and netns.unavailable():
+        raise click.BadParameter(netns.unavailable(), param_hint="--net")
+    click.echo(
+        f"chaos run: {nodes} nodes, {duration:.0f} s, seed {seed}, {rate:.0f} tx/s, "
+        f"network {net} -> {out}"
+    )
     for fault in faults:
         click.echo(f"  {fault.start_s:6.1f}-{fault.end_s:6.1f} s  {fault.label()}")
     settings = {
@@ -64,9 +80,10 @@ def run(nodes: str, duration: float, kinds: str, seed: int, rate: float, out: Pa
         "faults": list(fault_kinds),
         "seed": seed,
         "rate": rate,
+        "net": net,
     }
     try:
-        runner.run(out, int(nodes), duration, faults, rate, settings, say=click.echo)
+        runner.run(out, int(nodes), duration, faults, rate, settings, say=click.echo, net=net)
     except KeyboardInterrupt:
         click.echo("interrupted: every node was stopped; the history so far is in " + str(out))
         sys.exit(130)

@@ -10,6 +10,10 @@ sealed segments, restart it at the end (it must find the bad record, cut its log
 fetch the rest from its peers); which file and byte is chosen when the fault starts, by an rng
 seeded from the fault alone, and logged in its detail. Every fault is logged with the times it
 actually started and ended; ``heal_all`` undoes whatever is still on.
+
+On a namespaced cluster (``chaos run --net netns``) partitions and loss are the kernel's:
+nftables rules in the receiving node's namespace drop the packets (``LocalCluster.net_faults``),
+so the nodes' sockets, TCP and ZeroMQ see a real network fault; the other kinds stay as above.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ class Nemesis:
         self.stop = threading.Event()
         self.active: list[Fault] = []
         self.errors: list[str] = []
+        # per node, on a namespaced cluster: the nodes its kernel drops packets from, and loss
+        self.blocked: dict[int, set[int]] = {}
+        self.loss: dict[int, float] = {}
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
     def start(self) -> None:
@@ -100,10 +107,10 @@ class Nemesis:
                 c.send_signal(n, signal.SIGSTOP)
         elif fault.kind == "partition":
             for n, blocked in self._cuts(fault).items():
-                self._admin(n, block_from=sorted(blocked))
+                self._network(n, blocked=blocked)
         elif fault.kind == "loss":
             for n in fault.nodes:
-                self._admin(n, loss_in=fault.detail["fraction"])
+                self._network(n, loss=fault.detail["fraction"])
         elif fault.kind == "clock" and "step_ms" in fault.detail:
             self._admin(fault.nodes[0], clock_offset_ms=fault.detail["step_ms"])
         self.active.append(fault)
@@ -123,10 +130,10 @@ class Nemesis:
                 c.send_signal(n, signal.SIGCONT)
         elif fault.kind == "partition":
             for n in self._cuts(fault):
-                self._admin(n, block_from=[])
+                self._network(n, blocked=set())
         elif fault.kind == "loss":
             for n in fault.nodes:
-                self._admin(n, loss_in=0.0)
+                self._network(n, loss=0.0)
         elif fault.kind == "clock":
             self._admin(fault.nodes[0], clock_offset_ms=0)
         self.record({"event": "end", "t": self.clock(), **fault.to_json()})
@@ -158,6 +165,28 @@ class Nemesis:
         side = set(fault.nodes)
         rest = everyone - side
         return {n: (rest if n in side else side) for n in everyone}
+
+    def _network(
+        self, node: int, blocked: set[int] | None = None, loss: float | None = None
+    ) -> None:
+        """Set what node ``node`` drops: by nftables on a namespaced cluster, else by its
+        admin hooks."""
+        if self.cluster.netns is None:
+            if blocked is not None:
+                self._admin(node, block_from=sorted(blocked))
+            if loss is not None:
+                self._admin(node, loss_in=loss)
+            return
+        if blocked is not None:
+            self.blocked[node] = blocked
+        if loss is not None:
+            self.loss[node] = loss
+        try:
+            self.cluster.net_faults(
+                node, sorted(self.blocked.get(node, ())), self.loss.get(node, 0)
+            )
+        except (OSError, RuntimeError, ValueError) as exc:
+            self.errors.append(f"node {node} network faults: {exc}")
 
     def _admin(self, node: int, **settings: Any) -> None:
         try:

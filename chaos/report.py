@@ -38,11 +38,19 @@ def write(folder: Path, analysis: Analysis) -> str:
     return text
 
 
+NETWORKS = {
+    "local": "nodes on 127.0.0.1, network faults by admin hooks",
+    "netns": "a network namespace per node, network faults by nftables",
+}
+
+
 def headline(settings: dict[str, Any]) -> str:
+    net = settings.get("net", "local")  # runs recorded before --net were local
     return (
         f"chaos run: {settings['nodes']} nodes, {settings['duration_s']:.0f} s, "
         f"faults {','.join(settings['faults'])}, seed {settings['seed']}, "
-        f"{settings['rate']:.0f} publishes/s offered"
+        f"{settings['rate']:.0f} publishes/s offered, network {net} "
+        f"({NETWORKS.get(net, 'unknown')})"
     )
 
 

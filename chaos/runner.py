@@ -36,7 +36,10 @@ def run(
     rate: float,
     settings: dict[str, Any],
     say: Any = print,
+    net: str = "local",
 ) -> None:
+    """``net``: "local" (every node on 127.0.0.1, network faults by admin hooks) or "netns"
+    (each node in a namespace of its own, network faults by nftables)."""
     out.mkdir(parents=True, exist_ok=True)
     overrides: dict[str, int | str] = {}
     if any(f.kind == "corrupt" for f in faults):
@@ -54,7 +57,9 @@ def run(
     def clock() -> float:
         return time.perf_counter() - origin
 
-    with LocalCluster(out / "cluster", nodes=nodes, overrides=overrides, admin=True) as cluster:
+    with LocalCluster(
+        out / "cluster", nodes=nodes, overrides=overrides, admin=True, netns=net == "netns"
+    ) as cluster:
         cluster.start()
         cluster.wait_serving()
         origin = time.perf_counter()

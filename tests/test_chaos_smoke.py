@@ -1,4 +1,6 @@
-"""The chaos smoke CI runs: 3 nodes, kills and partitions for about a minute, a clean verdict."""
+"""The chaos smokes CI runs: 3 nodes, kills, partitions and loss for about a minute, a clean
+verdict; once with the nodes on 127.0.0.1 (faults by admin hooks), once with each node in a
+network namespace of its own (partitions and loss by nftables)."""
 
 from __future__ import annotations
 
@@ -9,15 +11,25 @@ from pathlib import Path
 
 import pytest
 
+from relay.runtime.netns import unavailable
+
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+NETS = [
+    "local",
+    pytest.param(
+        "netns", marks=pytest.mark.skipif(bool(unavailable()), reason=f"netns: {unavailable()}")
+    ),
+]
 
 
+@pytest.mark.parametrize("net", NETS)
 def test_a_short_chaos_run_with_kills_and_partitions_keeps_every_invariant(
-    tmp_path: Path,
+    tmp_path: Path, net: str
 ) -> None:
     out = tmp_path / "run"
     command = [sys.executable, "-m", "chaos", "run", "--nodes", "3", "--duration", "50"]
-    command += ["--faults", "kill,partition", "--seed", "1", "--out", str(out)]
+    command += ["--faults", "kill,partition,loss", "--seed", "1", "--out", str(out)]
+    command += ["--net", net]
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = run.communicate(timeout=240)
@@ -32,4 +44,5 @@ def test_a_short_chaos_run_with_kills_and_partitions_keeps_every_invariant(
     text = (out / "report.txt").read_text()
     assert "verdict: every invariant held" in text
     assert "kill" in text and "partition" in text
+    assert f"network {net}" in text
     assert (out / "report.png").stat().st_size > 1000

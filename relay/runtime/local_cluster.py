@@ -28,6 +28,7 @@ from relay.config import ClusterConfig, load
 from relay.core.status import NodeStatus
 from relay.runtime.admin import admin_call
 from relay.runtime.launcher import query_status
+from relay.runtime.netns import NetnsLayout
 from relay.runtime.templates import cluster_toml
 
 
@@ -54,14 +55,20 @@ def free_ports(count: int) -> list[int]:
 
 
 def write_config(
-    folder: Path, nodes: int, overrides: Mapping[str, int | str] | None = None
+    folder: Path,
+    nodes: int,
+    overrides: Mapping[str, int | str] | None = None,
+    hosts: Mapping[int, str] | None = None,
 ) -> Path:
     """A config for ``nodes`` nodes on free ports (3 per node), written into ``folder``, with
-    CURVE keys in ``folder/keys`` (unless ``overrides`` say ``security = "none"``)."""
+    CURVE keys in ``folder/keys`` (unless ``overrides`` say ``security = "none"``); each node
+    on 127.0.0.1 or on its address in ``hosts``."""
     ports = free_ports(3 * nodes)
     keys = write_cluster(folder / "keys", list(range(1, nodes + 1)))
     text = cluster_toml(nodes, "127.0.0.1", 0, name=f"test{nodes}", keys=keys)
     for i in range(1, nodes + 1):
+        if hosts:  # the node tables come in id order: the first loopback host left is node i's
+            text = text.replace('host = "127.0.0.1"', f'host = "{hosts[i]}"', 1)
         mesh, client, metrics = ports[3 * (i - 1) : 3 * i]
         text = text.replace(f"mesh_port = {i}\n", f"mesh_port = {mesh}\n", 1)
         text = text.replace(f"client_port = {100 + i}\n", f"client_port = {client}\n", 1)
@@ -86,17 +93,26 @@ class LocalCluster:
         overrides: Mapping[str, int | str] | None = None,
         node_args: dict[int, list[str]] | None = None,
         admin: bool = False,
+        netns: bool = False,
     ) -> None:
+        """``netns``: every node in a network namespace of its own (``NetnsLayout``), with
+        its own address; the namespaces and the bridge are removed by ``close``."""
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        self.config_path = write_config(folder, nodes, overrides)
+        ids = list(range(1, nodes + 1))
+        self.netns = NetnsLayout.new(ids) if netns else None
+        hosts = {i: self.netns.address(i) for i in ids} if self.netns else None
+        self.config_path = write_config(folder, nodes, overrides, hosts)
         self.config: ClusterConfig = load(self.config_path)
         self.node_args = {n: list(args) for n, args in (node_args or {}).items()}
         self.admin_ports: dict[int, int] = {}
         if admin:
             for spec, port in zip(self.config.nodes, free_ports(nodes), strict=True):
                 self.admin_ports[spec.id] = port
-                self.node_args.setdefault(spec.id, []).extend(["--admin-port", str(port)])
+                args = ["--admin-port", str(port), "--admin-host", self.admin_host(spec.id)]
+                self.node_args.setdefault(spec.id, []).extend(args)
+        if self.netns is not None:
+            self.netns.create()
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         keys_dir = self.config.keys_dir()
         self.admin_pair = keys.read(keys.secret_file(keys_dir, "admin"))
@@ -111,6 +127,7 @@ class LocalCluster:
             log = (self.folder / f"node-{spec.id}.log").open("ab")
             self.procs[spec.id] = subprocess.Popen(
                 [
+                    *(self.netns.exec_prefix(spec.id) if self.netns else []),
                     sys.executable,
                     "-m",
                     "relay",
@@ -149,6 +166,20 @@ class LocalCluster:
     def close(self) -> None:
         for node_id in list(self.procs):
             self.stop(node_id, signal.SIGKILL)
+        if self.netns is not None:
+            self.netns.remove()
+
+    def admin_host(self, node_id: int) -> str:
+        """Where a node's admin port listens: loopback, or its own address in a namespace
+        (whose loopback the test's namespace cannot reach)."""
+        return self.netns.address(node_id) if self.netns else "127.0.0.1"
+
+    def net_faults(self, node_id: int, blocked_from: list[int], loss: float) -> None:
+        """Real network faults on a namespaced cluster: node ``node_id``'s kernel drops every
+        packet from ``blocked_from`` and a ``loss`` fraction of its peers' mesh packets."""
+        assert self.netns is not None, "network faults need LocalCluster(netns=True)"
+        ports = [s.mesh_port for s in self.config.nodes if s.id != node_id]
+        self.netns.set_faults(node_id, blocked_from, loss, ports)
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -172,7 +203,7 @@ class LocalCluster:
 
     def _admin(self, node_id: int, command: str, argument: object) -> dict[str, object]:
         reply: dict[str, object] = admin_call(
-            f"127.0.0.1:{self.admin_ports[node_id]}",
+            f"{self.admin_host(node_id)}:{self.admin_ports[node_id]}",
             command,
             argument,
             node_key=self.config.node(node_id).public_key,
