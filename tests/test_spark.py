@@ -184,7 +184,8 @@ def test_a_payload_tampered_inside_a_node_fails_verification(
     seqs = publish(cluster, "orders.tamper", 500)
     victim = seqs[250]
     cluster.tamper(2, "orders.tamper", victim)
-    node_2 = f"127.0.0.1:{cluster.config.node(2).client_port}"
+    spec = cluster.config.node(2)
+    node_2 = f"{spec.public_key}@127.0.0.1:{spec.client_port}"  # the nodes option with a key
     with pytest.raises(Exception, match="digest_mismatch") as failure:
         relay_read(spark, cluster, "orders.tamper", nodes=node_2).collect()
     assert f"seq {victim}" in str(failure.value) and "corrupt" in str(failure.value)
@@ -193,7 +194,8 @@ def test_a_payload_tampered_inside_a_node_fails_verification(
     assert [r.seq for r in flagged.where("not verified").collect()] == [victim]
     assert flagged.count() == 500
 
-    node_1 = f"127.0.0.1:{cluster.config.node(1).client_port}"
+    first = cluster.config.node(1)
+    node_1 = f"{first.public_key}@127.0.0.1:{first.client_port}"
     clean = relay_read(spark, cluster, "orders.tamper", nodes=node_1)
     assert clean.where("verified").count() == 500
 
