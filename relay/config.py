@@ -16,6 +16,8 @@ from relay.auth.settings import AuthSettings
 from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Routing, Subscription
+from relay.runtime import client_limits
+from relay.runtime.client_limits import ClientBounds
 from relay.storage import settings as storage
 from relay.storage.settings import StorageSettings
 
@@ -70,6 +72,7 @@ class ClusterConfig:
     run_dir: Path
     storage: StorageSettings = field(default_factory=StorageSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+    clients: ClientBounds = field(default_factory=ClientBounds)
 
     def node(self, node_id: int) -> NodeSpec:
         for spec in self.nodes:
@@ -104,7 +107,11 @@ class ClusterConfig:
 
 _PARAM_KEYS = {f.name for f in fields(CoreParams)} - {"votes_wait_for_disk"}
 _CLUSTER_KEYS = (
-    {"name", "allow_small_replication", "run_dir"} | _PARAM_KEYS | storage.KEYS | auth.KEYS
+    {"name", "allow_small_replication", "run_dir"}
+    | _PARAM_KEYS
+    | storage.KEYS
+    | auth.KEYS
+    | client_limits.KEYS
 )
 _NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
 _NODE_OPTIONAL = {"data_dir", "public_key", "bind_host"}
@@ -164,6 +171,10 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
             f"{where}: 'cluster.suspect_after_ms' must be at least twice "
             "'cluster.heartbeat_ms', or healthy peers would be cut"
         )
+    try:
+        bounds = client_limits.parse(where, cluster, params["payload_bytes_max"])
+    except client_limits.SettingsError as exc:
+        raise ConfigError(str(exc)) from None
     name = cluster.get("name", "relay")
     allow_small = cluster.get("allow_small_replication", False)
     run_dir = cluster.get("run_dir", ".relay")
@@ -190,6 +201,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         run_dir=(base / run_dir).resolve(),
         storage=stored,
         auth=security,
+        clients=bounds,
     )
     if params["quorum"] > len(specs):
         raise ConfigError(

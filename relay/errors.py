@@ -11,6 +11,8 @@ Codes travel on the wire; each says whose move it is:
 - ``conflict``: the producer id and message id already name a message with other content (a
   producer restarted with a fixed id that numbers its messages from the start again); the new
   message was not stored. Continue the numbering (a producer journal does) or use a new id.
+- ``busy``: this connection has as many requests (or bytes of them) in flight as a node lets
+  one client have; wait for answers before sending more, or try another node.
 - ``storage``: this node's disk refuses writes (full, I/O error); it acknowledges nothing
   until the disk takes writes again. Try another node.
 - ``protocol`` (raised by clients, never sent): a node's reply broke the protocol.
@@ -29,8 +31,9 @@ PROTOCOL = "protocol"
 STORAGE = "storage"
 CONFLICT = "conflict"
 JOURNAL_FULL = "journal_full"
+BUSY = "busy"
 
-RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED, STORAGE})
+RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED, STORAGE, BUSY})
 
 
 class RelayError(Exception):

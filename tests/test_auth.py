@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 import zmq
+from click.testing import CliRunner
 from zmq.utils import z85
 
 from relay.auth import keys
 from relay.auth.zap import ANY, ENDPOINT, ZapHandler
+from relay.cli import main
 from relay.client.directory import parse_address
-from relay.config import ConfigError, parse
+from relay.config import ConfigError, load, parse
 from relay.runtime.templates import cluster_toml
 
 
@@ -144,3 +146,21 @@ def test_the_zap_handler_admits_only_listed_keys_per_domain() -> None:
         asker.close(linger=0)
         zap.close()
         ctx.term()
+
+
+def test_cluster_init_writes_keys_and_keys_gen_adds_one(tmp_path: Path) -> None:
+    runner = CliRunner()
+    done = runner.invoke(main, ["cluster", "init", "--nodes", "3", "-o", str(tmp_path / "c.toml")])
+    assert done.exit_code == 0, done.output
+    config = load(tmp_path / "c.toml")
+    assert config.auth.curve and len(config.auth.admin_keys) == 1
+    for spec in config.nodes:
+        pair = keys.read(keys.secret_file(config.keys_dir(), f"node-{spec.id}"))
+        assert pair.public == spec.public_key
+    made = runner.invoke(main, ["keys", "gen", "--dir", str(tmp_path / "k"), "--name", "ops"])
+    assert made.exit_code == 0, made.output
+    assert keys.read(keys.secret_file(tmp_path / "k", "ops")).public == made.output.strip()
+    again = runner.invoke(main, ["keys", "gen", "--dir", str(tmp_path / "k"), "--name", "ops"])
+    assert again.exit_code != 0 and "already exists" in again.output
+    plain = runner.invoke(main, ["cluster", "init", "--no-keys", "-o", str(tmp_path / "p.toml")])
+    assert plain.exit_code == 0 and not load(tmp_path / "p.toml").auth.curve

@@ -5,6 +5,7 @@ client outside the allowlist. With CURVE on (the default) none of them works."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from urllib.request import urlopen
 
 import pytest
 import zmq
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from test_faults_real import FAST
 from zmq.utils.monitor import recv_monitor_message
@@ -21,6 +23,7 @@ from relay import Consumer, Producer
 from relay.auth import keys
 from relay.auth.keys import KeyPair
 from relay.auth.sockets import serve
+from relay.cli import main
 from relay.core.digest import genesis
 from relay.core.flake import make_seq
 from relay.core.messages import Heartbeat, Replicate, SyncData, Tx, fold_tx
@@ -210,3 +213,15 @@ def test_client_auth_keys_admits_only_listed_clients(tmp_path: Path) -> None:
         assert metric(cluster, 1, "relay_auth_refused_total", domain="client") >= 1
         with Consumer("orders", config=cluster.config_path) as consumer:
             assert [tx.payload for tx in consumer.take(10, timeout_s=3)] == [b"listed"]
+
+
+def test_relay_fault_reaches_the_admin_port_through_the_config(cluster: LocalCluster) -> None:
+    address = f"127.0.0.1:{cluster.admin_ports[2]}"
+    common = ["fault", "--admin", address, "--config", str(cluster.config_path)]
+    done = CliRunner().invoke(main, [*common, "--node", "2", "--loss-in", "0.1"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["loss_in"] == 0.1
+    cleared = CliRunner().invoke(main, [*common, "--node", "2", "--clear"])
+    assert cleared.exit_code == 0 and json.loads(cleared.output)["loss_in"] == 0
+    unnamed = CliRunner().invoke(main, common)
+    assert unnamed.exit_code != 0 and "--node ID is needed" in unnamed.output

@@ -27,7 +27,7 @@ from relay.core.flake import seq_unix_ms
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Reply
 
-REQUEST_PAYLOAD_BYTES = 16 << 20  # payload bytes per request, far below a node's request limit
+REQUEST_PAYLOAD_BYTES = 4 << 20  # payload bytes per request, below a node's request_bytes_max
 BINARY = (bytes, bytearray, memoryview)  # what a payload may be (a tuple: cheap to test)
 
 

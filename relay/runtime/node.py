@@ -51,6 +51,7 @@ from relay.core.events import (
 from relay.core.node import NodeCore
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
+from relay.runtime.client_limits import ClientLimits
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_reply
 from relay.runtime.gauges import Gauges
@@ -72,6 +73,7 @@ log = logging.getLogger("relay.node")
 
 ADMIN_REQUEST_BYTES_MAX = 64 << 10  # an admin request is a small map
 TICK_MS = 10
+REPLIES_QUEUED_MAX = 1000  # answers queued for one connection that does not read them
 GAUGE_MS = 500
 
 
@@ -122,9 +124,11 @@ class NodeRuntime:
         self.mesh = MeshSockets(self.ctx, config, self.spec, pair)
         self.router = self.ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 200)
-        self.router.setsockopt(zmq.SNDHWM, HWM_FRAMES)
+        self.router.setsockopt(zmq.SNDHWM, REPLIES_QUEUED_MAX)  # per connection
         self.router.setsockopt(zmq.RCVHWM, HWM_FRAMES)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.router.setsockopt(zmq.MAXMSGSIZE, config.clients.request_bytes_max)
+        self.limits = ClientLimits(config.clients)
         self.admin = self.ctx.socket(zmq.REP) if admin_port is not None else None
         if pair is not None:
             serve(self.router, pair, CLIENT_DOMAIN)
@@ -282,6 +286,12 @@ class NodeRuntime:
                 self.metrics.errors.labels("bad_request").inc()
                 self._answer(client, exc.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
                 continue
+            if isinstance(request, PublishFrame | FetchFrame):
+                busy = self.limits.admit(client, request.req_id, len(frames[1]))
+                if busy:
+                    self.metrics.errors.labels("busy").inc()
+                    self._answer(client, request.req_id, Rejected(errors.BUSY, busy))
+                    continue
             if isinstance(request, PublishFrame):
                 events.append(
                     PublishRequested(
@@ -322,6 +332,7 @@ class NodeRuntime:
             elif isinstance(effect, ReadReply):
                 read = effect.body
                 served = self.disk.read(read) if isinstance(read, LogRead) else read
+                self.limits.done(effect.client, effect.req_id)
                 self._answer(effect.client, effect.req_id, served)
             elif isinstance(effect, LogSync):
                 sync = self.disk.sync_data(effect, self.spec.id)
@@ -343,6 +354,7 @@ class NodeRuntime:
                 log.info("%s: %s", effect.kind, effect.text)
 
     def _reply(self, reply: Reply) -> None:
+        self.limits.done(reply.client, reply.req_id)
         body = reply.body
         if isinstance(body, PublishResults):
             acked = sum(1 for r in body.results if isinstance(r, AckedResult))

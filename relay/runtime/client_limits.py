@@ -1,0 +1,98 @@
+"""What one client connection may have in flight, so that no client fills a node's memory or
+its loop: requests and their bytes until each is answered, and the size of one request.
+
+How this works: the shell admits each publish and fetch before the core sees it, keyed by the
+connection and the request id, and lets it go when its answer leaves. A connection over its
+share is answered ``busy`` at once (the client backs off or goes to another node); a request
+over ``request_bytes_max`` never reaches the loop (the socket drops the connection:
+``ZMQ_MAXMSGSIZE``). The settings are ``[cluster]`` keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+TOTAL_REQUESTS_MAX = 200_000  # requests in flight over every connection of a node
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ClientBounds:
+    request_bytes_max: int = 8 << 20
+    client_inflight_max: int = 256  # requests one connection may have unanswered
+    client_inflight_bytes_max: int = 64 << 20
+
+
+KEYS = frozenset(ClientBounds.__dataclass_fields__)
+RANGES = {
+    "request_bytes_max": (64 << 10, 64 << 20),
+    "client_inflight_max": (1, 100_000),
+    "client_inflight_bytes_max": (64 << 10, 1 << 30),
+}
+
+
+def parse(where: str, cluster: dict[str, Any], payload_bytes_max: int) -> ClientBounds:
+    """The client bounds among ``[cluster]``'s keys; ``SettingsError`` names a bad one."""
+    defaults = ClientBounds()
+    found: dict[str, int] = {}
+    for key, (least, most) in RANGES.items():
+        value = cluster.get(key, getattr(defaults, key))
+        if type(value) is not int or not least <= value <= most:
+            raise SettingsError(
+                f"{where}: 'cluster.{key}' must be an integer from {least} to {most}, "
+                f"got {value!r:.60}"
+            )
+        found[key] = value
+    bounds = ClientBounds(**found)
+    if bounds.request_bytes_max < payload_bytes_max + (64 << 10):
+        raise SettingsError(
+            f"{where}: 'cluster.request_bytes_max' ({bounds.request_bytes_max}) must exceed "
+            f"'cluster.payload_bytes_max' ({payload_bytes_max}) by at least 65536, or a "
+            "request with one largest message could not be sent"
+        )
+    if bounds.client_inflight_bytes_max < bounds.request_bytes_max:
+        raise SettingsError(
+            f"{where}: 'cluster.client_inflight_bytes_max' must be at least "
+            "'cluster.request_bytes_max'"
+        )
+    return bounds
+
+
+class ClientLimits:
+    def __init__(self, bounds: ClientBounds) -> None:
+        self.bounds = bounds
+        self.open: dict[tuple[bytes, int], int] = {}  # (connection, req id) -> its bytes
+        self.held: dict[bytes, list[int]] = {}  # connection -> [requests, bytes] in flight
+
+    def admit(self, client: bytes, req_id: int, size: int) -> str:
+        """ "" if the request may go on; else why not (the ``busy`` answer's message)."""
+        if (client, req_id) in self.open:
+            return f"request id {req_id} is already in flight on this connection"
+        held = self.held.setdefault(client, [0, 0])
+        b = self.bounds
+        if held[0] >= b.client_inflight_max or len(self.open) >= TOTAL_REQUESTS_MAX:
+            return f"{held[0]} requests in flight on this connection; wait for answers"
+        if held[1] + size > b.client_inflight_bytes_max:
+            return (
+                f"{held[1]} bytes of requests in flight on this connection "
+                f"(client_inflight_bytes_max {b.client_inflight_bytes_max}); wait for answers"
+            )
+        self.open[(client, req_id)] = size
+        held[0] += 1
+        held[1] += size
+        return ""
+
+    def done(self, client: bytes, req_id: int) -> None:
+        """The request's answer left (or it will get none)."""
+        size = self.open.pop((client, req_id), None)
+        if size is None:
+            return
+        held = self.held[client]
+        held[0] -= 1
+        held[1] -= size
+        if not held[0]:
+            del self.held[client]
