@@ -5,6 +5,7 @@ each fault's window shaded in its kind's colour), drawn with matplotlib's Agg ba
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
@@ -39,8 +40,8 @@ def write(folder: Path, analysis: Analysis) -> str:
 
 
 NETWORKS = {
-    "local": "nodes on 127.0.0.1, network faults by admin hooks",
-    "netns": "a network namespace per node, network faults by nftables",
+    "local": "127.0.0.1, faults by admin hooks",
+    "netns": "a namespace per node, faults by nftables",
 }
 
 
@@ -76,7 +77,7 @@ def figure(folder: Path, settings: dict[str, Any]) -> Figure:
     windows = fault_windows(folder, end)
 
     fig = Figure(figsize=SIZE_IN, dpi=DPI, layout="constrained")
-    fig.suptitle(headline(settings), fontsize=11)
+    fig.suptitle(textwrap.fill(headline(settings), 130), fontsize=11)
     top, bottom = fig.subplots(2, 1, sharex=True)
     for ax in (top, bottom):
         for kind, t0, t1 in windows:

@@ -29,3 +29,14 @@ def fresh_cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
         cluster.start()
         cluster.wait_serving()
         yield cluster
+
+
+@pytest.fixture
+def fast_admin_cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A 3-node cluster with short timeouts and admin ports, that a test may break."""
+    from test_faults_real import FAST
+
+    with LocalCluster(tmp_path / "c", nodes=3, overrides=FAST, admin=True) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        yield cluster

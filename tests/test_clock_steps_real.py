@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from load import Load
@@ -19,11 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path / "c", nodes=3, overrides=FAST, admin=True) as made:
-        made.start()
-        made.wait_serving()
-        yield made
+def cluster(fast_admin_cluster3: LocalCluster) -> LocalCluster:
+    return fast_admin_cluster3
 
 
 class Observer:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
@@ -36,11 +35,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path / "c", nodes=3, overrides=FAST, admin=True) as made:
-        made.start()
-        made.wait_serving()
-        yield made
+def cluster(fast_admin_cluster3: LocalCluster) -> LocalCluster:
+    return fast_admin_cluster3
 
 
 def metric(cluster: LocalCluster, node_id: int, name: str, **labels: str) -> float:
