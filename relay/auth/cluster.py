@@ -33,11 +33,3 @@ def admitted(config: ClusterConfig) -> dict[str, dict[str, str] | None]:
     )
     admins = {k: "admin" for k in config.auth.admin_keys}
     return {MESH_DOMAIN: nodes, CLIENT_DOMAIN: clients, ADMIN_DOMAIN: admins}
-
-
-def client_pair(config: ClusterConfig | None, key_file: str | None = None) -> KeyPair | None:
-    """A client's pair for ``config``'s nodes (None without CURVE): ``key_file``, or the
-    cluster's ``client.key_secret`` if this machine has it, or a new pair."""
-    if config is not None and not config.auth.curve:
-        return None
-    return keys.client_pair(config.keys_dir() if config else None, key_file)

@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from relay import errors
+from relay.core.events import Rejected
+
 TOTAL_REQUESTS_MAX = 200_000  # requests in flight over every connection of a node
 
 
@@ -68,23 +71,26 @@ class ClientLimits:
         self.open: dict[tuple[bytes, int], int] = {}  # (connection, req id) -> its bytes
         self.held: dict[bytes, list[int]] = {}  # connection -> [requests, bytes] in flight
 
-    def admit(self, client: bytes, req_id: int, size: int) -> str:
-        """ "" if the request may go on; else why not (the ``busy`` answer's message)."""
+    def admit(self, client: bytes, req_id: int, size: int) -> Rejected | None:
+        """None if the request may go on; else its answer (``busy``, or ``bad_request`` for
+        a request id already in flight on this connection)."""
         if (client, req_id) in self.open:
-            return f"request id {req_id} is already in flight on this connection"
-        held = self.held.setdefault(client, [0, 0])
+            why = f"request id {req_id} is already in flight on this connection"
+            return Rejected(errors.BAD_REQUEST, why)
+        held = self.held.get(client, [0, 0])
         b = self.bounds
         if held[0] >= b.client_inflight_max or len(self.open) >= TOTAL_REQUESTS_MAX:
-            return f"{held[0]} requests in flight on this connection; wait for answers"
+            why = f"{held[0]} requests in flight on this connection; wait for answers"
+            return Rejected(errors.BUSY, why)
         if held[1] + size > b.client_inflight_bytes_max:
-            return (
+            why = (
                 f"{held[1]} bytes of requests in flight on this connection "
                 f"(client_inflight_bytes_max {b.client_inflight_bytes_max}); wait for answers"
             )
+            return Rejected(errors.BUSY, why)
         self.open[(client, req_id)] = size
-        held[0] += 1
-        held[1] += size
-        return ""
+        self.held[client] = [held[0] + 1, held[1] + size]
+        return None
 
     def done(self, client: bytes, req_id: int) -> None:
         """The request's answer left (or it will get none)."""

@@ -19,13 +19,13 @@ from relay.config import ClusterConfig, NodeSpec
 from relay.core.events import Event, MeshReceived
 from relay.runtime.faults import FaultHooks
 from relay.runtime.metrics import NodeMetrics
+from relay.runtime.throttle import Throttle
 from relay.wire import mesh
 
 log = logging.getLogger("relay.node")
 
 DRAIN_FRAMES_MAX = 2000  # frames taken from one socket per loop turn
 HWM_FRAMES = 200_000
-FAULT_LOG_EVERY_MS = 1000  # at most one warning a second per faulty peer
 
 
 class MeshSockets:
@@ -48,7 +48,7 @@ class MeshSockets:
             for prefix in mesh.topic_prefixes(spec.streams):
                 sub.setsockopt(zmq.SUBSCRIBE, prefix)
             self.peers[sub] = other.id
-        self.faults_logged: dict[int, int] = {}  # peer -> when its last fault was logged
+        self.fault_log = Throttle()  # a warning a second at most per faulty peer
 
     def connect(self, config: ClusterConfig) -> None:
         """Connect every SUB to its peer (after the PUB is bound)."""
@@ -110,8 +110,7 @@ class MeshSockets:
         """Count a frame ``peer`` should not have sent; log it, at most once a second."""
         metrics.errors.labels(kind).inc()
         metrics.peer_faults.labels(str(peer)).inc()
-        if elapsed_ms - self.faults_logged.get(peer, -FAULT_LOG_EVERY_MS) >= FAULT_LOG_EVERY_MS:
-            self.faults_logged[peer] = elapsed_ms
+        if self.fault_log.ready(peer, elapsed_ms):
             log.warning("%s: dropped a frame from node %d: %s", kind, peer, why)
 
     def close(self) -> None:

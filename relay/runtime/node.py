@@ -57,6 +57,7 @@ from relay.runtime.faults import FaultHooks, admin_reply
 from relay.runtime.gauges import Gauges
 from relay.runtime.mesh_sockets import DRAIN_FRAMES_MAX, HWM_FRAMES, MeshSockets
 from relay.runtime.metrics import NodeMetrics
+from relay.runtime.throttle import Throttle
 from relay.storage.stream_log import StorageError
 from relay.wire import mesh, replies
 from relay.wire.client import (
@@ -105,7 +106,7 @@ class NodeRuntime:
         self.pending: list[Event] = list(restored)  # the first turn's events
         self.metrics = NodeMetrics(node_id)
         self.gauges = Gauges(self.metrics)
-        self.refusals_logged_ms = -1000
+        self.refusal_log = Throttle()
         self.stopping = False
         try:
             pair = trust.node_pair(config, node_id)
@@ -254,8 +255,7 @@ class NodeRuntime:
         refused = self.zap.answer()
         for domain, _ in refused:
             self.metrics.auth_refused.labels(domain).inc()
-        if refused and elapsed_ms >= self.refusals_logged_ms + 1000:
-            self.refusals_logged_ms = elapsed_ms
+        if refused and self.refusal_log.ready("auth", elapsed_ms):
             domain, address = refused[0]
             log.warning("auth_refused: %s connection from %s: key not admitted", domain, address)
 
@@ -287,10 +287,10 @@ class NodeRuntime:
                 self._answer(client, exc.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
                 continue
             if isinstance(request, PublishFrame | FetchFrame):
-                busy = self.limits.admit(client, request.req_id, len(frames[1]))
-                if busy:
-                    self.metrics.errors.labels("busy").inc()
-                    self._answer(client, request.req_id, Rejected(errors.BUSY, busy))
+                refused = self.limits.admit(client, request.req_id, len(frames[1]))
+                if refused is not None:
+                    self.metrics.errors.labels(refused.code).inc()
+                    self._answer(client, request.req_id, refused)
                     continue
             if isinstance(request, PublishFrame):
                 events.append(
