@@ -90,8 +90,10 @@ def test_a_node_that_hears_no_quorum_is_fenced_and_serves_nothing() -> None:
     assert isinstance(body, Rejected) and "fenced" in body.message
 
 
-def heartbeat(sender: int) -> MeshReceived:
-    return MeshReceived(Heartbeat(sender, NOW + sender, 0, (), ()))
+def heartbeat(sender: int, follows: NodeCore | None = None) -> MeshReceived:
+    """A peer's heartbeat; an honest peer's promise follows the ones ``follows`` sent it."""
+    floor = follows.origin.clock.floor if follows else 0
+    return MeshReceived(Heartbeat(sender, NOW + sender, floor, (), ()))
 
 
 def test_time_spent_fenced_does_not_count_as_a_peers_silence() -> None:
@@ -102,11 +104,11 @@ def test_time_spent_fenced_does_not_count_as_a_peers_silence() -> None:
     assert node.state_name() == "serving"
     node.handle(at(1500), [Tick()])  # paused past suspect_after_ms
     assert node.state_name() == "fenced"
-    effects = node.handle(at(1520), [heartbeat(1), heartbeat(3), Tick()])
+    effects = node.handle(at(1520), [heartbeat(1, node), heartbeat(3, node), Tick()])
     assert node.state_name() == "serving"
     downs = [e for e in effects if isinstance(e, Notice) and e.kind == "peer_down"]
     assert downs == [] and node.peers.by_id[4].up
-    effects = node.handle(at(2620), [heartbeat(1), heartbeat(3), Tick()])  # 4 stays silent
+    effects = node.handle(at(2620), [heartbeat(1, node), heartbeat(3, node), Tick()])  # 4 silent
     assert [e.text for e in effects if isinstance(e, Notice) and e.kind == "peer_down"] == [
         "node 4 was silent for 1100 ms; cutting its epoch"
     ]
@@ -118,7 +120,8 @@ def test_wall_clock_steps_neither_fence_nor_cut() -> None:
         node = core(2)
         for t in range(0, 3000, 50):
             step = step_ms if t >= 1000 else 0
-            effects = node.handle(at(t, step), [heartbeat(1), heartbeat(3), heartbeat(4), Tick()])
+            beats = [heartbeat(1, node), heartbeat(3, node), heartbeat(4, node)]
+            effects = node.handle(at(t, step), [*beats, Tick()])
             assert node.state_name() == "serving" or t == 0
             assert not [e for e in effects if isinstance(e, Notice) and e.kind == "peer_down"]
         kinds = {e.kind for e in effects if isinstance(e, Notice)}

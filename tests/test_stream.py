@@ -7,7 +7,7 @@ from relay.core.digest import fold, genesis
 from relay.core.events import PublishRequested, Rejected
 from relay.core.flake import SEQ_MAX, make_seq
 from relay.core.lane import LaneInput
-from relay.core.messages import Item, StreamAck, SyncData, Tx
+from relay.core.messages import Item, StreamAck, SyncData, Tx, fold_tx
 from relay.core.origin import Origin
 from relay.core.publish import Publishes, attach_retries
 from relay.core.stream import StreamLimits, StreamReplica
@@ -169,7 +169,7 @@ def test_an_empty_replica_adopts_a_verified_slice_and_continues_the_chain() -> N
     source = verified_replica(5)
     fresh = StreamReplica("s", 3, (1, 2, 3), 2, LIMITS)
     follow_all(fresh)
-    outcome = fresh.adopt(0, *slice_of(source, 0), ())
+    outcome = fresh.adopt(0, 1, *slice_of(source, 0), ())
     assert outcome.startswith("adopted 5")
     assert fresh.catchup.synced and fresh.verified_seq == BASE + 5
     assert fresh.timeline.head_digest == source.timeline.head_digest
@@ -183,7 +183,7 @@ def test_a_slice_that_does_not_chain_is_refused() -> None:
     base_seq, base_digest, txs, digests = slice_of(source, 0)
     forged = (txs[0]._replace(payload=b"evil"), *txs[1:])
     fresh = replica()
-    assert "refused" in fresh.adopt(0, base_seq, base_digest, forged, digests, ())
+    assert "refused" in fresh.adopt(0, 1, base_seq, base_digest, forged, digests, ())
     assert fresh.timeline.head_seq == 0
 
 
@@ -196,10 +196,42 @@ def test_adopting_replaces_an_unverified_tail_and_keeps_later_txs() -> None:
     stabilize(diverged)
     assert diverged.timeline.head_seq == BASE + 3
     assert diverged.verified_seq == BASE + 2
-    outcome = diverged.adopt(0, *slice_of(source, BASE + 2), ())
+    outcome = diverged.adopt(0, 1, *slice_of(source, BASE + 2), ())
     assert outcome.startswith("adopted 2")
     assert diverged.timeline.seqs == source.timeline.seqs
     assert diverged.timeline.head_digest == source.timeline.head_digest
+
+
+def test_a_snapshot_replaces_verified_history_only_once_two_peers_vouch_for_its_base() -> None:
+    """Found as an attack: one SyncData from one peer, based past this replica's verified
+    seq, used to replace every acknowledged tx it held."""
+    source = verified_replica(5)
+    behind = verified_replica(2)
+    base_seq, base_digest, txs, digests = slice_of(source, BASE + 4)
+    held = list(behind.timeline.seqs)
+    outcome = behind.adopt(0, 1, base_seq, base_digest, txs, digests, ())
+    assert outcome.startswith("waits for another peer") and behind.timeline.seqs == held
+    assert behind.vouchers.next_ask() == BASE + 4  # the next sync asks the others from there
+    assert behind.adopt(0, 1, base_seq, base_digest, txs, digests, ()).startswith("waits")
+    assert behind.timeline.seqs == held  # the same peer twice is still one voice
+    assert behind.adopt(0, 2, base_seq, base_digest, txs, digests, ()).startswith("adopted 1")
+    assert behind.timeline.head_digest == source.timeline.head_digest
+
+
+def test_a_forged_base_from_one_peer_never_replaces_anything() -> None:
+    behind = verified_replica(2)
+    forged = Tx(BASE + 9, 0, 1, 7, "p", 9, b"forged")
+    base = bytes(32)
+    outcome = behind.adopt(0, 2, BASE + 8, base, (forged,), (fold_tx(base, forged),), ())
+    assert outcome.startswith("waits") and behind.verified_seq == BASE + 2
+    assert behind.timeline.head_seq == BASE + 2
+
+
+def test_an_empty_replica_takes_a_slice_from_genesis_from_one_peer() -> None:
+    """Nothing it holds is replaced, and with one node down a single peer is all it has."""
+    source = verified_replica(3)
+    fresh = replica()
+    assert fresh.adopt(0, 1, *slice_of(source, 0), ()).startswith("adopted 3")
 
 
 def test_the_dedup_window_moves_with_each_tx_not_with_a_loop_turn() -> None:

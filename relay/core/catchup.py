@@ -119,6 +119,46 @@ class Catchup:
         return CatchupAction.NONE
 
 
+class Vouchers:
+    """Who offered each sync base this replica cannot check against its own history.
+
+    Adopting a slice from a base this replica does not hold as verified replaces what it
+    holds (a snapshot). One peer's word is not enough for that, since it may be the one node
+    that lies: a base is adopted once ``needed`` distinct peers offered it, enough that with
+    this replica a quorum holds it and never fewer than two. While one peer vouches for a
+    base, the next sync asks from that base, so the other peers answer from it too."""
+
+    __slots__ = ("ask_after", "by_base", "needed")
+
+    KEPT_MAX = 16  # distinct bases remembered; a peer offering many cannot grow this
+
+    def __init__(self, quorum: int) -> None:
+        self.needed = max(2, quorum - 1)
+        self.by_base: dict[tuple[int, bytes], set[int]] = {}
+        self.ask_after: int | None = None
+
+    def vouch(self, sender: int, base_seq: int, base_digest: bytes) -> bool:
+        """``sender`` offered this base; True once enough distinct peers did."""
+        key = (base_seq, base_digest)
+        if key not in self.by_base and len(self.by_base) >= self.KEPT_MAX:
+            del self.by_base[next(iter(self.by_base))]
+        peers = self.by_base.setdefault(key, set())
+        peers.add(sender)
+        if len(peers) >= self.needed:
+            return True
+        self.ask_after = base_seq
+        return False
+
+    def next_ask(self) -> int | None:
+        """The base to ask a sync from once, if one waits for a second voice."""
+        ask, self.ask_after = self.ask_after, None
+        return ask
+
+    def clear(self) -> None:
+        self.by_base.clear()
+        self.ask_after = None
+
+
 def slice_for(
     timeline: Timeline, after_seq: int, limit: int
 ) -> tuple[int, bytes, range, bool] | None:

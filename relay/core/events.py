@@ -259,6 +259,7 @@ class Notice:
 
     kind: str
     text: str
+    peer: int = 0  # the node a ``peer_fault`` blames
 
 
 Effect = Broadcast | Reply | ReadReply | Verified | Persist | Reserve | LogSync | Notice

@@ -10,6 +10,7 @@ message that breaks the protocol is dropped and reported (``peer_fault``), namin
 
 from __future__ import annotations
 
+from relay.core import claims
 from relay.core.events import Broadcast, Effect, LogSync, Notice
 from relay.core.messages import (
     Heartbeat,
@@ -20,6 +21,7 @@ from relay.core.messages import (
     StreamAck,
     SyncData,
     SyncRequest,
+    sender_of,
 )
 from relay.core.origin import Origin
 from relay.core.params import CoreParams
@@ -38,6 +40,7 @@ class MeshIntake:
     streams: dict[str, StreamReplica]
     heartbeat: Timeout
     elapsed_ms: int
+    wall_ms: int
     _effects: list[Effect]
 
     @property
@@ -45,7 +48,10 @@ class MeshIntake:
         return self.origin.epoch
 
     def _on_mesh(self, message: MeshMessage) -> None:
-        if isinstance(message, Replicate):
+        problem = claims.too_far_ahead(message, self.wall_ms, self.node_id)
+        if problem:
+            self._peer_fault(sender_of(message), problem)
+        elif isinstance(message, Replicate):
             self._on_replicate(message)
         elif isinstance(message, StreamAck):
             self._on_ack(message)
@@ -153,7 +159,7 @@ class MeshIntake:
 
     def _peer_fault(self, peer: int, what: str) -> None:
         """A peer broke the protocol: its message is dropped, and the operator told who."""
-        self._effects.append(Notice("peer_fault", f"node {peer} {what}"))
+        self._effects.append(Notice("peer_fault", f"node {peer} {what}", peer))
 
     # --- streams and epochs -------------------------------------------------------------
 

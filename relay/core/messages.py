@@ -200,3 +200,12 @@ class SyncData:
 MeshMessage = (
     Replicate | StreamAck | Heartbeat | RepairRequest | RepairData | SyncRequest | SyncData
 )
+
+
+def sender_of(message: MeshMessage) -> int:
+    """The node a message says sent it: it must be the peer whose connection carried it."""
+    if isinstance(message, Replicate):
+        return message.origin  # only an origin replicates its own txs
+    if isinstance(message, RepairRequest | SyncRequest):
+        return message.requester
+    return message.sender

@@ -101,7 +101,7 @@ class NodeCore(MeshIntake, LogEvents):
         self.heartbeat = Timeout(params.heartbeat_ms)
         self.storage_error = ""  # what the disk refused last, until a write succeeds
         self.state = NodeState.FENCED  # until it hears a quorum of the cluster
-        self.elapsed_ms = 0
+        self.elapsed_ms = self.wall_ms = self.wall_at_zero = 0
         self._effects: list[Effect] = []
 
     # --- the one entry point ------------------------------------------------------------
@@ -109,6 +109,11 @@ class NodeCore(MeshIntake, LogEvents):
     def handle(self, now: Now, events: Iterable[Event]) -> list[Effect]:
         assert now.elapsed_ms >= self.elapsed_ms, "elapsed time never goes back"
         self.elapsed_ms = now.elapsed_ms
+        if not self.wall_at_zero:
+            self.wall_at_zero = now.wall_ms - now.elapsed_ms
+        # what peers' claims are judged against: a step back of the wall clock since this
+        # node started must not make honest peers look far ahead (see claims.py)
+        self.wall_ms = max(now.wall_ms, now.elapsed_ms + self.wall_at_zero)
         upkeep = False
         for event in events:
             if isinstance(event, MeshReceived):
@@ -275,6 +280,9 @@ class NodeCore(MeshIntake, LogEvents):
         if self.state is NodeState.SERVING:  # a fenced node is the likely culprit: no cuts
             for origin, silent_ms in self.peers.silent(elapsed):
                 self._suspect(origin, f"was silent for {silent_ms} ms")
+            for origin, floor in self.peers.frozen(elapsed):
+                self._peer_fault(origin, f"kept its promise at {floor}, behind this node's")
+                self._suspect(origin, "did not move its promise")
         states = self.peers.states
         for name in list(self.active):
             state = self.streams[name]
@@ -338,6 +346,7 @@ class NodeCore(MeshIntake, LogEvents):
             shared=tuple(sorted(self.stream_set.shared.items())),
         )
         self._effects.append(Broadcast(hb))
+        self.peers.promised(self.elapsed_ms, hb.floor)
         for state in self.stream_set.active_streams():  # what is not at rest says it again
             state.needs_ack = True
             self.stream_set.dirty[state.stream] = None

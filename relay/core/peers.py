@@ -5,11 +5,14 @@ older epoch is stale and ignored; a newer epoch means the peer restarted. Each p
 timers on elapsed time, both reset whenever it is heard: ``heard`` (within ``fence_after_ms``,
 the input to fencing: did this node hear a quorum of the cluster?) and ``silence`` (after
 ``suspect_after_ms`` the peer is suspected and its epoch cut). Time spent fenced is not a
-peer's silence: when the node serves again every silence timer restarts.
+peer's silence: when the node serves again every silence timer restarts. A peer whose promise
+stops following the ones this node sends (``frozen``) holds every stream back as surely as a
+silent one, and is suspected the same way.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from enum import Enum
 
 from relay.core.fencing import FenceInput, quorum_input
@@ -24,11 +27,12 @@ class Heard(Enum):
 
 
 class Peer:
-    __slots__ = ("accepts", "epoch", "floor", "heard", "silence", "up")
+    __slots__ = ("accepts", "epoch", "floor", "heard", "silence", "up", "up_since")
 
     def __init__(self, fence_after_ms: int, suspect_after_ms: int) -> None:
         self.epoch = 0
         self.up = False
+        self.up_since = 0  # when it last came up or started an epoch (elapsed ms)
         self.floor = 0  # its latest promise in this epoch
         self.accepts: frozenset[tuple[int, int]] = frozenset()  # the origins it admits
         self.heard = Timeout(fence_after_ms)  # running and not fired: heard recently
@@ -45,6 +49,8 @@ class Peers:
         }
         self.floors: dict[int, tuple[int, int]] = {}  # peer -> (epoch, floor)
         self.states: dict[int, tuple[bool, int]] = dict.fromkeys(self.by_id, (False, 0))
+        self.promise_lag_max_ms = 2 * suspect_after_ms
+        self.sent: deque[tuple[int, int]] = deque()  # (elapsed ms, floor) of our heartbeats
 
     def hear(self, elapsed_ms: int, sender: int, epoch: int) -> Heard:
         peer = self.by_id.get(sender)
@@ -62,6 +68,7 @@ class Peers:
         else:
             return Heard.AGAIN
         peer.up = True
+        peer.up_since = elapsed_ms
         self.floors[sender] = (epoch, peer.floor)
         self.states[sender] = (True, epoch)
         return outcome
@@ -72,6 +79,28 @@ class Peers:
         if floor > peer.floor:
             peer.floor = floor
             self.floors[sender] = (peer.epoch, floor)
+
+    def promised(self, elapsed_ms: int, floor: int) -> None:
+        """This node's heartbeat promised ``floor``: every honest peer hears it and takes it
+        into its own clock, so its promises reach it within a heartbeat or two."""
+        self.sent.append((elapsed_ms, floor))
+        due = elapsed_ms - self.promise_lag_max_ms
+        while len(self.sent) >= 2 and self.sent[1][0] <= due:
+            self.sent.popleft()
+
+    def frozen(self, elapsed_ms: int) -> list[tuple[int, int]]:
+        """(peer, its promise) of the up peers whose promise has not reached the floor this
+        node sent ``promise_lag_max_ms`` ago: a promise that does not move stalls every
+        stream's folding, so such a peer is treated as a silent one."""
+        due = elapsed_ms - self.promise_lag_max_ms
+        if not self.sent or self.sent[0][0] > due:
+            return []
+        floor = self.sent[0][1]
+        return [
+            (n, p.floor)
+            for n, p in self.by_id.items()
+            if p.up and p.up_since <= due and p.floor < floor
+        ]
 
     def down(self, node: int) -> None:
         peer = self.by_id[node]

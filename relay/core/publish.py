@@ -130,7 +130,9 @@ def refusal(
     admitted_by: dict[int, bool],
 ) -> str | None:
     """Why this node cannot coordinate a publish to ``stream`` now (``unavailable``), or
-    None. ``admitted_by`` says, per live peer replica, whether it admitted this node."""
+    None. ``admitted_by`` says, per live peer replica, whether it admitted this node; a
+    quorum of replicas (this one counted) that admitted it is enough, so a peer that never
+    admits anyone cannot stall the stream."""
     live = [r for r in stream.replicas if r in up]
     if len(live) < stream.quorum:
         return (
@@ -140,7 +142,7 @@ def refusal(
     if stream.lanes[stream.self_id].state is not LaneState.ACTIVE:
         return "this node is rejoining the stream"
     unaware = sorted(r for r, admitted in admitted_by.items() if r in live and not admitted)
-    if unaware:
+    if len(live) - len(unaware) < stream.quorum:
         return f"replicas {unaware} have not admitted this node yet"
     return None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from relay.core.catchup import Catchup, CatchupInput, slice_for, slice_problem
+from relay.core.catchup import Catchup, CatchupInput, Vouchers, slice_for, slice_problem
 from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
 from relay.core.lane import Lane
@@ -31,6 +31,7 @@ class TimelineRebuild:
     dedup: DedupIndex
     votes: Votes
     catchup: Catchup
+    vouchers: Vouchers
     log: LogCursor
     announced_seq: int
     needs_ack: bool
@@ -86,13 +87,16 @@ class TimelineRebuild:
     def adopt(
         self,
         elapsed_ms: int,
+        sender: int,
         base_seq: int,
         base_digest: bytes,
         txs: tuple[Tx, ...],
         digests: tuple[bytes, ...],
         dedup_keys: DedupKeys,
     ) -> str:
-        """Take a peer's verified slice; returns what happened (for the operator)."""
+        """Take a peer's verified slice; returns what happened (for the operator). A slice
+        extends a verified digest this replica holds; or, where it holds none there, its base
+        is genesis (nothing held is replaced) or vouched for by enough peers (``Vouchers``)."""
         problem = slice_problem(base_digest, txs, digests)
         if problem:
             return problem
@@ -103,6 +107,9 @@ class TimelineRebuild:
         reset = not synced or base_seq > anchor or held_base is None
         if reset and synced and base_seq < anchor:
             return "refused a sync slice older than what this replica holds"
+        from_genesis = not synced and base_seq == 0 and base_digest == timeline.trimmed_digest
+        if reset and not from_genesis and not self.vouchers.vouch(sender, base_seq, base_digest):
+            return f"waits for another peer to vouch for the sync base at seq {base_seq}"
         if not reset:
             if held_base != base_digest:
                 return "refused a sync slice that contradicts this replica's verified timeline"
@@ -136,6 +143,7 @@ class TimelineRebuild:
         timeline.verify_upto(timeline.head_seq)
         self._reposition(requeue)
         self.catchup.apply(CatchupInput.ADOPTED, elapsed_ms)
+        self.vouchers.clear()
         self.needs_ack = True
         return f"adopted {len(txs)} verified txs up to seq {timeline.head_seq}" + (
             f" (snapshot from seq {base_seq})" if reset else ""

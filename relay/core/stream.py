@@ -19,6 +19,7 @@ from relay.core.catchup import (
     CatchupInput,
     CatchupState,
     PeerView,
+    Vouchers,
 )
 from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
@@ -84,6 +85,7 @@ class StreamReplica(TimelineRebuild):
         self.dedup = DedupIndex(limits.dedup_window_ms, limits.dedup_keys_max)
         self.votes = Votes(self_id, replicas, quorum)
         self.catchup = Catchup(limits.stuck_after_ms)
+        self.vouchers = Vouchers(quorum)
         self.log = LogCursor(limits.votes_wait)
         self.asks = repair.RepairAsks(limits.repair_after_ms)
         self.announced_seq = 0  # the readable seq last reported by ``verify``
@@ -263,7 +265,9 @@ class StreamReplica(TimelineRebuild):
         if action is CatchupAction.REFOLD:
             return Upkeep(repairs, refolded=self.refold(elapsed_ms))
         if action is CatchupAction.SYNC and self.asks.sync.ready(elapsed_ms):
-            return Upkeep(repairs, sync_after=verified if self.catchup.synced else 0)
+            vouched = self.vouchers.next_ask()
+            after = vouched if vouched is not None else verified if self.catchup.synced else 0
+            return Upkeep(repairs, sync_after=after)
         return Upkeep(repairs)
 
     def at_rest(self, peers: PeerStates) -> bool:
@@ -315,8 +319,9 @@ class StreamReplica(TimelineRebuild):
         self, data: SyncData, elapsed_ms: int, limit: int
     ) -> tuple[str, SyncRequest | None]:
         """Adopt a peer's slice: (what happened, the next ask when more is to come)."""
+        base, base_digest = data.base_seq, data.base_digest
         outcome = self.adopt(
-            elapsed_ms, data.base_seq, data.base_digest, data.txs, data.digests, data.dedup
+            elapsed_ms, data.sender, base, base_digest, data.txs, data.digests, data.dedup
         )
         progress = outcome.startswith(("adopted", "verified"))
         if not progress or len(data.txs) < limit:

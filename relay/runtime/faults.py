@@ -20,7 +20,7 @@ from typing import Any
 import msgpack
 
 from relay.core.flake import NODE_ID_MAX
-from relay.core.messages import MeshMessage
+from relay.core.messages import MeshMessage, sender_of
 from relay.core.node import NodeCore
 from relay.core.timeline import Timeline
 
@@ -111,14 +111,6 @@ class FaultHooks:
             self.dropped_out += 1
             return False
         return True
-
-
-def sender_of(message: MeshMessage) -> int:
-    for name in ("sender", "requester", "origin"):
-        node = getattr(message, name, None)
-        if isinstance(node, int):
-            return node
-    raise AssertionError(f"a mesh message without a sender: {message!r}")
 
 
 def tamper_payload(timeline: Timeline, seq: int) -> int:

@@ -17,6 +17,7 @@ from relay.auth.keys import KeyPair
 from relay.auth.sockets import MESH_DOMAIN, connect_to, serve
 from relay.config import ClusterConfig, NodeSpec
 from relay.core.events import Event, MeshReceived
+from relay.core.messages import sender_of
 from relay.runtime.faults import FaultHooks
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
@@ -95,19 +96,27 @@ class MeshSockets:
                     raise mesh.MalformedFrame(f"{len(frames)} parts, not topic and body")
                 message = mesh.decode(frames[1])
             except mesh.MalformedFrame as exc:
-                self._fault(peer, elapsed_ms, metrics, "malformed_mesh_frame", str(exc))
+                self.fault(peer, elapsed_ms, metrics, str(exc), "malformed_mesh_frame")
                 continue
-            claimed = mesh.sender_of(message)
+            claimed = sender_of(message)
             if claimed != peer:
                 why = f"a {type(message).__name__} claiming to come from node {claimed}"
-                self._fault(peer, elapsed_ms, metrics, "peer_fault", why)
+                self.fault(peer, elapsed_ms, metrics, why)
                 continue
             admitted = hooks.admit(elapsed_ms, message)
             if admitted is not None:
                 events.append(MeshReceived(admitted))
 
-    def _fault(self, peer: int, elapsed_ms: int, metrics: NodeMetrics, kind: str, why: str) -> None:
-        """Count a frame ``peer`` should not have sent; log it, at most once a second."""
+    def fault(
+        self,
+        peer: int,
+        elapsed_ms: int,
+        metrics: NodeMetrics,
+        why: str,
+        kind: str = "peer_fault",
+    ) -> None:
+        """Count a frame ``peer`` should not have sent (a protocol error by that peer); log
+        it, at most once a second."""
         metrics.errors.labels(kind).inc()
         metrics.peer_faults.labels(str(peer)).inc()
         if self.fault_log.ready(peer, elapsed_ms):

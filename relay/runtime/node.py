@@ -347,8 +347,7 @@ class NodeRuntime:
             elif isinstance(effect, Verified):
                 self.metrics.verified_seq.labels(effect.stream).set(effect.seq)
             elif isinstance(effect, Notice) and effect.kind == "peer_fault":
-                self.metrics.errors.labels(effect.kind).inc()  # another node broke the protocol
-                log.warning("%s: %s", effect.kind, effect.text)
+                self.mesh.fault(effect.peer, self.core.elapsed_ms, self.metrics, effect.text)
             elif isinstance(effect, Notice):
                 self.metrics.events.labels(effect.kind).inc()
                 log.info("%s: %s", effect.kind, effect.text)

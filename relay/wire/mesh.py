@@ -271,12 +271,3 @@ def _txs(rows: Any) -> tuple[Tx, ...]:
         return checked_txs(_TXS.decode(rows))
     except msgspec.DecodeError as exc:
         raise ValueError(f"bad tx rows: {exc}") from None
-
-
-def sender_of(message: MeshMessage) -> int:
-    """The node a message says sent it: it must be the peer whose connection carried it."""
-    if isinstance(message, Replicate):
-        return message.origin  # only an origin replicates its own txs
-    if isinstance(message, RepairRequest | SyncRequest):
-        return message.requester
-    return message.sender
