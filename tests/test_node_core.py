@@ -3,6 +3,7 @@
 from relay import errors
 from relay.core.events import (
     Broadcast,
+    Effect,
     FetchRequested,
     MeshReceived,
     Notice,
@@ -14,7 +15,8 @@ from relay.core.events import (
     ShutdownRequested,
     Tick,
 )
-from relay.core.messages import Heartbeat, Item
+from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, make_seq
+from relay.core.messages import Heartbeat, Item, Replicate
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.reads import PARKED_FETCHES_MAX
@@ -181,3 +183,61 @@ def test_parked_fetches_are_bounded_and_answered_when_the_node_stops_serving() -
     answers = [e for e in effects if isinstance(e, ReadReply)]
     assert len(answers) == PARKED_FETCHES_MAX and node.parked.count == 0
     assert all(isinstance(a.body, Rejected) and a.body.code == "unavailable" for a in answers)
+
+
+def faults_of(effects: list[Effect]) -> list[tuple[int, str]]:
+    return [(e.peer, e.text) for e in effects if isinstance(e, Notice) and e.kind == "peer_fault"]
+
+
+def test_claims_far_ahead_of_this_nodes_clock_are_peer_faults_and_change_nothing() -> None:
+    """Found as attacks: a heartbeat claiming epoch 2^62 made every later message of that
+    peer stale; one naming a far epoch of this node made it restart there; a promise
+    years ahead would drag every seq the cluster stamps."""
+    node = serving()
+    floor = node.origin.clock.floor
+    forged = [
+        Heartbeat(3, 2**62, 0, (), ()),
+        Heartbeat(3, NOW + 3, make_seq(NOW + 10**9, 3), (), ()),
+        Heartbeat(1, NOW + 1, 0, (), (), epochs=((2, 2**62),)),
+    ]
+    effects = node.handle(at(10), [MeshReceived(m) for m in forged])
+    assert [peer for peer, _ in faults_of(effects)] == [3, 3, 1]
+    assert "ahead of this node's clock" in faults_of(effects)[0][1]
+    assert node.peers.by_id[3].epoch == NOW + 3 and node.epoch == NOW
+    assert node.origin.clock.floor <= max(floor, make_seq(NOW + 10, NODE_ID_MAX, COUNTER_MAX))
+    near = Heartbeat(3, NOW + 30_000, 0, (), ())  # a restart on a clock 30 s ahead: believed
+    assert not faults_of(node.handle(at(20), [MeshReceived(near)]))
+    assert node.peers.by_id[3].epoch == NOW + 30_000
+
+
+def test_a_step_back_of_this_nodes_clock_does_not_make_honest_peers_look_ahead() -> None:
+    node = serving()
+    beats = [MeshReceived(Heartbeat(n, NOW + 5000 + n, 0, (), ())) for n in (1, 3, 4)]
+    assert not faults_of(node.handle(at(100, -(10**6)), beats))  # restarted peers, 16 min on
+
+
+def test_a_peer_whose_promise_never_moves_is_cut_and_the_others_are_not() -> None:
+    """Found as an attack: a peer that heartbeats but keeps its promise stalls every stream's
+    folding, and so every publish, for as long as it likes."""
+    node = serving()
+    effects: list[Effect] = []
+    for t in range(50, 3000, 50):
+        frozen = MeshReceived(Heartbeat(3, NOW + 3, 0, (), ()))
+        effects += node.handle(at(t), [heartbeat(1, node), frozen, heartbeat(4, node), Tick()])
+    downs = [e.text for e in effects if isinstance(e, Notice) and e.kind == "peer_down"]
+    assert downs == ["node 3 did not move its promise; cutting its epoch"]
+    assert [peer for peer, _ in faults_of(effects)] == [3]
+
+
+def test_a_peer_that_admits_nobody_cannot_stall_publishes() -> None:
+    node = core(1)
+    accepts = ((1, NOW), (2, NOW + 2), (3, NOW + 3))
+    beats = [
+        MeshReceived(Heartbeat(2, NOW + 2, 0, (), accepts)),
+        MeshReceived(Heartbeat(3, NOW + 3, 0, (), ())),  # admits no one
+    ]
+    node.handle(at(0), [*beats, Tick()])
+    node.handle(at(10), [Tick()])
+    effects = node.handle(at(20), [PublishRequested(b"c", 1, "orders.x", "", (Item(1, b"x"),))])
+    assert not [e for e in effects if isinstance(e, Reply)]  # waiting for votes, not refused
+    assert any(isinstance(e, Broadcast) and isinstance(e.message, Replicate) for e in effects)

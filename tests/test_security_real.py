@@ -84,10 +84,14 @@ def forgeries(claimed: int, victim_seq: int) -> list[tuple[bytes, bytes]]:
 
 
 def impersonate(
-    cluster: LocalCluster, node_id: int, pair: KeyPair | None, frames: list[tuple[bytes, bytes]]
+    cluster: LocalCluster,
+    node_id: int,
+    pair: KeyPair | None,
+    frames: list[tuple[bytes, bytes]],
+    seconds: float = 2,
 ) -> int:
     """Bind node ``node_id``'s mesh port (as a CURVE server with ``pair``, or plain) and send
-    ``frames`` for two seconds; how many peers completed a handshake."""
+    ``frames`` for ``seconds``; how many peers completed a handshake."""
     ctx = zmq.Context.instance()
     fake = ctx.socket(zmq.PUB)
     fake.setsockopt(zmq.LINGER, 0)
@@ -104,7 +108,7 @@ def impersonate(
                 accepted += event == zmq.EVENT_ACCEPTED
                 handshakes += event == zmq.EVENT_HANDSHAKE_SUCCEEDED
         assert accepted == 2, "the peers never connected to the impostor"
-        end = time.monotonic() + 2
+        end = time.monotonic() + seconds
         while time.monotonic() < end:
             for frame in frames:
                 fake.send_multipart(frame)
@@ -173,6 +177,43 @@ def test_a_node_holding_its_key_cannot_speak_for_another(cluster: LocalCluster) 
     assert_history_kept(cluster, real)
     for node_id in (1, 2):
         assert metric(cluster, node_id, "relay_peer_faults_total", peer="3") > 0
+
+
+def compromised(claimed: int, victim_seq: int) -> list[tuple[bytes, bytes]]:
+    """What node ``claimed`` could send as itself to rewrite history: the forgeries above,
+    a snapshot for each victim based past its verified seq (it would replace everything), a
+    heartbeat naming each victim's epoch as 2^62, and a promise that never moves."""
+    now = int(time.time() * 1000)
+    fake = Tx(victim_seq + 2000, 0, claimed, now, "evil", 1, b"forged")
+    base = bytes(32)
+    snapshots = [
+        mesh.encode(
+            SyncData(
+                "orders", claimed, n, victim_seq + 1000, base, (fake,), (fold_tx(base, fake),), ()
+            )
+        )
+        for n in (1, 2)
+    ]
+    named = Heartbeat(claimed, now, 0, (), (), False, ((1, 1 << 62), (2, 1 << 62)))
+    frozen = Heartbeat(claimed, now, 0, (), (), False)
+    return [*forgeries(claimed, victim_seq), *snapshots, mesh.encode(named), mesh.encode(frozen)]
+
+
+def test_a_compromised_node_cannot_make_the_others_lose_or_rewrite_acknowledged_txs(
+    cluster: LocalCluster,
+) -> None:
+    """Node 3's own key, in an attacker's hands, speaking as node 3: every way it tried to
+    replace, hide or stall acknowledged history is refused and counted against it."""
+    real = publish_real(cluster, 20)
+    epochs = {n: cluster.status(n).epoch for n in (1, 2)}  # type: ignore[union-attr]
+    cluster.stop(3)
+    victim = make_seq(int(time.time() * 1000), 1, 0)
+    handshakes = impersonate(cluster, 3, cluster.node_pair(3), compromised(3, victim), seconds=5)
+    assert handshakes == 2
+    assert_history_kept(cluster, real)
+    for node_id in (1, 2):
+        assert metric(cluster, node_id, "relay_peer_faults_total", peer="3") > 0
+        assert cluster.status(node_id).epoch == epochs[node_id]  # type: ignore[union-attr]
 
 
 def test_the_admin_port_answers_only_an_admitted_admin_key(cluster: LocalCluster) -> None:

@@ -209,10 +209,10 @@ def test_a_snapshot_replaces_verified_history_only_once_two_peers_vouch_for_its_
     behind = verified_replica(2)
     base_seq, base_digest, txs, digests = slice_of(source, BASE + 4)
     held = list(behind.timeline.seqs)
-    outcome = behind.adopt(0, 1, base_seq, base_digest, txs, digests, ())
-    assert outcome.startswith("waits for another peer") and behind.timeline.seqs == held
+    assert behind.adopt(0, 1, base_seq, base_digest, txs, digests, ()) == ""
+    assert behind.timeline.seqs == held
     assert behind.vouchers.next_ask() == BASE + 4  # the next sync asks the others from there
-    assert behind.adopt(0, 1, base_seq, base_digest, txs, digests, ()).startswith("waits")
+    assert behind.adopt(0, 1, base_seq, base_digest, txs, digests, ()) == ""
     assert behind.timeline.seqs == held  # the same peer twice is still one voice
     assert behind.adopt(0, 2, base_seq, base_digest, txs, digests, ()).startswith("adopted 1")
     assert behind.timeline.head_digest == source.timeline.head_digest
@@ -222,9 +222,19 @@ def test_a_forged_base_from_one_peer_never_replaces_anything() -> None:
     behind = verified_replica(2)
     forged = Tx(BASE + 9, 0, 1, 7, "p", 9, b"forged")
     base = bytes(32)
-    outcome = behind.adopt(0, 2, BASE + 8, base, (forged,), (fold_tx(base, forged),), ())
-    assert outcome.startswith("waits") and behind.verified_seq == BASE + 2
+    assert behind.adopt(0, 2, BASE + 8, base, (forged,), (fold_tx(base, forged),), ()) == ""
+    assert behind.verified_seq == BASE + 2
     assert behind.timeline.head_seq == BASE + 2
+
+
+def test_a_slice_that_leaves_out_verified_txs_is_refused() -> None:
+    """Found by the compromised-node test: a slice from genesis whose txs all lie past this
+    replica's verified seq was appended after it, though it chains from genesis."""
+    held = verified_replica(3)
+    forged = Tx(BASE + 9, 0, 1, 7, "p", 9, b"forged")
+    base = genesis("s")
+    outcome = held.adopt(0, 2, 0, base, (forged,), (fold_tx(base, forged),), ())
+    assert outcome.startswith("refused") and held.timeline.head_seq == BASE + 3
 
 
 def test_an_empty_replica_takes_a_slice_from_genesis_from_one_peer() -> None:

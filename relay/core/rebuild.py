@@ -109,7 +109,7 @@ class TimelineRebuild:
             return "refused a sync slice older than what this replica holds"
         from_genesis = not synced and base_seq == 0 and base_digest == timeline.trimmed_digest
         if reset and not from_genesis and not self.vouchers.vouch(sender, base_seq, base_digest):
-            return f"waits for another peer to vouch for the sync base at seq {base_seq}"
+            return ""  # not adopted until another peer offers the same base
         if not reset:
             if held_base != base_digest:
                 return "refused a sync slice that contradicts this replica's verified timeline"
@@ -117,9 +117,12 @@ class TimelineRebuild:
             for tx, digest in zip(txs[:known], digests[:known], strict=True):
                 if timeline.digest_at(tx.seq) != digest:
                     return "refused a sync slice that contradicts this replica's verified timeline"
+            joint = digests[known - 1] if known else base_digest
             txs, digests = txs[known:], digests[known:]
             if not txs:
                 return ""
+            if joint != timeline.digest_at(anchor):  # what follows chains from elsewhere
+                return "refused a sync slice that leaves out verified txs this replica holds"
             held = self._held_prefix(txs, digests)
             if held:  # our own tail holds that much of the slice: it stays, and our votes
                 timeline.verify_upto(txs[held - 1].seq)
