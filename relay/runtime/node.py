@@ -17,64 +17,44 @@ from typing import Any
 
 import zmq
 
-from relay import errors
 from relay.auth import cluster as trust
 from relay.auth.keys import KeyFileError
 from relay.auth.sockets import ADMIN_DOMAIN, CLIENT_DOMAIN, serve
 from relay.auth.zap import ZapHandler
 from relay.config import ClusterConfig
-from relay.core.events import Acked as AckedResult
 from relay.core.events import (
     Broadcast,
     Effect,
     Event,
-    FetchRequested,
     LogRead,
-    LogSpan,
     LogSync,
     MeshReceived,
     Notice,
     Persist,
-    PublishRequested,
-    PublishResults,
     ReadReply,
-    ReadResult,
-    Redirect,
-    Rejected,
     Reply,
     Reserve,
     ShutdownRequested,
-    SpanResult,
     Tick,
     Verified,
 )
 from relay.core.node import NodeCore
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
-from relay.runtime.client_limits import ClientLimits
+from relay.runtime.client_port import ClientPort
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_reply
 from relay.runtime.gauges import Gauges
-from relay.runtime.mesh_sockets import DRAIN_FRAMES_MAX, HWM_FRAMES, MeshSockets
+from relay.runtime.mesh_sockets import MeshSockets
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
 from relay.storage.stream_log import StorageError
-from relay.wire import mesh, replies
-from relay.wire.client import (
-    BadRequest,
-    FetchFrame,
-    PublishFrame,
-    Request,
-    SpanFrame,
-    StatusFrame,
-    decode_request,
-)
+from relay.wire import mesh
 
 log = logging.getLogger("relay.node")
 
 ADMIN_REQUEST_BYTES_MAX = 64 << 10  # an admin request is a small map
 TICK_MS = 10
-REPLIES_QUEUED_MAX = 1000  # answers queued for one connection that does not read them
 GAUGE_MS = 500
 
 
@@ -123,21 +103,15 @@ class NodeRuntime:
         # bound before any server socket, so that no handshake is ever accepted unasked
         self.zap = ZapHandler(self.ctx, trust.admitted(config)) if pair is not None else None
         self.mesh = MeshSockets(self.ctx, config, self.spec, pair)
-        self.router = self.ctx.socket(zmq.ROUTER)
-        self.router.setsockopt(zmq.LINGER, 200)
-        self.router.setsockopt(zmq.SNDHWM, REPLIES_QUEUED_MAX)  # per connection
-        self.router.setsockopt(zmq.RCVHWM, HWM_FRAMES)
-        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.router.setsockopt(zmq.MAXMSGSIZE, config.clients.request_bytes_max)
-        self.limits = ClientLimits(config.clients)
+        self.clients = ClientPort(self.ctx, config, self.metrics)
         self.admin = self.ctx.socket(zmq.REP) if admin_port is not None else None
         if pair is not None:
-            serve(self.router, pair, CLIENT_DOMAIN)
+            serve(self.clients.sock, pair, CLIENT_DOMAIN)
             if self.admin is not None:
                 serve(self.admin, pair, ADMIN_DOMAIN)
         try:
             self._bind(self.mesh.pub, self.spec.mesh_port, "mesh_port")
-            self._bind(self.router, self.spec.client_port, "client_port")
+            self._bind(self.clients.sock, self.spec.client_port, "client_port")
             if self.admin is not None and admin_port is not None:
                 self.admin.setsockopt(zmq.LINGER, 0)
                 self.admin.setsockopt(zmq.MAXMSGSIZE, ADMIN_REQUEST_BYTES_MAX)
@@ -150,7 +124,7 @@ class NodeRuntime:
         self.mesh.connect(config)
         self.poller = zmq.Poller()
         self.mesh.register(self.poller)
-        self.poller.register(self.router, zmq.POLLIN)
+        self.poller.register(self.clients.sock, zmq.POLLIN)
         self.poller.register(self.disk.wake_fd, zmq.POLLIN)
         if self.admin is not None:
             self.poller.register(self.admin, zmq.POLLIN)
@@ -210,8 +184,8 @@ class NodeRuntime:
                 events.extend(MeshReceived(m) for m in self.hooks.release(elapsed))
                 if self.admin is not None and self.admin in ready:
                     self._admin()
-                if self.router in ready:
-                    self._drain_clients(events)
+                if self.clients.sock in ready:
+                    self.clients.drain(events, self.core, self.disk)
                 if elapsed >= next_tick:
                     next_tick = elapsed + TICK_MS
                     events.append(Tick())
@@ -241,9 +215,9 @@ class NodeRuntime:
     def close(self) -> None:
         self.disk.close()
         self.mesh.close()
-        for sock in (self.router, self.admin):
-            if sock is not None:
-                sock.close()
+        self.clients.close()
+        if self.admin is not None:
+            self.admin.close()
         if self.zap is not None:
             self.zap.close()
         self.ctx.term()
@@ -266,58 +240,6 @@ class NodeRuntime:
 
     # --- input --------------------------------------------------------------------------
 
-    def _drain_clients(self, events: list[Event]) -> None:
-        for _ in range(DRAIN_FRAMES_MAX):
-            try:
-                frames = self.router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            client = frames[0]
-            if len(frames) != 2:
-                self._answer(
-                    client,
-                    0,
-                    Rejected(errors.BAD_REQUEST, "expected one msgpack frame per request"),
-                )
-                continue
-            try:
-                request: Request = decode_request(frames[1])
-            except BadRequest as exc:
-                self.metrics.errors.labels("bad_request").inc()
-                self._answer(client, exc.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
-                continue
-            if isinstance(request, PublishFrame | FetchFrame):
-                refused = self.limits.admit(client, request.req_id, len(frames[1]))
-                if refused is not None:
-                    self.metrics.errors.labels(refused.code).inc()
-                    self._answer(client, request.req_id, refused)
-                    continue
-            if isinstance(request, PublishFrame):
-                events.append(
-                    PublishRequested(
-                        client, request.req_id, request.stream, request.producer_id, request.items
-                    )
-                )
-            elif isinstance(request, FetchFrame):
-                events.append(
-                    FetchRequested(
-                        client,
-                        request.req_id,
-                        request.stream,
-                        request.after_seq,
-                        request.limit,
-                        request.wait_ms,
-                    )
-                )
-            elif isinstance(request, SpanFrame):
-                q = request
-                got = self.core.span(q.stream, q.after_seq, q.upto_seq, q.max_txs, q.parts)
-                if isinstance(got, LogSpan):
-                    got = self.disk.span(got, self.core.held)
-                self._answer(client, q.req_id, got)
-            elif isinstance(request, StatusFrame):
-                self._send(client, replies.encode_status(request.req_id, self.core.status()))
-
     # --- output -------------------------------------------------------------------------
 
     def _carry_out(self, effects: list[Effect]) -> None:
@@ -328,12 +250,11 @@ class NodeRuntime:
                 self.mesh.send(mesh.encode(effect.message))
                 self.metrics.mesh_frames.labels("out").inc()
             elif isinstance(effect, Reply):
-                self._reply(effect)
+                self.clients.reply(effect)
             elif isinstance(effect, ReadReply):
                 read = effect.body
                 served = self.disk.read(read) if isinstance(read, LogRead) else read
-                self.limits.done(effect.client, effect.req_id)
-                self._answer(effect.client, effect.req_id, served)
+                self.clients.read_done(effect.client, effect.req_id, served)
             elif isinstance(effect, LogSync):
                 sync = self.disk.sync_data(effect, self.spec.id)
                 if sync is not None and self.hooks.keep_outgoing():
@@ -351,49 +272,3 @@ class NodeRuntime:
             elif isinstance(effect, Notice):
                 self.metrics.events.labels(effect.kind).inc()
                 log.info("%s: %s", effect.kind, effect.text)
-
-    def _reply(self, reply: Reply) -> None:
-        self.limits.done(reply.client, reply.req_id)
-        body = reply.body
-        if isinstance(body, PublishResults):
-            acked = sum(1 for r in body.results if isinstance(r, AckedResult))
-            ok = acked == len(body.results)
-            self.metrics.publish_requests.labels("ok" if ok else "error").inc()
-            self.metrics.published_txs.inc(acked)
-            self.metrics.quorum_latency.observe(reply.latency_ms / 1000)
-            self._send(reply.client, replies.encode_acks(reply.req_id, body))
-        else:
-            outcome = "redirect" if isinstance(body, Redirect) else body.code
-            self.metrics.publish_requests.labels(outcome).inc()
-            self._answer(reply.client, reply.req_id, body)
-
-    def _answer(
-        self, client: bytes, req_id: int, body: ReadResult | SpanResult | Redirect | Rejected
-    ) -> None:
-        """A read's, a span's or a refusal's answer, encoded for the client."""
-        if isinstance(body, Redirect):
-            self.metrics.redirects.inc()
-            nodes = self._addresses(body.nodes)
-            self._send(client, replies.encode_redirect(req_id, body.stream, nodes))
-        elif isinstance(body, Rejected):
-            nodes = self._addresses(body.try_nodes)
-            self._send(client, replies.encode_error(req_id, body, nodes))
-        elif isinstance(body, ReadResult):
-            self._send(client, replies.encode_txs(req_id, body))
-        else:
-            self._send(client, replies.encode_span(req_id, body))
-
-    def _addresses(self, nodes: tuple[int, ...]) -> list[replies.Address]:
-        specs = {n.id: n for n in self.config.nodes}
-        return [
-            (n, specs[n].host, specs[n].client_port, specs[n].public_key or "")
-            for n in nodes
-            if n in specs
-        ]
-
-    def _send(self, client: bytes, body: bytes) -> None:
-        try:
-            self.router.send_multipart((client, body), zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # the client went away, or its queue is full
-            self.metrics.errors.labels("reply_undeliverable").inc()
-            log.debug("could not reply to a client: %s", exc)

@@ -1,0 +1,167 @@
+"""The client port: the ROUTER socket producers and consumers talk to, its bounds, its answers.
+
+How this works: each loop turn ``drain`` reads at most ``DRAIN_FRAMES_MAX`` requests, answers
+what is malformed or over a connection's share at once, admits each publish and fetch
+(``ClientLimits``) and turns it into an event for the core; spans and status are answered on
+the spot from the core's state. ``reply`` and ``answer`` encode what the core decided. The
+socket bounds what one connection costs: a request's size (``ZMQ_MAXMSGSIZE``), the answers
+queued for a connection that does not read them (``ZMQ_SNDHWM``; past it an answer is
+dropped and counted), and the connections one address may hold (``ConnectionCount``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import zmq
+
+from relay import errors
+from relay.config import ClusterConfig
+from relay.core.events import Acked as AckedResult
+from relay.core.events import (
+    Event,
+    FetchRequested,
+    LogSpan,
+    PublishRequested,
+    PublishResults,
+    ReadResult,
+    Redirect,
+    Rejected,
+    Reply,
+    SpanResult,
+)
+from relay.core.node import NodeCore
+from relay.runtime.client_limits import ClientLimits
+from relay.runtime.disk import NodeDisk
+from relay.runtime.mesh_sockets import DRAIN_FRAMES_MAX, HWM_FRAMES
+from relay.runtime.metrics import NodeMetrics
+from relay.wire import replies
+from relay.wire.client import (
+    BadRequest,
+    FetchFrame,
+    PublishFrame,
+    Request,
+    SpanFrame,
+    StatusFrame,
+    decode_request,
+)
+
+log = logging.getLogger("relay.node")
+
+# answers queued for one connection that does not read them: with a fetch answer at most
+# reads.FETCH_BYTES_MAX (one larger tx aside), about 64 MiB per connection
+REPLIES_QUEUED_MAX = 64
+
+
+class ClientPort:
+    def __init__(self, ctx: zmq.Context[Any], config: ClusterConfig, metrics: NodeMetrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 200)
+        self.sock.setsockopt(zmq.SNDHWM, REPLIES_QUEUED_MAX)  # per connection
+        self.sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, config.clients.request_bytes_max)
+        self.limits = ClientLimits(config.clients)
+        self.specs = {n.id: n for n in config.nodes}
+
+    def close(self) -> None:
+        self.sock.close()
+
+    # --- input --------------------------------------------------------------------------
+
+    def drain(self, events: list[Event], core: NodeCore, disk: NodeDisk) -> None:
+        for _ in range(DRAIN_FRAMES_MAX):
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            client = frames[0]
+            if len(frames) != 2:
+                malformed = Rejected(errors.BAD_REQUEST, "expected one msgpack frame per request")
+                self.answer(client, 0, malformed)
+                continue
+            try:
+                request: Request = decode_request(frames[1])
+            except BadRequest as exc:
+                self.metrics.errors.labels("bad_request").inc()
+                self.answer(client, exc.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
+                continue
+            if isinstance(request, PublishFrame | FetchFrame):
+                refused = self.limits.admit(client, request.req_id, len(frames[1]))
+                if refused is not None:
+                    self.metrics.errors.labels(refused.code).inc()
+                    self.answer(client, request.req_id, refused)
+                    continue
+            if isinstance(request, PublishFrame):
+                q = request
+                events.append(PublishRequested(client, q.req_id, q.stream, q.producer_id, q.items))
+            elif isinstance(request, FetchFrame):
+                f = request
+                events.append(
+                    FetchRequested(client, f.req_id, f.stream, f.after_seq, f.limit, f.wait_ms)
+                )
+            elif isinstance(request, SpanFrame):
+                s = request
+                got = core.span(s.stream, s.after_seq, s.upto_seq, s.max_txs, s.parts)
+                if isinstance(got, LogSpan):
+                    got = disk.span(got, core.held)
+                self.answer(client, s.req_id, got)
+            elif isinstance(request, StatusFrame):
+                self.send(client, replies.encode_status(request.req_id, core.status()))
+
+    # --- output -------------------------------------------------------------------------
+
+    def reply(self, reply: Reply) -> None:
+        """A publish's answer: its results, or why it was not taken."""
+        self.limits.done(reply.client, reply.req_id)
+        body = reply.body
+        if isinstance(body, PublishResults):
+            acked = sum(1 for r in body.results if isinstance(r, AckedResult))
+            ok = acked == len(body.results)
+            self.metrics.publish_requests.labels("ok" if ok else "error").inc()
+            self.metrics.published_txs.inc(acked)
+            self.metrics.quorum_latency.observe(reply.latency_ms / 1000)
+            self.send(reply.client, replies.encode_acks(reply.req_id, body))
+        else:
+            outcome = "redirect" if isinstance(body, Redirect) else body.code
+            self.metrics.publish_requests.labels(outcome).inc()
+            self.answer(reply.client, reply.req_id, body)
+
+    def read_done(self, client: bytes, req_id: int, body: ReadResult | Redirect | Rejected) -> None:
+        """A fetch's answer: it no longer counts against the connection."""
+        self.limits.done(client, req_id)
+        self.answer(client, req_id, body)
+
+    def answer(
+        self, client: bytes, req_id: int, body: ReadResult | SpanResult | Redirect | Rejected
+    ) -> None:
+        """A read's, a span's or a refusal's answer, encoded for the client."""
+        if isinstance(body, Redirect):
+            self.metrics.redirects.inc()
+            nodes = self._addresses(body.nodes)
+            self.send(client, replies.encode_redirect(req_id, body.stream, nodes))
+        elif isinstance(body, Rejected):
+            nodes = self._addresses(body.try_nodes)
+            self.send(client, replies.encode_error(req_id, body, nodes))
+        elif isinstance(body, ReadResult):
+            self.send(client, replies.encode_txs(req_id, body))
+        else:
+            self.send(client, replies.encode_span(req_id, body))
+
+    def _addresses(self, nodes: tuple[int, ...]) -> list[replies.Address]:
+        specs = self.specs
+        return [
+            (n, specs[n].host, specs[n].client_port, specs[n].public_key or "")
+            for n in nodes
+            if n in specs
+        ]
+
+    def send(self, client: bytes, body: bytes) -> None:
+        try:
+            self.sock.send_multipart((client, body), zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the client went away, or its queue is full
+            self.metrics.errors.labels("reply_undeliverable").inc()
+            log.debug("could not reply to a client: %s", exc)
