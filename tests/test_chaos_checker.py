@@ -325,7 +325,7 @@ def test_a_flipped_byte_in_a_sealed_segment_is_found_by_verify_and_recovery(
         checked, problem = verify(directory, "orders.chaos")
         assert checked < 200 and problem is not None
         assert path.name in problem and "offset" in problem
-    window = Window(keep=1000, dedup_ms=120_000, dedup_keys_max=1000)
+    window = Window(keep=1000, keep_bytes=1 << 30, dedup_ms=120_000, dedup_keys_max=1000)
     recovered = open_log(directory, "orders.chaos", StorageSettings(), window, T0)
     (problem,) = recovered.problems
     assert path.name in problem and "cut here" in problem

@@ -7,6 +7,7 @@ Each message names its channel (the seed's three per-stream channels, plus heart
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -50,6 +51,31 @@ class Item(NamedTuple):
     payload: bytes
     key: bytes | None = None
     headers: Headers = ()
+
+
+TX_OVERHEAD_BYTES = 200  # what a held tx costs beyond its payload, key and headers
+ANSWER_BYTES_MAX = 16 << 20  # the txs in one mesh message (a frame may carry 64 MiB)
+
+
+def tx_bytes(tx: Tx) -> int:
+    """What holding or sending ``tx`` costs, roughly: byte bounds count this."""
+    size = TX_OVERHEAD_BYTES + len(tx.payload)
+    if tx.key is not None:
+        size += len(tx.key)
+    for name, value in tx.headers:
+        size += len(name) + len(value)
+    return size
+
+
+def within_bytes(txs: Iterable[Tx], bytes_max: int) -> int:
+    """How many leading ``txs`` fit in ``bytes_max`` (at least one, so a large tx still goes)."""
+    count = total = 0
+    for tx in txs:
+        total += tx_bytes(tx)
+        if total > bytes_max and count:
+            break
+        count += 1
+    return count
 
 
 def fold_tx(previous: bytes, tx: Tx) -> bytes:

@@ -85,6 +85,7 @@ class NodeCore(MeshIntake, LogEvents):
         self.peers = Peers(self.node_id, ids, params.fence_after_ms, params.suspect_after_ms)
         limits = StreamLimits(
             buffer_txs_max=params.buffer_txs_max,
+            buffer_bytes_max=params.buffer_bytes_max,
             dedup_window_ms=params.dedup_window_ms,
             dedup_keys_max=params.dedup_keys_max,
             repair_after_ms=params.repair_after_ms,

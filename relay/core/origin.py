@@ -28,7 +28,7 @@ from relay.core.flake import (
     make_seq,
     seq_unix_ms,
 )
-from relay.core.messages import Item, Replicate, Tx
+from relay.core.messages import ANSWER_BYTES_MAX, Item, Replicate, Tx, within_bytes
 
 _new_tx = tuple.__new__  # a Tx straight from its fields, without the named tuple's checks
 CLAIM_HEARTBEATS = 10  # heartbeats that repeat a stream's last originated seq after it changed
@@ -91,11 +91,12 @@ class Origin:
     def replicates(self) -> list[Replicate]:
         """What this turn originated, one message per stream; the outbox empties."""
         floor = self.clock.floor
-        sent = [
-            Replicate(stream, self.node_id, self.epoch, floor, tuple(txs))
-            for stream, txs in self.outbox.items()
-            if txs
-        ]
+        sent = []
+        for stream, txs in self.outbox.items():
+            while txs:  # a message stays far below a mesh frame's size limit
+                count = within_bytes(txs, ANSWER_BYTES_MAX) if len(txs) > 1 else 1
+                sent.append(Replicate(stream, self.node_id, self.epoch, floor, tuple(txs[:count])))
+                txs = txs[count:]
         self.outbox.clear()
         return sent
 

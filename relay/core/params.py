@@ -17,6 +17,7 @@ class CoreParams:
     stuck_after_ms: int = 1000  # peers ahead and no progress this long: catch up by sync
     repair_batch_txs_max: int = 2000
     buffer_txs_max: int = 200_000
+    buffer_bytes_max: int = 64 << 20  # the memory ring of each stream, by bytes
     dedup_window_ms: int = 120_000
     dedup_keys_max: int = 200_000
     quorum: int = 0  # 0: a majority of each stream's replicas

@@ -24,10 +24,12 @@ from relay.core.events import (
     Rejected,
     SpanResult,
 )
+from relay.core.messages import within_bytes
 from relay.core.timeline import Timeline
 from relay.core.timer import Timeout
 
 FETCH_TXS_MAX = 5000  # txs in one fetch answer
+FETCH_BYTES_MAX = 1 << 20  # and their bytes (one larger tx still goes), as Kafka's default
 FETCH_WAIT_MS_MAX = 30_000  # the longest a fetch may be parked
 PARKED_FETCHES_MAX = 10_000  # parked fetches per node, over all streams
 
@@ -88,6 +90,8 @@ def read(
         if after_seq == 0:
             return LogRead(stream, log_base, trimmed, limit, timeline.readable_seq)
     start, indexes = timeline.read_verified(after_seq, limit)
+    held = timeline.txs
+    indexes = indexes[: within_bytes((held[i] for i in indexes), FETCH_BYTES_MAX)]
     return ReadResult(
         stream=stream,
         txs=tuple(timeline.txs[i] for i in indexes),

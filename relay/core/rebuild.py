@@ -16,7 +16,7 @@ from relay.core.catchup import Catchup, CatchupInput, Vouchers, slice_for, slice
 from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
 from relay.core.lane import Lane
-from relay.core.messages import KeyRecord, Tx
+from relay.core.messages import ANSWER_BYTES_MAX, KeyRecord, Tx, within_bytes
 from relay.core.ordering import seq_of
 from relay.core.timeline import Timeline
 from relay.core.votes import Votes
@@ -76,6 +76,8 @@ class TimelineRebuild:
             return None
         base_seq, base_digest, indexes, snapshot = found
         timeline = self.timeline
+        held = timeline.txs
+        indexes = indexes[: within_bytes((held[i] for i in indexes), ANSWER_BYTES_MAX)]
         return (
             base_seq,
             base_digest,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from relay.core.cut import RepairNeed
 from relay.core.dedup import DedupIndex
 from relay.core.lane import Lane, LaneState
-from relay.core.messages import Tx
+from relay.core.messages import ANSWER_BYTES_MAX, Tx, within_bytes
 from relay.core.ordering import seq_of
 from relay.core.timeline import Timeline
 from relay.core.timer import Timeout
@@ -76,4 +76,5 @@ def txs_held(
     if lane.epoch == epoch:
         found.extend(tx for tx in lane.queue if after_seq < tx.seq <= upto_seq)
     found.sort(key=seq_of)
-    return found[:limit]
+    del found[limit:]
+    return found[: within_bytes(found, ANSWER_BYTES_MAX)]

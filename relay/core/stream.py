@@ -45,6 +45,7 @@ class StreamLimits:
     buffer_txs_max: int
     dedup_window_ms: int
     dedup_keys_max: int
+    buffer_bytes_max: int = 64 << 20
     repair_after_ms: int = 200
     cut_grace_ms: int = 1000
     stuck_after_ms: int = 1000
@@ -81,7 +82,7 @@ class StreamReplica(TimelineRebuild):
         self.lanes: dict[int, Lane] = {
             r: Lane(r, limits.repair_after_ms, limits.cut_grace_ms) for r in replicas
         }
-        self.timeline = Timeline(stream, limits.buffer_txs_max)
+        self.timeline = Timeline(stream, limits.buffer_txs_max, limits.buffer_bytes_max)
         self.dedup = DedupIndex(limits.dedup_window_ms, limits.dedup_keys_max)
         self.votes = Votes(self_id, replicas, quorum)
         self.catchup = Catchup(limits.stuck_after_ms)
@@ -324,8 +325,9 @@ class StreamReplica(TimelineRebuild):
             elapsed_ms, data.sender, base, base_digest, data.txs, data.digests, data.dedup
         )
         progress = outcome.startswith(("adopted", "verified"))
-        if not progress or len(data.txs) < limit:
-            return outcome, None
+        ahead = self.votes.verified_ahead_of(self.verified_seq, self.peers)
+        if not progress or (len(data.txs) < limit and not ahead):  # a slice cut by bytes
+            return outcome, None  # is shorter than the limit: more follows while peers are ahead
         self.asks.sync.reset(elapsed_ms)
         return outcome, SyncRequest(self.stream, self.self_id, self.verified_seq)
 

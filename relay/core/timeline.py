@@ -2,7 +2,8 @@
 
 How this works: three parallel lists (seqs, digests, txs) grow at the tail as transactions
 become stable and are trimmed at the head, in chunks, once they are verified, the list holds
-more than ``capacity`` entries and no publish is still waiting to be answered with them.
+more than ``capacity`` entries or ``bytes_max`` bytes (``tx_bytes``) and no publish is still
+waiting to be answered with them.
 ``verified_seq`` marks how far a quorum agreed, ``readable_seq`` how far a quorum's logs
 durably record that (the same without ``fsync = "always"``); readers see only that prefix.
 The digest of the last trimmed entry is kept so a reader starting at the head of the buffer
@@ -15,11 +16,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from relay.core.digest import genesis
-from relay.core.messages import Tx
+from relay.core.messages import Tx, tx_bytes
 
 
 class Timeline:
     __slots__ = (
+        "bytes",
+        "bytes_max",
         "capacity",
         "digests",
         "readable_seq",
@@ -30,10 +33,12 @@ class Timeline:
         "verified_seq",
     )
 
-    def __init__(self, stream: str, capacity: int) -> None:
+    def __init__(self, stream: str, capacity: int, bytes_max: int = 1 << 62) -> None:
         if capacity < 1:
             raise ValueError("a timeline needs room for at least one transaction")
         self.capacity = capacity
+        self.bytes_max = bytes_max
+        self.bytes = 0  # what the held txs take (``tx_bytes``)
         self.seqs: list[int] = []
         self.digests: list[bytes] = []
         self.txs: list[Tx] = []
@@ -56,6 +61,7 @@ class Timeline:
         self.seqs.extend([tx.seq for tx in txs])
         self.digests.extend(digests)
         self.txs.extend(txs)
+        self.bytes += sum(map(tx_bytes, txs))
 
     def digest_at(self, seq: int) -> bytes | None:
         """The digest at ``seq`` if ``seq`` is a held entry (or the trimmed boundary)."""
@@ -104,7 +110,9 @@ class Timeline:
         return self.seqs[0] if self.seqs else 0
 
     def over_capacity(self) -> bool:
-        return len(self.seqs) - self.capacity > max(1, self.capacity // 8)
+        """Over a bound by more than an eighth of it: trimming goes in chunks."""
+        over_bytes = self.bytes - self.bytes_max > self.bytes_max // 8
+        return over_bytes or len(self.seqs) - self.capacity > max(1, self.capacity // 8)
 
     def truncate_after(self, seq: int) -> list[Tx]:
         """Cut the stable but unverified tail after ``seq``; the txs cut off."""
@@ -112,6 +120,7 @@ class Timeline:
         cut = bisect_right(self.seqs, seq)
         dropped = self.txs[cut:]
         del self.seqs[cut:], self.digests[cut:], self.txs[cut:]
+        self.bytes -= sum(map(tx_bytes, dropped))
         return dropped
 
     def restart_at(self, base_seq: int, base_digest: bytes) -> list[Tx]:
@@ -119,6 +128,7 @@ class Timeline:
         base, verified by the peers); the txs it held."""
         dropped = self.txs
         self.seqs, self.digests, self.txs = [], [], []
+        self.bytes = 0
         self.trimmed_seq = base_seq
         self.trimmed_digest = base_digest
         self.verified_seq = base_seq
@@ -130,14 +140,19 @@ class Timeline:
         ``keep_from`` (a seq someone still needs: a publish waiting for its answer)."""
         if not self.over_capacity():
             return
-        excess = len(self.seqs) - self.capacity
-        cut = min(
-            excess,
+        limit = min(
             bisect_right(self.seqs, self.verified_seq),
             bisect_left(self.seqs, keep_from),
         )
+        txs = self.txs
+        cut = min(limit, max(0, len(self.seqs) - self.capacity))
+        freed = sum(map(tx_bytes, txs[:cut]))
+        while cut < limit and self.bytes - freed > self.bytes_max:  # the fewest for both bounds
+            freed += tx_bytes(txs[cut])
+            cut += 1
         if cut <= 0:
             return
+        self.bytes -= freed
         self.trimmed_seq = self.seqs[cut - 1]
         self.trimmed_digest = self.digests[cut - 1]
         del self.seqs[:cut]

@@ -32,8 +32,8 @@ from relay.core.events import (
     Retained,
     SpanResult,
 )
-from relay.core.messages import SyncData, Tx
-from relay.core.reads import cut_span
+from relay.core.messages import ANSWER_BYTES_MAX, SyncData, Tx
+from relay.core.reads import FETCH_BYTES_MAX, cut_span
 from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
 from relay.storage.store import NodeStore
@@ -54,6 +54,7 @@ class NodeDisk:
         params = config.params
         self.window = Window(
             keep=max(1, params.buffer_txs_max // 2),
+            keep_bytes=params.buffer_bytes_max // 2,
             dedup_ms=params.dedup_window_ms,
             dedup_keys_max=params.dedup_keys_max,
         )
@@ -137,7 +138,7 @@ class NodeDisk:
 
     def read(self, q: LogRead) -> ReadResult | Rejected:
         """A consumer's read from the log, re-checked record by record."""
-        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit)
+        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit, FETCH_BYTES_MAX)
         if isinstance(found, Rejected):
             return found
         log_ = self.store.logs.get(q.stream)
@@ -158,7 +159,8 @@ class NodeDisk:
         after = q.after_seq
         while len(seqs) < limit and after < min(q.trimmed_seq, q.upto_seq):
             upto = min(q.trimmed_seq, q.upto_seq)
-            found = self._records(q.stream, after, upto, min(SPAN_CHUNK, limit - len(seqs)))
+            chunk = min(SPAN_CHUNK, limit - len(seqs))
+            found = self._records(q.stream, after, upto, chunk, ANSWER_BYTES_MAX)
             if isinstance(found, Rejected):
                 return found
             if found is None:
@@ -178,7 +180,7 @@ class NodeDisk:
 
     def sync_data(self, q: LogSync, node_id: int) -> SyncData | None:
         """A peer's sync from below the memory ring, answered from the log."""
-        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit)
+        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit, ANSWER_BYTES_MAX)
         if found is None or isinstance(found, Rejected) or not found[1]:
             return None
         prev, records = found
@@ -187,13 +189,13 @@ class NodeDisk:
         return SyncData(q.stream, node_id, q.requester, q.after_seq, prev, txs, digests, ())
 
     def _records(
-        self, stream: str, after_seq: int, upto_seq: int, limit: int
+        self, stream: str, after_seq: int, upto_seq: int, limit: int, bytes_max: int
     ) -> tuple[bytes, list[tuple[Tx, bytes]]] | Rejected | None:
         log_ = self.store.logs.get(stream)
         if log_ is None:
             return None
         try:
-            return log_.read(after_seq, upto_seq, limit)
+            return log_.read(after_seq, upto_seq, limit, bytes_max)
         except (CorruptRecord, OSError) as exc:
             log.error("storage: %s: a read found the log damaged: %s", stream, exc)
             why = "this replica's log is damaged there; read from another replica"

@@ -17,6 +17,7 @@ publish_timeout_ms = 5000   # a publish not verified by a quorum by then gets a 
 repair_after_ms = 200       # a gap open this long is repaired from peers
 stuck_after_ms = 1000       # peers ahead and no progress this long: catch up by sync
 buffer_txs_max = 200000     # verified txs each stream keeps in memory (older ones: from disk)
+buffer_bytes_max = 67108864 # and at most this many bytes of them (64 MiB)
 dedup_window_ms = 120000    # producer retries within this window never duplicate
 dedup_keys_max = 200000
 quorum = 0                  # 0: a majority of each stream's replicas

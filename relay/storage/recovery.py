@@ -26,7 +26,7 @@ from relay.core.dedup import content_tag
 from relay.core.digest import genesis
 from relay.core.events import Restored
 from relay.core.flake import seq_unix_ms
-from relay.core.messages import KeyRecord, Tx, fold_tx
+from relay.core.messages import KeyRecord, Tx, fold_tx, tx_bytes
 from relay.storage.records import TXS, CorruptRecord
 from relay.storage.segment import Segment, fsync_dir, parse_name, reopen, scan
 from relay.storage.settings import StorageSettings
@@ -45,6 +45,7 @@ class Window:
     """How much of the log the core takes back into memory."""
 
     keep: int  # records up to the verified mark kept in memory
+    keep_bytes: int  # and at most this many bytes of them (``tx_bytes``)
     dedup_ms: int
     dedup_keys_max: int
 
@@ -55,7 +56,7 @@ def open_log(
     problems: list[str] = []
     files = sorted((p for p in directory.iterdir() if parse_name(p.name)), key=lambda p: _order(p))
     segments: list[Segment] = []
-    tail = _Tail(window.keep, window.dedup_keys_max)
+    tail = _Tail(window.keep, window.keep_bytes, window.dedup_keys_max)
     for i, path in enumerate(files):
         try:
             segment = _check(path, stream, segments, tail)
@@ -149,10 +150,12 @@ class _Tail:
     """The records a recovery hands the core: a bounded window before the verified mark and
     everything after it, and the dedup keys of what falls out of the window."""
 
-    def __init__(self, keep: int, keys_max: int) -> None:
+    def __init__(self, keep: int, keep_bytes: int, keys_max: int) -> None:
         self.verified: deque[tuple[Tx, bytes]] = deque()
+        self.verified_bytes = 0
         self.unverified: list[tuple[Tx, bytes]] = []
         self.keep = keep
+        self.keep_bytes = keep_bytes
         self.base: tuple[int, bytes] | None = None  # the last record that fell out
         self.keys: deque[KeyRecord] = deque(maxlen=keys_max)
         self.mark_seq = 0  # the highest verified mark read
@@ -176,9 +179,11 @@ class _Tail:
                 break
             moved += 1
         self.verified.extend(self.unverified[:moved])
+        self.verified_bytes += sum(tx_bytes(tx) for tx, _ in self.unverified[:moved])
         del self.unverified[:moved]
-        while len(self.verified) > self.keep:
+        while len(self.verified) > self.keep or self.verified_bytes > self.keep_bytes:
             tx, digest = self.verified.popleft()
+            self.verified_bytes -= tx_bytes(tx)
             self.base = (tx.seq, digest)
             if tx.producer_id:
                 self.keys.append((tx.producer_id, tx.msg_id, tx.seq, digest, content_tag(tx)))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from relay.core.events import Persist
 from relay.core.flake import seq_unix_ms
-from relay.core.messages import Tx, fold_tx
+from relay.core.messages import Tx, fold_tx, tx_bytes
 from relay.storage.records import (
     BATCH_BYTES,
     MARK,
@@ -292,16 +292,18 @@ class StreamLog:
     # --- reading ------------------------------------------------------------------------
 
     def read(
-        self, after_seq: int, upto_seq: int, limit: int
+        self, after_seq: int, upto_seq: int, limit: int, bytes_max: int
     ) -> tuple[bytes, list[tuple[Tx, bytes]]] | None:
         """(digest at ``after_seq``, up to ``limit`` records after it and at or below
-        ``upto_seq``), the chain re-checked; None if the log no longer holds ``after_seq``.
-        Stops at the end of a segment: ask again from the last seq."""
+        ``upto_seq`` and within ``bytes_max`` (one larger record still goes)), the chain
+        re-checked; None if the log no longer holds ``after_seq``. Stops at the end of a
+        segment: ask again from the last seq."""
         segment = next((s for s in self.segments if s.head_seq > after_seq), None)
         if segment is None or after_seq < segment.header.base_seq:
             return None
         chain = segment.header.base_digest
         found: list[tuple[Tx, bytes]] = []
+        size = 0
         start = segment.offset_before(after_seq)
         for kind, offset, _, batch, _ in self._frames(segment, start):
             if kind == MARK:
@@ -310,7 +312,8 @@ class StreamLog:
                 if item.seq <= after_seq:
                     chain = digest  # the anchor: checked against what follows it
                     continue
-                if item.seq > upto_seq or len(found) >= limit:
+                size += tx_bytes(item)
+                if item.seq > upto_seq or len(found) >= limit or (size > bytes_max and found):
                     return chain, found
                 expected = fold_tx(found[-1][1] if found else chain, item)
                 if expected != digest:
