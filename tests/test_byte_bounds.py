@@ -88,7 +88,7 @@ def test_a_turns_replication_is_split_below_a_frames_size() -> None:
     items = [Item(i + 1, bytes(1 << 20)) for i in range(40)]
     origin.originate("s", T0, "p", items)
     sent = origin.replicates()
-    assert len(sent) == 3 and sum(len(m.txs) for m in sent) == 40
+    assert len(sent) == 14 and sum(len(m.txs) for m in sent) == 40
     assert all(sum(map(tx_bytes, m.txs)) <= ANSWER_BYTES_MAX for m in sent)
     assert sent[1].txs[0].prev == sent[0].txs[-1].seq  # the chain runs on across messages
 

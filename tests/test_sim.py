@@ -268,7 +268,7 @@ def test_the_checker_catches_acks_that_do_not_wait_for_the_disk(
     monkeypatch.setattr(LogCursor, "vote_seq", lambda self, timeline: timeline.head_seq)
     monkeypatch.setattr(StreamReplica, "acked_seq", property(lambda self: self.verified_seq))
     failures = 0
-    for seed in _power_loss_seeds(12):
+    for seed in _power_loss_seeds(30):
         try:
             run_seed(seed, 3)
         except InvariantViolation:

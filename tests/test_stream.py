@@ -231,10 +231,42 @@ def test_a_slice_that_leaves_out_verified_txs_is_refused() -> None:
     """Found by the compromised-node test: a slice from genesis whose txs all lie past this
     replica's verified seq was appended after it, though it chains from genesis."""
     held = verified_replica(3)
+    held.timeline.readable_seq = BASE + 3  # acknowledged
     forged = Tx(BASE + 9, 0, 1, 7, "p", 9, b"forged")
     base = genesis("s")
     outcome = held.adopt(0, 2, 0, base, (forged,), (fold_tx(base, forged),), ())
     assert outcome.startswith("refused") and held.timeline.head_seq == BASE + 3
+
+
+def test_verified_txs_never_acknowledged_are_given_up_once_two_peers_vouch() -> None:
+    """Found by the simulator: after a power loss of every node, a replica whose mark covered
+    a tx that no quorum marked (so never acknowledged) kept it as verified, while the others
+    refolded it away; every slice they sent left it out, and it stayed diverged for good."""
+    source = verified_replica(2)
+    lone = verified_replica(2)
+    lone.take(Tx(BASE + 3, BASE + 2, 1, 7, "p", 3, b"lost elsewhere"))
+    lone.lanes[1].claim(BASE + 3, BASE + 100)
+    stabilize(lone)
+    take_vote(lone, 2, BASE + 3, lone.timeline.head_digest)
+    assert lone.verified_seq == BASE + 3
+    lone.timeline.readable_seq = BASE + 2  # only this replica's mark reached BASE + 3
+    other = Tx(BASE + 4, BASE + 2, 1, 7, "p", 4, b"what the quorum kept")
+    source.take(other)
+    promise_all(source, BASE + 100)
+    stabilize(source)
+    take_vote(source, 2, BASE + 4, source.timeline.head_digest)
+    base_seq, base_digest, txs, digests = slice_of(source, BASE + 2)
+    assert lone.adopt(0, 1, base_seq, base_digest, txs, digests, ()) == ""  # one voice
+    assert lone.verified_seq == BASE + 3
+    assert lone.adopt(0, 2, base_seq, base_digest, txs, digests, ()).startswith("adopted 1")
+    assert lone.timeline.seqs == source.timeline.seqs and lone.verified_seq == BASE + 4
+    assert lone.timeline.head_digest == source.timeline.head_digest
+    lone.timeline.readable_seq = BASE + 4
+    again = verified_replica(2)
+    again.timeline.readable_seq = again.verified_seq
+    forged = Tx(BASE + 9, 0, 1, 7, "p", 9, b"forged")  # below what readers saw: never
+    verdict = again.adopt(0, 2, 0, genesis("s"), (forged,), (fold_tx(genesis("s"), forged),), ())
+    assert verdict.startswith("refused") and again.verified_seq == BASE + 2
 
 
 def test_an_empty_replica_takes_a_slice_from_genesis_from_one_peer() -> None:

@@ -34,6 +34,7 @@ class LogCursor:
         "generation",
         "marks",
         "reset",
+        "rewound",
         "votes_wait",
         "written_seq",
         "written_verified",
@@ -46,6 +47,7 @@ class LogCursor:
         self.durable_seq = 0  # the head the log reported durable in this generation
         self.written_verified = 0
         self.reset = False  # the next Persist starts the log over
+        self.rewound = False  # the next Persist cuts below the verified mark
         self.base_seq = 0  # the log holds every seq after this (retention moves it up)
         self.durable_mark = 0  # the verified seq the log holds durably
         self.marks: deque[tuple[int, int, int]] = deque()  # (generation, head, verified) written
@@ -61,6 +63,15 @@ class LogCursor:
             self.generation += 1
             self.written_seq = after_seq
         self.durable_seq = min(self.durable_seq, after_seq)
+
+    def rewind(self, after_seq: int) -> None:
+        """The timeline gave up verified txs after ``after_seq`` (peers vouched for a history
+        without them, after a power loss of every node): the log cuts its mark too."""
+        self.cut(after_seq)
+        self.rewound = True
+        self.written_verified = min(self.written_verified, after_seq)
+        self.durable_mark = min(self.durable_mark, after_seq)
+        self.marks.clear()
 
     def restart(self, base_seq: int) -> None:
         """The timeline starts over at ``base_seq`` (a peer's snapshot)."""
@@ -81,9 +92,18 @@ class LogCursor:
         base_digest = timeline.digest_at(base)
         assert base_digest is not None, "the log's head is always held"
         persist = Persist(
-            stream, self.generation, base, base_digest, self.reset, txs, digests, verified
+            stream,
+            self.generation,
+            base,
+            base_digest,
+            self.reset,
+            txs,
+            digests,
+            verified,
+            self.rewound,
         )
         self.written_seq, self.written_verified, self.reset = head, verified, False
+        self.rewound = False
         if self.votes_wait:  # otherwise no publish waits for a mark
             self.marks.append((self.generation, head, verified))
         return persist

@@ -244,6 +244,7 @@ class Persist:
     txs: tuple[Tx, ...]
     digests: tuple[bytes, ...]
     verified_seq: int  # how far a quorum verified: the log may record it
+    rewind: bool = False  # the cut reaches below the verified mark (``TimelineRebuild.adopt``)
 
 
 @dataclass(frozen=True, slots=True)

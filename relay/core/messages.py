@@ -54,7 +54,8 @@ class Item(NamedTuple):
 
 
 TX_OVERHEAD_BYTES = 200  # what a held tx costs beyond its payload, key and headers
-ANSWER_BYTES_MAX = 16 << 20  # the txs in one mesh message (a frame may carry 64 MiB)
+ANSWER_BYTES_MAX = 4 << 20  # the txs in one mesh message (a frame may carry 64 MiB): a peer
+# handles one in a few ms, so its loop turns stay short
 
 
 def tx_bytes(tx: Tx) -> int:

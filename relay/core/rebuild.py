@@ -115,16 +115,19 @@ class TimelineRebuild:
         if not reset:
             if held_base != base_digest:
                 return "refused a sync slice that contradicts this replica's verified timeline"
-            known = sum(1 for tx in txs if tx.seq <= anchor)
-            for tx, digest in zip(txs[:known], digests[:known], strict=True):
-                if timeline.digest_at(tx.seq) != digest:
-                    return "refused a sync slice that contradicts this replica's verified timeline"
-            joint = digests[known - 1] if known else base_digest
-            txs, digests = txs[known:], digests[known:]
+            agree = self._agreeing(txs, digests, anchor)
+            joint_seq = txs[agree - 1].seq if agree else base_seq
+            joint = digests[agree - 1] if agree else base_digest
+            txs, digests = txs[agree:], digests[agree:]
             if not txs:
                 return ""
-            if joint != timeline.digest_at(anchor):  # what follows chains from elsewhere
-                return "refused a sync slice that leaves out verified txs this replica holds"
+            if joint_seq != anchor:  # the slice leaves our verified history after joint_seq
+                if joint_seq < timeline.readable_seq:
+                    return "refused a sync slice that contradicts this replica's verified timeline"
+                if not self.vouchers.vouch(sender, joint_seq, joint):
+                    return ""  # not adopted until another peer offers the same
+                self._rewind(joint_seq)
+                anchor = joint_seq
             held = self._held_prefix(txs, digests)
             if held:  # our own tail holds that much of the slice: it stays, and our votes
                 timeline.verify_upto(txs[held - 1].seq)
@@ -153,6 +156,25 @@ class TimelineRebuild:
         return f"adopted {len(txs)} verified txs up to seq {timeline.head_seq}" + (
             f" (snapshot from seq {base_seq})" if reset else ""
         )
+
+    def _agreeing(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], anchor: int) -> int:
+        """How many leading entries of a slice agree with our verified history (to ``anchor``)."""
+        digest_at = self.timeline.digest_at
+        agree = 0
+        for tx, digest in zip(txs, digests, strict=True):
+            if tx.seq > anchor or digest_at(tx.seq) != digest:
+                break
+            agree += 1
+        return agree
+
+    def _rewind(self, joint_seq: int) -> None:
+        """Give up the verified txs after ``joint_seq`` for a slice that leaves them out.
+        Only after a power loss of every node can honest peers hold a verified history
+        without txs this replica verified (it marked them, no quorum did, so they were never
+        acknowledged, and the others refolded them). So the slice needs the voices of enough
+        peers (``Vouchers``), and never takes back what readers may have seen."""
+        self.timeline.rewind_to(joint_seq)
+        self.log.rewind(joint_seq)
 
     def _held_prefix(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...]) -> int:
         """How many leading entries of a verified slice our timeline holds as they are."""

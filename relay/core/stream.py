@@ -267,7 +267,11 @@ class StreamReplica(TimelineRebuild):
             return Upkeep(repairs, refolded=self.refold(elapsed_ms))
         if action is CatchupAction.SYNC and self.asks.sync.ready(elapsed_ms):
             vouched = self.vouchers.next_ask()
-            after = vouched if vouched is not None else verified if self.catchup.synced else 0
+            after = 0 if not self.catchup.synced else verified
+            if self.catchup.state is CatchupState.DIVERGED:  # peers may have given up a tail
+                timeline = self.timeline  # we verified but never acknowledged
+                after = max(timeline.readable_seq, timeline.trimmed_seq)
+            after = vouched if vouched is not None else after
             return Upkeep(repairs, sync_after=after)
         return Upkeep(repairs)
 

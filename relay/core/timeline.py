@@ -114,6 +114,11 @@ class Timeline:
         over_bytes = self.bytes - self.bytes_max > self.bytes_max // 8
         return over_bytes or len(self.seqs) - self.capacity > max(1, self.capacity // 8)
 
+    def rewind_to(self, seq: int) -> None:
+        """Take back verification after ``seq`` (never of what readers may see)."""
+        assert self.readable_seq <= seq <= self.verified_seq, "acknowledged history stays"
+        self.verified_seq = seq
+
     def truncate_after(self, seq: int) -> list[Tx]:
         """Cut the stable but unverified tail after ``seq``; the txs cut off."""
         assert seq >= self.verified_seq, "verified entries are never taken back"

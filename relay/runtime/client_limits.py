@@ -28,6 +28,8 @@ class ClientBounds:
     request_bytes_max: int = 8 << 20
     client_inflight_max: int = 256  # requests one connection may have unanswered
     client_inflight_bytes_max: int = 64 << 20
+    client_connections_max: int = 10_000  # over all addresses (each holds a descriptor)
+    client_connections_per_address_max: int = 1000
 
 
 KEYS = frozenset(ClientBounds.__dataclass_fields__)
@@ -35,6 +37,8 @@ RANGES = {
     "request_bytes_max": (64 << 10, 64 << 20),
     "client_inflight_max": (1, 100_000),
     "client_inflight_bytes_max": (64 << 10, 1 << 30),
+    "client_connections_max": (1, 1_000_000),
+    "client_connections_per_address_max": (1, 1_000_000),
 }
 
 

@@ -6,7 +6,7 @@ what is malformed or over a connection's share at once, admits each publish and 
 the spot from the core's state. ``reply`` and ``answer`` encode what the core decided. The
 socket bounds what one connection costs: a request's size (``ZMQ_MAXMSGSIZE``), the answers
 queued for a connection that does not read them (``ZMQ_SNDHWM``; past it an answer is
-dropped and counted), and the connections one address may hold (``ConnectionCount``).
+dropped and counted), and the connections it holds (``ClientConnections``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from relay.core.events import (
 )
 from relay.core.node import NodeCore
 from relay.runtime.client_limits import ClientLimits
+from relay.runtime.connections import ClientConnections
 from relay.runtime.disk import NodeDisk
-from relay.runtime.mesh_sockets import DRAIN_FRAMES_MAX, HWM_FRAMES
+from relay.runtime.mesh_sockets import DRAIN_BYTES_MAX, DRAIN_FRAMES_MAX, HWM_FRAMES
 from relay.runtime.metrics import NodeMetrics
 from relay.wire import replies
 from relay.wire.client import (
@@ -55,7 +56,9 @@ REPLIES_QUEUED_MAX = 64
 
 
 class ClientPort:
-    def __init__(self, ctx: zmq.Context[Any], config: ClusterConfig, metrics: NodeMetrics) -> None:
+    def __init__(
+        self, ctx: zmq.Context[Any], config: ClusterConfig, port: int, metrics: NodeMetrics
+    ) -> None:
         self.config = config
         self.metrics = metrics
         self.sock = ctx.socket(zmq.ROUTER)
@@ -66,18 +69,30 @@ class ClientPort:
         self.sock.setsockopt(zmq.MAXMSGSIZE, config.clients.request_bytes_max)
         self.limits = ClientLimits(config.clients)
         self.specs = {n.id: n for n in config.nodes}
+        bounds = config.clients
+        self.connections = ClientConnections(
+            self.sock,
+            port,
+            bounds.client_connections_per_address_max,
+            bounds.client_connections_max,
+        )
 
     def close(self) -> None:
+        self.connections.close()
         self.sock.close()
 
     # --- input --------------------------------------------------------------------------
 
     def drain(self, events: list[Event], core: NodeCore, disk: NodeDisk) -> None:
+        taken = 0
         for _ in range(DRAIN_FRAMES_MAX):
+            if taken > DRAIN_BYTES_MAX:
+                return
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            taken += sum(map(len, frames))
             client = frames[0]
             if len(frames) != 2:
                 malformed = Rejected(errors.BAD_REQUEST, "expected one msgpack frame per request")

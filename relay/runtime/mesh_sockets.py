@@ -26,6 +26,8 @@ from relay.wire import mesh
 log = logging.getLogger("relay.node")
 
 DRAIN_FRAMES_MAX = 2000  # frames taken from one socket per loop turn
+DRAIN_BYTES_MAX = 8 << 20  # and their bytes: a turn with large payloads stays short, so
+# ticks and heartbeats keep their pace (a turn of many 16 MiB frames got peers cut)
 HWM_FRAMES = 200_000
 
 
@@ -85,11 +87,15 @@ class MeshSockets:
         metrics: NodeMetrics,
         events: list[Event],
     ) -> None:
+        taken = 0
         for _ in range(DRAIN_FRAMES_MAX):
+            if taken > DRAIN_BYTES_MAX:
+                return
             try:
                 frames = sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            taken += sum(map(len, frames))
             metrics.mesh_frames.labels("in").inc()
             try:
                 if len(frames) != 2:

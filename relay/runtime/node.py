@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections import deque
 from types import FrameType
 from typing import Any
 
@@ -45,6 +46,7 @@ from relay.runtime.client_port import ClientPort
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_reply
 from relay.runtime.gauges import Gauges
+from relay.runtime.malloc import return_large_frees
 from relay.runtime.mesh_sockets import MeshSockets
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
@@ -56,6 +58,7 @@ log = logging.getLogger("relay.node")
 ADMIN_REQUEST_BYTES_MAX = 64 << 10  # an admin request is a small map
 TICK_MS = 10
 GAUGE_MS = 500
+LOG_READS_PER_TURN = 4
 
 
 class StartupError(RuntimeError):
@@ -84,6 +87,7 @@ class NodeRuntime:
         core_config = config.core_config(node_id)
         self.core = NodeCore(core_config, epoch=epoch, floor=floor, reserved=reserved)
         self.pending: list[Event] = list(restored)  # the first turn's events
+        self.log_reads: deque[tuple[bytes, int, LogRead]] = deque()  # waiting for the disk
         self.metrics = NodeMetrics(node_id)
         self.gauges = Gauges(self.metrics)
         self.refusal_log = Throttle()
@@ -103,7 +107,7 @@ class NodeRuntime:
         # bound before any server socket, so that no handshake is ever accepted unasked
         self.zap = ZapHandler(self.ctx, trust.admitted(config)) if pair is not None else None
         self.mesh = MeshSockets(self.ctx, config, self.spec, pair)
-        self.clients = ClientPort(self.ctx, config, self.metrics)
+        self.clients = ClientPort(self.ctx, config, self.spec.client_port, self.metrics)
         self.admin = self.ctx.socket(zmq.REP) if admin_port is not None else None
         if pair is not None:
             serve(self.clients.sock, pair, CLIENT_DOMAIN)
@@ -125,6 +129,7 @@ class NodeRuntime:
         self.poller = zmq.Poller()
         self.mesh.register(self.poller)
         self.poller.register(self.clients.sock, zmq.POLLIN)
+        self.poller.register(self.clients.connections.monitor, zmq.POLLIN)
         self.poller.register(self.disk.wake_fd, zmq.POLLIN)
         if self.admin is not None:
             self.poller.register(self.admin, zmq.POLLIN)
@@ -159,6 +164,7 @@ class NodeRuntime:
     def run(self) -> None:
         self._install_signals()
         tune_gc()
+        return_large_frees()
         log.info(
             "node %d serving clients on %s, mesh on %s",
             self.spec.id,
@@ -169,7 +175,8 @@ class NodeRuntime:
         next_gauge = 0
         try:
             while not self.stopping:
-                wait = 0 if self.pending else max(0, next_tick - int(time.monotonic() * 1000))
+                busy = self.pending or self.log_reads
+                wait = 0 if busy else max(0, next_tick - int(time.monotonic() * 1000))
                 ready = dict(self.poller.poll(wait))
                 now = self.now()
                 elapsed = now.elapsed_ms
@@ -184,12 +191,15 @@ class NodeRuntime:
                 events.extend(MeshReceived(m) for m in self.hooks.release(elapsed))
                 if self.admin is not None and self.admin in ready:
                     self._admin()
+                if self.clients.connections.monitor in ready:
+                    self._connections(elapsed)
                 if self.clients.sock in ready:
                     self.clients.drain(events, self.core, self.disk)
                 if elapsed >= next_tick:
                     next_tick = elapsed + TICK_MS
                     events.append(Tick())
                 self._carry_out(self.core.handle(now, events))
+                self._serve_log_reads()
                 self.disk.after_turn(elapsed, self.core.epoch)
                 if elapsed >= next_gauge:
                     next_gauge = elapsed + GAUGE_MS
@@ -233,6 +243,29 @@ class NodeRuntime:
             domain, address = refused[0]
             log.warning("auth_refused: %s connection from %s: key not admitted", domain, address)
 
+    def _serve_log_reads(self) -> None:
+        """Answer a few reads from the log per turn: each may read and re-check a frame of
+        megabytes, and a flood of them must not hold back ticks and heartbeats."""
+        for _ in range(min(LOG_READS_PER_TURN, len(self.log_reads))):
+            client, req_id, read = self.log_reads.popleft()
+            self.clients.read_done(client, req_id, self.disk.read(read))
+
+    def _connections(self, elapsed_ms: int) -> None:
+        """Count the client port's new and closed connections; log who was shut for a bound
+        (at most once a second)."""
+        refused = self.clients.connections.drain()
+        if refused:
+            self.metrics.errors.labels("too_many_connections").inc(len(refused))
+        if refused and self.refusal_log.ready("connections", elapsed_ms):
+            log.warning(
+                "too_many_connections: shut %d connection(s), the last from %s "
+                "(client_connections_per_address_max %d, client_connections_max %d)",
+                len(refused),
+                refused[-1],
+                self.config.clients.client_connections_per_address_max,
+                self.config.clients.client_connections_max,
+            )
+
     def _admin(self) -> None:
         """One operator command on the admin socket: [command, argument]."""
         assert self.admin is not None
@@ -253,8 +286,10 @@ class NodeRuntime:
                 self.clients.reply(effect)
             elif isinstance(effect, ReadReply):
                 read = effect.body
-                served = self.disk.read(read) if isinstance(read, LogRead) else read
-                self.clients.read_done(effect.client, effect.req_id, served)
+                if isinstance(read, LogRead):
+                    self.log_reads.append((effect.client, effect.req_id, read))
+                else:
+                    self.clients.read_done(effect.client, effect.req_id, read)
             elif isinstance(effect, LogSync):
                 sync = self.disk.sync_data(effect, self.spec.id)
                 if sync is not None and self.hooks.keep_outgoing():

@@ -65,8 +65,12 @@ class LogState:
             cut = bisect_right(seqs, op.base_seq)
             at_seq = op.base_seq == self.base_seq or (cut and seqs[cut - 1] == op.base_seq)
             assert at_seq, "a write starts at a seq the log holds"
-            assert self.verified <= op.base_seq or cut == len(seqs), "verified is never cut"
+            assert self.verified <= op.base_seq or cut == len(seqs) or op.rewind, (
+                "verified is never cut but by a rewind"
+            )
             del self.txs[cut:], self.digests[cut:], self.seqs[cut:]
+            if op.rewind:
+                self.verified = min(self.verified, op.base_seq)
         count = len(op.txs) if keep_txs is None else keep_txs
         self.txs += op.txs[:count]
         self.digests += op.digests[:count]

@@ -100,7 +100,7 @@ class StreamLog:
         try:
             if p.reset or not self.segments:
                 self._start_over(p.base_seq, p.base_digest, wall_ms)
-            elif p.base_seq < self.mark:
+            elif p.base_seq < self.mark and not p.rewind:
                 raise StorageError(
                     f"{self.stream}: a write from seq {p.base_seq} would cut records verified "
                     f"up to {self.mark}"
