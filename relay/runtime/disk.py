@@ -93,8 +93,10 @@ class NodeDisk:
             return None
         try:
             if isinstance(effect, Reserve):
-                self.store.reserve(effect.seq)
-                return Reserved(effect.seq)
+                if not self.store.reserve(effect.seq):
+                    return Reserved(effect.seq)  # already durable
+                self.syncer.reserve(effect.seq)
+                return None
             self.store.apply(effect, wall_ms)
             self.syncer.wrote(effect.stream)
         except (StorageError, OSError) as exc:
@@ -131,7 +133,8 @@ class NodeDisk:
         events: list[Event] = list(done)
         for stream, why in failed:
             self._refused(f"{stream}: {why}", elapsed_ms)
-            events.append(PersistFailed(stream, self.error))
+            if stream != "node.json":  # the syncer writes a reservation again
+                events.append(PersistFailed(stream, self.error))
         return events
 
     # --- reads below the memory ring ----------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -54,6 +55,7 @@ class NodeStore:
         self.streams_dir = data_dir / "streams"
         self.logs: dict[str, StreamLog] = {}
         self.meta: dict[str, Any] = {}
+        self.meta_lock = threading.Lock()
 
     # --- opening ------------------------------------------------------------------------
 
@@ -116,16 +118,19 @@ class NodeStore:
         return dict(meta)
 
     def _write_meta(self) -> None:
+        """Replace node.json with what ``meta`` holds now (the syncer thread writes it too:
+        each write takes the lock and the whole of ``meta`` as it is then)."""
         path = self.data_dir / "node.json"
         temporary = path.with_suffix(".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, json.dumps(self.meta).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-        fsync_dir(self.data_dir)
+        with self.meta_lock:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, json.dumps(self.meta).encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+            fsync_dir(self.data_dir)
 
     # --- the node's epoch and seqs ------------------------------------------------------
 
@@ -143,10 +148,16 @@ class NodeStore:
             self.meta["epoch"] = epoch
             self._write_meta()
 
-    def reserve(self, seq: int) -> None:
-        if seq > self.meta["reserved"]:
-            self.meta["reserved"] = seq
-            self._write_meta()
+    def reserve(self, seq: int) -> bool:
+        """Note a new seq reservation; whether node.json must be written for it (the
+        syncer writes it, off the loop: ``write_meta``)."""
+        if seq <= self.meta["reserved"]:
+            return False
+        self.meta["reserved"] = seq
+        return True
+
+    def write_meta(self) -> None:
+        self._write_meta()
 
     # --- the logs -----------------------------------------------------------------------
 

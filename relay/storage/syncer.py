@@ -16,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from relay.core.events import Persisted
+from relay.core.events import Persisted, Reserved
 from relay.storage.segment import fsync_dir
 from relay.storage.store import NodeStore
 from relay.storage.stream_log import StreamLog, Unsynced
@@ -25,8 +25,9 @@ from relay.storage.stream_log import StreamLog, Unsynced
 @dataclass(slots=True)
 class _Job:
     work: list[tuple[StreamLog, Unsynced]]
-    done: list[Persisted]
-    failed: list[tuple[str, str]]  # (stream, what the disk said)
+    reserve: int  # a seq reservation to make durable in node.json (0: none)
+    done: list[Persisted | Reserved]
+    failed: list[tuple[str, str]]  # (stream or node.json, what the disk said)
 
 
 class Syncer:
@@ -35,6 +36,7 @@ class Syncer:
         self.mode = store.settings.fsync
         self.interval_ms = store.settings.fsync_interval_ms
         self.touched: dict[str, StreamLog] = {}
+        self.reserving = 0  # a seq reservation waiting for the next sync
         self.wake_fd, self._signal_fd = os.pipe()
         os.set_blocking(self.wake_fd, False)
         self._job: _Job | None = None
@@ -49,29 +51,40 @@ class Syncer:
     def wrote(self, stream: str) -> None:
         self.touched[stream] = self.store.logs[stream]
 
+    def reserve(self, seq: int) -> None:
+        """Make a seq reservation durable with the next sync (``Reserved`` when it is): an
+        fsync of node.json in the loop stalled it for as long as the disk was busy."""
+        self.reserving = max(self.reserving, seq)
+
     def after_turn(self, elapsed_ms: int) -> None:
         """Start a sync of what was written, if none is running (and, for ``interval``,
         if it is time)."""
-        if not self.touched:
+        if not self.touched and not self.reserving:
             return
         if self.mode == "never":
             for log in self.touched.values():
                 for fd in log.take_unsynced().fds:
                     os.close(fd)
             self.touched.clear()
-            return
-        if self.mode == "interval" and elapsed_ms - self._last_ms < self.interval_ms:
+            if not self.reserving:
+                return
+        if (
+            self.mode == "interval"
+            and elapsed_ms - self._last_ms < self.interval_ms
+            and not self.reserving
+        ):
             return
         with self._cond:
             if self._job is not None or self._finished is not None:
                 return
             work = [(log, log.take_unsynced()) for log in self.touched.values()]
             self.touched.clear()
-            self._job = _Job(work, [], [])
+            self._job = _Job(work, self.reserving, [], [])
+            self.reserving = 0
             self._last_ms = elapsed_ms
             self._cond.notify()
 
-    def completed(self) -> tuple[list[Persisted], list[tuple[str, str]]]:
+    def completed(self) -> tuple[list[Persisted | Reserved], list[tuple[str, str]]]:
         """What the last sync made durable, and the streams whose sync failed (call when
         ``wake_fd`` is readable)."""
         with contextlib.suppress(BlockingIOError):
@@ -80,6 +93,8 @@ class Syncer:
             job, self._finished = self._finished, None
         if job is None:
             return [], []
+        if job.reserve and not any(isinstance(e, Reserved) for e in job.done):
+            self.reserving = max(self.reserving, job.reserve)  # the next sync tries again
         return job.done, job.failed
 
     def close(self) -> None:
@@ -105,6 +120,12 @@ class Syncer:
             os.write(self._signal_fd, b"s")
 
     def _sync(self, job: _Job) -> None:
+        if job.reserve:
+            try:
+                self.store.write_meta()
+                job.done.append(Reserved(job.reserve))
+            except OSError as exc:
+                job.failed.append(("node.json", f"write failed: {exc.strerror or exc}"))
         for log, unsynced in job.work:
             try:
                 for fd in unsynced.fds:
