@@ -269,6 +269,17 @@ def test_verified_txs_never_acknowledged_are_given_up_once_two_peers_vouch() -> 
     assert verdict.startswith("refused") and again.verified_seq == BASE + 2
 
 
+def test_a_slice_that_agrees_but_ends_early_moves_the_next_ask_on() -> None:
+    """Found by a campaign (seed 1120238): a diverged replica asked from its oldest entry; the
+    peers answered from their logs only up to their memory rings, all of it agreeing with
+    what it held, and it asked the same again for good."""
+    held = verified_replica(5)
+    base_seq, base_digest, txs, digests = slice_of(held, 0)
+    assert held.adopt(0, 1, base_seq, base_digest, txs[:2], digests[:2], ()) == ""
+    assert held.vouchers.next_ask() == txs[1].seq
+    assert held.vouchers.next_ask() is None  # once
+
+
 def test_an_empty_replica_takes_a_slice_from_genesis_from_one_peer() -> None:
     """Nothing it holds is replaced, and with one node down a single peer is all it has."""
     source = verified_replica(3)

@@ -150,7 +150,8 @@ class Vouchers:
         return False
 
     def next_ask(self) -> int | None:
-        """The base to ask a sync from once, if one waits for a second voice."""
+        """Where to ask the next sync from, once: a base that waits for a second voice, or
+        where a slice that agreed with us all the way ended (``TimelineRebuild.adopt``)."""
         ask, self.ask_after = self.ask_after, None
         return ask
 

@@ -120,7 +120,9 @@ class TimelineRebuild:
             joint = digests[agree - 1] if agree else base_digest
             txs, digests = txs[agree:], digests[agree:]
             if not txs:
-                return ""
+                if joint_seq < anchor:  # all we hold, as far as it goes: the next sync asks
+                    self.vouchers.ask_after = joint_seq  # on from there (a diverged replica
+                return ""  # walks a peer's log up to where the histories part)
             if joint_seq != anchor:  # the slice leaves our verified history after joint_seq
                 if joint_seq < timeline.readable_seq:
                     return "refused a sync slice that contradicts this replica's verified timeline"
