@@ -18,7 +18,8 @@ from relay.gc_tuning import tune_gc
 
 @dataclass(frozen=True, slots=True)
 class BenchSettings:
-    config: str
+    config: str | None
+    servers: list[str] | None
     stream: str
     count: int
     size: int
@@ -66,7 +67,11 @@ class BenchReport:
 def run_bench(settings: BenchSettings, progress: bool = True) -> BenchReport:
     payload = b"x" * settings.size
     with Producer(
-        config=settings.config, node=settings.node, window=settings.window, batch_max=settings.batch
+        config=settings.config,
+        nodes=settings.servers,
+        node=settings.node,
+        window=settings.window,
+        batch_max=settings.batch,
     ) as producer:
         producer.publish(settings.stream, payload)  # warm up: connect, create the stream
         tune_gc()  # as the node does, and as the peer's client gets in scripts/bench.sh

@@ -105,10 +105,12 @@ def test_a_cut_takes_back_the_tail_even_across_segments(tmp_path: Path) -> None:
         d = fold_tx(d, tx)
         chained.append(d)
     log.apply(Persist("s", 1, txs[30].seq, digests[30], False, tuple(other), tuple(chained), 0), T0)
+    assert log.records() == 31 + 5  # the count follows the cut across segments
     log.close()
     again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
     assert not again.problems
     assert again.restored.txs == (*txs[:31], *other)
+    assert again.log.records() == 31 + 5
     again.log.close()
     with pytest.raises(StorageError, match="would cut records verified"):
         again.log.apply(persist("s", txs[:1], digests[:1]), T0)
@@ -205,8 +207,9 @@ def test_a_cut_inside_a_batch_never_takes_what_is_below_it_off_the_disk(
     log.apply(Persist("s", 1, txs[6].seq, digests[6], False, tuple(other), tuple(chained), 0), T0)
     held = [*zip(txs[:7], digests[:7], strict=True), *zip(other, chained, strict=True)]
     assert log.read(0, 1 << 63, 100, 1 << 30) == (genesis("s"), held)
+    assert log.records() == len(held)  # the cut inside the batch counted its void part
     log.close()
     again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
-    assert not again.problems
+    assert not again.problems and again.log.records() == len(held)
     assert again.restored.txs == (*txs[:7], *other) and again.restored.verified_seq == txs[4].seq
     again.log.close()

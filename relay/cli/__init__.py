@@ -9,12 +9,14 @@ import sys
 import click
 
 from relay.cli.batches import batch_group
-from relay.cli.clients import consume, publish
 from relay.cli.cluster import cluster
+from relay.cli.consume import consume
 from relay.cli.groups import groups_group
 from relay.cli.keys import keys_group
 from relay.cli.log import log_group
-from relay.cli.options import CONFIG, load_config
+from relay.cli.options import CONFIG, Target, cluster_target, load_config
+from relay.cli.publish import publish
+from relay.cli.streams import stream_group
 from relay.config import ConfigError
 
 
@@ -30,6 +32,7 @@ main.add_command(log_group)
 main.add_command(groups_group)
 main.add_command(batch_group)
 main.add_command(keys_group)
+main.add_command(stream_group)
 
 
 # --- node and cluster ----------------------------------------------------------------------
@@ -180,7 +183,7 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
-@CONFIG
+@cluster_target
 @click.option("--stream", default="bench", show_default=True)
 @click.option("--count", default=100_000, show_default=True, help="Transactions to publish.")
 @click.option("--size", default=100, show_default=True, help="Payload bytes.")
@@ -190,7 +193,7 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str) -> None:
 @click.option("--node", "node_id", type=int, help="The node to publish to.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def bench(
-    config_path: str,
+    target: Target,
     stream: str,
     count: int,
     size: int,
@@ -203,7 +206,8 @@ def bench(
     """Load generator: publish COUNT transactions and report throughput and latency."""
     from relay.bench import BenchSettings, run_bench
 
-    load_config(config_path)
-    settings = BenchSettings(config_path, stream, count, size, window, batch, rate, node_id)
+    settings = BenchSettings(
+        target.config, target.servers, stream, count, size, window, batch, rate, node_id
+    )
     report = run_bench(settings, progress=not as_json)
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.text())

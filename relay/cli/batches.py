@@ -6,7 +6,7 @@ from contextlib import closing
 
 import click
 
-from relay.cli.options import CONFIG, client_identity, load_config
+from relay.cli.options import Target, cluster_target
 
 
 @click.group("batch")
@@ -15,19 +15,17 @@ def batch_group() -> None:
 
 
 @batch_group.command("status")
-@CONFIG
+@cluster_target
 @click.argument("batch")
 @click.option("--group", required=True, help="The consumer group whose acks count.")
-def batch_status(config_path: str, batch: str, group: str) -> None:
+def batch_status(target: Target, batch: str, group: str) -> None:
     """Print BATCH's state for GROUP: complete, or open/closed with acked of count."""
     from relay import RelayError
     from relay.client.batches import status
-    from relay.client.directory import resolve
     from relay.client.fetcher import Fetcher
 
-    load_config(config_path)
     try:
-        order, pair = resolve(config_path), client_identity(config_path)
+        order, pair = target.addresses(), target.identity()
         with closing(Fetcher(batch, order, pair=pair)) as fetcher:
             found = status(fetcher, group)
     except (RelayError, TimeoutError) as exc:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from relay.cli.options import CONFIG, client_identity, load_config
+from relay.cli.options import Target, cluster_target
 
 if TYPE_CHECKING:
     from relay.client.fetcher import Fetcher
@@ -22,33 +22,32 @@ def groups_group() -> None:
 
 
 @groups_group.command("ls")
-@CONFIG
-def groups_ls(config_path: str) -> None:
+@cluster_target
+def groups_ls(target: Target) -> None:
     """Every group with a committed position, and the streams it has one in."""
     found: dict[str, list[str]] = {}
-    for stream, group in _group_streams(config_path):
+    for stream, group in _group_streams(target):
         found.setdefault(group, []).append(stream)
     for group in sorted(found):
         click.echo(f"{group}\t{','.join(sorted(found[group]))}")
 
 
 @groups_group.command("describe")
-@CONFIG
+@cluster_target
 @click.argument("group")
-def groups_describe(config_path: str, group: str) -> None:
+def groups_describe(target: Target, group: str) -> None:
     """Per stream: committed seq, verified head, lag in transactions and in seconds."""
     from relay import RelayError
-    from relay.client.directory import resolve
     from relay.client.fetcher import Fetcher
     from relay.client.groups import group_stream, read_committed
     from relay.core.flake import seq_unix_ms
 
-    streams = sorted(s for s, g in _group_streams(config_path) if g == group)
+    streams = sorted(s for s, g in _group_streams(target) if g == group)
     if not streams:
         raise click.ClickException(f"no group {group!r} has committed anything")
     click.echo("stream\tcommitted\tverified_head\tlag_txs\tlag_s\tcommitted_at")
     for stream in streams:
-        order, pair = resolve(config_path), client_identity(config_path)
+        order, pair = target.addresses(), target.identity()
         with closing(Fetcher(group_stream(stream, group), order, pair=pair)) as commits:
             try:
                 committed = read_committed(commits, 10.0)
@@ -68,29 +67,21 @@ def groups_describe(config_path: str, group: str) -> None:
 
 
 @groups_group.command("reset")
-@CONFIG
+@cluster_target
 @click.argument("group")
 @click.option("--stream", required=True)
-@click.option("--to", "target", required=True, help="earliest, latest, a seq, or an ISO 8601 time.")
-def groups_reset(config_path: str, group: str, stream: str, target: str) -> None:
+@click.option("--to", "point", required=True, help="earliest, latest, a seq, or an ISO 8601 time.")
+def groups_reset(target: Target, group: str, stream: str, point: str) -> None:
     """Move GROUP's committed position in STREAM (its consumers should be stopped)."""
     from relay import Producer, RelayError
-    from relay.cli.clients import _start_of
-    from relay.client.directory import resolve
+    from relay.cli.consume import parse_point
     from relay.client.fetcher import Fetcher
     from relay.client.groups import commit_payload, group_stream
     from relay.core.flake import make_seq
 
-    load_config(config_path)
-    pair = client_identity(config_path)
-    with closing(Fetcher(stream, resolve(config_path), pair=pair)) as data:
+    with closing(Fetcher(stream, target.addresses(), pair=target.identity())) as data:
         verified = _span(data, 0).verified_seq
-        try:
-            begin = _start_of(target, None)  # the same forms as relay consume --from
-        except click.BadParameter:
-            raise click.BadParameter(
-                "earliest, latest, a seq or a time", param_hint="--to"
-            ) from None
+        begin = point if point in ("earliest", "latest") else parse_point(point, "--to")
         if begin == "earliest":
             after = max(0, _span(data, 0).earliest_seq - 1)
         elif begin == "latest":
@@ -108,7 +99,7 @@ def groups_reset(config_path: str, group: str, stream: str, target: str) -> None
         if reply is None:
             raise click.ClickException(f"no node answered for {stream!r}")
     try:
-        with Producer(config=config_path) as producer:
+        with Producer(**target.client_args) as producer:
             payload = commit_payload(stream, after, reply.prev_digest)
             producer.publish(group_stream(stream, group), payload, key=stream)
     except RelayError as exc:
@@ -116,16 +107,12 @@ def groups_reset(config_path: str, group: str, stream: str, target: str) -> None
     click.echo(f"{group} {stream}: consumers resume after seq {after}")
 
 
-def _group_streams(config_path: str) -> list[tuple[str, str]]:
+def _group_streams(target: Target) -> list[tuple[str, str]]:
     """(stream, group) of every group stream the nodes that answer hold."""
     from relay.client.groups import parse_group_stream
-    from relay.runtime.launcher import query_status
 
-    config = load_config(config_path)
-    pair = client_identity(config_path)
     names: set[str] = set()
-    for spec in config.nodes:
-        status = query_status(spec, pair=pair)
+    for status in target.statuses().values():
         names |= {s.name for s in status.streams} if status else set()
     return [found for name in names if (found := parse_group_stream(name))]
 

@@ -1,7 +1,10 @@
-"""What every ``relay`` command that reads the cluster file shares."""
+"""What every ``relay`` command that reads the cluster file or reaches its nodes shares."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -17,7 +20,87 @@ CONFIG = click.option(
 )
 
 
-def client_identity(path: str) -> Any:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The cluster a client command talks to: a config file, or node addresses
+    (``--servers`` or ``RELAY_SERVERS``, like kcat's ``-b`` and nats' ``--server``)."""
+
+    config: str | None
+    servers: list[str] | None
+
+    @property
+    def client_args(self) -> dict[str, Any]:
+        """``config`` and ``nodes`` as ``Producer`` and ``Consumer`` take them."""
+        return {"config": self.config, "nodes": self.servers}
+
+    def addresses(self, node: int | None = None) -> Any:
+        """The nodes to try, in order (``list[NodeAddress]``); ``node`` first."""
+        from relay.client.directory import resolve
+
+        try:
+            return resolve(self.config, self.servers, node)
+        except (ValueError, ConfigError) as exc:
+            raise click.ClickException(str(exc)) from None
+
+    def statuses(self, timeout_ms: int = 1000) -> dict[Any, Any]:
+        """Each node's status, or None where it did not answer (``NodeAddress`` ->
+        ``NodeStatus | None``), asked of all nodes at once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from relay.client.status import node_status
+
+        addresses, pair = self.addresses(), self.identity()
+        with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
+            found = pool.map(lambda a: node_status(a, timeout_ms, pair), addresses)
+            return dict(zip(addresses, found, strict=True))
+
+    def identity(self) -> Any:
+        """Who this client is to the nodes (``KeyPair``)."""
+        return client_identity(self.config)
+
+
+def cluster_target(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--config`` and ``--servers`` to a client command and hand it a ``Target``."""
+
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        help="The cluster config file (TOML).",
+    )
+    @click.option(
+        "--servers",
+        envvar="RELAY_SERVERS",
+        help="Node client addresses instead of --config: host:port or KEY@host:port, "
+        "comma-separated (default: $RELAY_SERVERS).",
+    )
+    @functools.wraps(command)
+    def with_target(*args: Any, config_path: str | None, servers: str | None, **kw: Any) -> Any:
+        return command(*args, target=target_of(config_path, servers), **kw)
+
+    return with_target
+
+
+def target_of(config_path: str | None, servers: str | None) -> Target:
+    """``--config`` wins over ``--servers``, so a file named on the command line is never
+    overridden by the environment."""
+    if config_path is not None:
+        load_config(config_path)
+        return Target(config_path, None)
+    found = [s.strip() for s in (servers or "").split(",") if s.strip()]
+    if not found:
+        raise click.UsageError("give --config FILE, or --servers host:port,... (or RELAY_SERVERS)")
+    from relay.client.directory import parse_address
+
+    for text in found:
+        try:
+            parse_address(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--servers") from None
+    return Target(None, found)
+
+
+def client_identity(path: str | None) -> Any:
     """The client key pair for the cluster file at ``path`` (``KeyPair``)."""
     from relay.auth.keys import KeyFileError
     from relay.client.directory import identity

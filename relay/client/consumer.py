@@ -79,6 +79,7 @@ class Consumer:
         self._anchor = Anchor(stream, order, reply_timeout_s, pair)
         self._buffer: deque[Transaction] = deque()
         self.position = 0  # the last seq yielded; the next fetch asks for txs after it
+        self.verified_head: int | None = None  # the serving node's verified seq, last answer
         self.last_digest: bytes | None = None
         self._start = start
         self._started = False
@@ -129,6 +130,12 @@ class Consumer:
         while len(out) < count and time.monotonic() < deadline:
             out.extend(self.poll(deadline - time.monotonic(), max_txs=count - len(out)))
         return out
+
+    def at_end(self) -> bool:
+        """Everything the serving node had verified at its last answer is taken (kcat's end
+        of partition); False until a node has answered."""
+        head = self.verified_head
+        return head is not None and self._started and not self._buffer and self.position >= head
 
     @property
     def node(self) -> NodeAddress | None:
@@ -210,6 +217,7 @@ class Consumer:
         reply = self._fetcher.fetch(after, self.batch_max, wait_ms, self._strict)
         if reply is None:
             return
+        self.verified_head = reply.verified_seq
         if reply.lost and isinstance(self._start, datetime) and not self._strict:
             self.position = 0  # a time before what is retained: from the oldest available
             return
@@ -269,7 +277,7 @@ class Consumer:
             reply = self._fetcher.fetch(0, 0, 0, False)
             if reply is None:
                 return
-            self.position = reply.verified_seq
+            self.position = self.verified_head = reply.verified_seq
         elif isinstance(start, datetime):
             seq = min(make_seq(int(start.timestamp() * 1000), 0, 0), SEQ_MAX)
             self.position = max(0, seq - 1)

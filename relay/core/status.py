@@ -29,6 +29,9 @@ class StreamStatus:
     late_txs: int
     catchup: str
     lanes: tuple[tuple[int, str], ...]  # (origin, lane state)
+    log_first_seq: int = 0  # the oldest seq on this node's disk (0: none); the shell fills
+    log_txs: int = 0  # these three from the node's log
+    log_bytes: int = 0
 
     @staticmethod
     def of(state: StreamReplica) -> StreamStatus:
@@ -59,6 +62,9 @@ class StreamStatus:
             "late_txs": self.late_txs,
             "catchup": self.catchup,
             "lanes": {str(o): s for o, s in self.lanes},
+            "log_first_seq": self.log_first_seq,
+            "log_txs": self.log_txs,
+            "log_bytes": self.log_bytes,
         }
 
     @staticmethod
@@ -85,6 +91,9 @@ class StreamStatus:
             late_txs=_field(raw, "late_txs", int, where),
             catchup=_field(raw, "catchup", str, where),
             lanes=lane_states,
+            log_first_seq=_field(raw, "log_first_seq", int, where),
+            log_txs=_field(raw, "log_txs", int, where),
+            log_bytes=_field(raw, "log_bytes", int, where),
         )
 
 

@@ -125,7 +125,7 @@ class ClientPort:
                     got = disk.span(got, core.held)
                 self.answer(client, s.req_id, got)
             elif isinstance(request, StatusFrame):
-                self.send(client, replies.encode_status(request.req_id, core.status()))
+                self.send(client, replies.encode_status(request.req_id, disk.status(core.status())))
 
     # --- output -------------------------------------------------------------------------
 

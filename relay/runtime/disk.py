@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from relay import errors
 from relay.config import ClusterConfig
@@ -34,6 +35,7 @@ from relay.core.events import (
 )
 from relay.core.messages import ANSWER_BYTES_MAX, SyncData, Tx
 from relay.core.reads import FETCH_BYTES_MAX, cut_span
+from relay.core.status import NodeStatus
 from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
 from relay.storage.store import NodeStore
@@ -138,6 +140,21 @@ class NodeDisk:
         return events
 
     # --- reads below the memory ring ----------------------------------------------------
+
+    def status(self, status: NodeStatus) -> NodeStatus:
+        """``status`` with what each stream's log holds: oldest seq, txs and bytes."""
+        streams = []
+        for s in status.streams:
+            found = self.store.logs.get(s.name)
+            if found is not None:
+                s = replace(
+                    s,
+                    log_first_seq=found.first_seq(),
+                    log_txs=found.records(),
+                    log_bytes=found.bytes_on_disk(),
+                )
+            streams.append(s)
+        return replace(status, streams=tuple(streams))
 
     def read(self, q: LogRead) -> ReadResult | Rejected:
         """A consumer's read from the log, re-checked record by record."""

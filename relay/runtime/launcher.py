@@ -9,17 +9,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import zmq
-
-from relay.auth.keys import KeyPair, generate
-from relay.auth.sockets import connect_to
+from relay.auth.keys import KeyPair
+from relay.client.directory import NodeAddress
+from relay.client.status import node_status
 from relay.config import ClusterConfig, NodeSpec
 from relay.core.status import NodeStatus
-from relay.errors import ProtocolError
-from relay.wire.client import status_request
-from relay.wire.replies import StatusReply, decode_reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,25 +86,9 @@ def stop_node(proc: NodeProcess, timeout_s: float = 5.0) -> bool:
 def query_status(
     spec: NodeSpec, timeout_ms: int = 1000, pair: KeyPair | None = None
 ) -> NodeStatus | None:
-    """A node's status, or None if it does not answer in time; ``ProtocolError`` if the
-    answer is not a status. ``pair``: who asks a node that uses CURVE (default: a new pair,
-    which a cluster with ``client_auth = "none"`` admits)."""
-    ctx: zmq.Context[Any] = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        if spec.public_key is not None:
-            connect_to(sock, spec.public_key, pair or generate())
-        sock.connect(f"tcp://{spec.host}:{spec.client_port}")
-        sock.send(status_request(1))
-        if not sock.poll(timeout_ms):
-            return None
-        reply = decode_reply(sock.recv())
-        if not isinstance(reply, StatusReply):
-            raise ProtocolError(f"node {spec.id} answered a status request with {reply}")
-        return reply.status
-    finally:
-        sock.close(linger=0)
+    """A node's status (``node_status``), or None if it does not answer in time."""
+    address = NodeAddress(spec.id, spec.host, spec.client_port, spec.public_key)
+    return node_status(address, timeout_ms, pair)
 
 
 def wait_until_answering(

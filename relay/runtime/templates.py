@@ -28,7 +28,7 @@ client_inflight_bytes_max = 67108864  # and their bytes
 client_connections_max = 10000  # connections the client port holds (more are shut at once)
 client_connections_per_address_max = 1000  # from one address
 streams_max = 10000         # streams a node holds at most; idle ones cost no CPU
-run_dir = ".relay/{name}"   # pid and log files of `relay cluster up`, relative to this file
+run_dir = "{run_dir}"   # pid and log files of `relay cluster up`, relative to this file
 fsync = "always"            # always: a vote waits for fdatasync; or "interval", "never"
 fsync_interval_ms = 100     # with fsync = "interval"
 segment_bytes = 67108864    # a stream's log rolls to a new segment file at this size
@@ -64,12 +64,13 @@ def cluster_toml(
     name: str | None = None,
     keys: ClusterKeys | None = None,
     keys_dir: str = "keys",
+    run_dir: str | None = None,
 ) -> str:
     """3 nodes: every stream everywhere. 5 or more: ``orders.*`` on the first three nodes,
     ``payments.*`` on the last three, ``events.*`` on all; other names have no replicas.
     With ``keys`` every socket uses CURVE; without, the file says ``security = "none"``."""
     name = name or f"local{count}"
-    parts = [HEADER.format(name=name)]
+    parts = [HEADER.format(name=name, run_dir=run_dir or f".relay/{name}")]
     if keys is None:
         parts.append(UNSECURED)
     else:

@@ -67,6 +67,7 @@ class Segment:
     last_seq: int = 0
     last_digest: bytes = b""
     size: int = 0
+    records: int = 0  # txs it holds (cut frames applied)
     created_ms: int = 0  # wall time it was opened for writing (segment_ms rolls on it)
     index: list[tuple[int, int]] = field(default_factory=list)  # (seq, frame offset)
     indexed_at: int = -INDEX_BYTES  # offset of the last indexed frame
@@ -92,6 +93,7 @@ class Segment:
         if not self.first_seq:
             self.first_seq = records[0][0].seq
         self.last_seq, self.last_digest = records[-1][0].seq, records[-1][1]
+        self.records += len(records)
         if offset - self.indexed_at >= INDEX_BYTES:
             self.index.append((records[0][0].seq, offset))
             self.indexed_at = offset

@@ -92,6 +92,10 @@ class StreamLog:
     def bytes_on_disk(self) -> int:
         return sum(s.size for s in self.segments)
 
+    def records(self) -> int:
+        """The txs the log holds."""
+        return sum(s.records for s in self.segments)
+
     # --- writing ------------------------------------------------------------------------
 
     def apply(self, p: Persist, wall_ms: int) -> None:
@@ -234,16 +238,15 @@ class StreamLog:
         start = segment.offset_before(seq)
         cut, last, digest = start, 0, b""
         inside = False  # the cut lands inside a batch: a cut frame after it voids the rest
+        removed = 0  # records above ``seq``: read to the end to count them (a short tail)
         for kind, _, end, found, _ in self._frames(segment, start):
             if kind == MARK:
                 continue
-            if found[0][0].seq > seq:
-                break
-            kept = [r for r in found if r[0].seq <= seq]
-            cut, last, digest = end, kept[-1][0].seq, kept[-1][1]
-            if len(kept) < len(found):
-                inside = True
-                break
+            kept = [r for r in found if r[0].seq <= seq] if not (inside or removed) else []
+            removed += len(found) - len(kept)
+            if kept:
+                cut, last, digest = end, kept[-1][0].seq, kept[-1][1]
+                inside = len(kept) < len(found)
         if seq != segment.header.base_seq and last != seq:
             raise StorageError(f"{self.stream}: the log holds no seq {seq} to cut after")
         self._retire()
@@ -252,6 +255,7 @@ class StreamLog:
             self.unsynced.directory = True
         os.truncate(segment.path, cut)  # only frames wholly above ``seq`` (and their marks)
         segment.forget_after(cut)
+        segment.records -= removed  # a split batch's void part goes with the cut frame below
         self.fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
         self._track()
         mark = min(self.mark, seq)

@@ -1,0 +1,161 @@
+"""``relay consume``: print a stream's verified transactions (kcat -C, nats sub)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+
+import click
+
+from relay.cli.formats import FormatError, formatter
+from relay.cli.options import Target, cluster_target
+
+FORMAT_HELP = (
+    "raw (the payload's bytes, nothing added), json, base64, or a template as kcat's -f: "
+    "%s seq, %v value, %k key, %h headers, %t stream, %T timestamp ms, %o origin, %d digest, "
+    "%S size, %% a percent; \\n and \\t escapes.  [default: '%s %v\\n']"
+)
+
+
+@click.command()
+@cluster_target
+@click.option("--stream", required=True)
+@click.option("--node", "node_id", type=int, help="The node to read from first.")
+@click.option(
+    "--from",
+    "start",
+    default="earliest",
+    show_default=True,
+    help="earliest, latest, a seq, or a time (ISO 8601, e.g. 2026-11-22T10:00:00Z) to start at.",
+)
+@click.option("--since", help="Start this long ago: 30s, 10m, 2h, 1d (like kcat -o s@).")
+@click.option("--last", type=click.IntRange(min=1), help="Start at the last N verified txs.")
+@click.option("--to", "end", help="Stop after this seq or time (ISO 8601): kcat -o e@.")
+@click.option("--count", type=int, help="Stop after this many transactions.")
+@click.option("-e", "--exit-at-end", is_flag=True, help="Stop at the verified head (like kcat -e).")
+@click.option("--idle-exit", type=float, help="Stop after this many seconds without a tx.")
+@click.option("--format", "fmt", help=FORMAT_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option(
+    "--seq-numbers",
+    is_flag=True,
+    help="In JSON, write seqs as numbers even above 2^53 (JavaScript and jq round those).",
+)
+@click.option(
+    "--group",
+    help="Resume after this consumer group's committed position (--from applies when it has "
+    "none) and commit what was printed every 5 s and at exit.",
+)
+def consume(
+    target: Target,
+    stream: str,
+    node_id: int | None,
+    start: str,
+    since: str | None,
+    last: int | None,
+    end: str | None,
+    count: int | None,
+    exit_at_end: bool,
+    idle_exit: float | None,
+    fmt: str | None,
+    as_json: bool,
+    seq_numbers: bool,
+    group: str | None,
+) -> None:
+    """Print a stream's verified transactions, following redirects and failing over."""
+    from relay import Consumer, RelayError
+
+    try:
+        write = formatter("json" if as_json else fmt or "%s %v\\n", seq_numbers)
+    except FormatError as exc:
+        raise click.BadParameter(str(exc), param_hint="--format") from None
+    stop_after = None if end is None else parse_point(end, "--to")
+    out = sys.stdout.buffer
+    stops = exit_at_end or stop_after is not None or idle_exit is not None
+    seen = 0
+    try:
+        begin = _start_of(target, stream, node_id, start, since, last)
+        with Consumer(stream, **target.client_args, node=node_id, start=begin, group=group) as c:
+            quiet_since = time.monotonic()
+            while count is None or seen < count:
+                limit = None if count is None else count - seen
+                batch = c.poll(timeout_s=0.5 if stops else None, max_txs=limit)
+                for tx in batch:
+                    if stop_after is not None and _past(tx.seq, stop_after):
+                        return
+                    seen += 1
+                    out.write(write(tx))
+                out.flush()
+                if batch:
+                    quiet_since = time.monotonic()
+                at_end = c.at_end()
+                if at_end and exit_at_end:
+                    return
+                if at_end and stop_after is not None and _reached(c.position, stop_after):
+                    return  # everything up to --to is verified and printed
+                if idle_exit is not None and time.monotonic() - quiet_since >= idle_exit:
+                    return
+    except (RelayError, TimeoutError) as exc:
+        code = getattr(exc, "code", "timeout")
+        raise click.ClickException(f"{code}: {getattr(exc, 'message', exc)}") from None
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:  # | head: the reader has what it wanted
+        sys.stderr.close()
+
+
+def _reached(seq: int, point: int | datetime) -> bool:
+    return seq == point or _past(seq, point)
+
+
+def _past(seq: int, point: int | datetime) -> bool:
+    """Is ``seq`` after ``--to``'s seq or time?"""
+    from relay.core.flake import seq_unix_ms
+
+    if isinstance(point, datetime):
+        return seq_unix_ms(seq) > int(point.timestamp() * 1000)
+    return seq > point
+
+
+def _start_of(
+    target: Target,
+    stream: str,
+    node_id: int | None,
+    start: str,
+    since: str | None,
+    last: int | None,
+) -> str | int | datetime:
+    """Where reading begins: ``--last`` wins over ``--since``, which wins over ``--from``."""
+    if last is not None:
+        from relay.client.fetcher import Fetcher
+        from relay.client.tail import start_of_last
+
+        order = target.addresses(node_id)
+        with closing(Fetcher(stream, order, pair=target.identity())) as fetcher:
+            return start_of_last(fetcher, last)
+    if since is not None:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(since[-1:])
+        if unit is None or not since[:-1].isdigit():
+            raise click.BadParameter(
+                "use a number and s, m, h or d, e.g. 10m", param_hint="--since"
+            )
+        return datetime.now(UTC) - timedelta(seconds=int(since[:-1]) * unit)
+    if start in ("earliest", "latest"):
+        return start
+    return parse_point(start, "--from")
+
+
+def parse_point(text: str, option: str) -> int | datetime:
+    """A seq or an ISO 8601 time (UTC unless it says otherwise)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        allowed = "earliest, latest, " if option == "--from" else ""
+        raise click.BadParameter(
+            f"use {allowed}a seq or an ISO 8601 time", param_hint=option
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

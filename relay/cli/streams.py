@@ -1,0 +1,115 @@
+"""``relay stream ls`` and ``relay stream info``: what the nodes hold, as ``nats stream``
+shows it. Every node that answers is asked; a stream's figures are its replicas' own."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import click
+
+from relay.cli.options import Target, cluster_target
+
+if TYPE_CHECKING:
+    from relay.core.status import NodeStatus, StreamStatus
+
+
+@click.group("stream")
+def stream_group() -> None:
+    """Streams: list them, or show one stream on every node."""
+
+
+@stream_group.command("ls")
+@cluster_target
+@click.option("--all", "show_all", is_flag=True, help="Also group and batch streams.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per stream.")
+def stream_ls(target: Target, show_all: bool, as_json: bool) -> None:
+    """Every stream the answering nodes hold: replicas, txs, bytes, verified head."""
+    held = _held(_answering(target))
+    names = sorted(n for n in held if show_all or "__" not in n)
+    if not as_json:
+        click.echo(f"{'stream':<32} {'replicas':<10} {'txs':>10} {'bytes':>12} {'last':<24}")
+    for name in names:
+        copies = held[name]
+        best = max(copies.values(), key=lambda s: s.verified_seq)
+        txs = max(s.log_txs for s in copies.values())
+        size = max(s.log_bytes for s in copies.values())
+        replicas = ",".join(str(r) for r in best.replicas)
+        if as_json:
+            row = {"stream": name, "replicas": list(best.replicas), "txs": txs, "bytes": size}
+            click.echo(json.dumps({**row, "last_seq": str(best.verified_seq)}))
+        else:
+            last = _time(best.verified_seq)
+            click.echo(f"{name:<32} {replicas:<10} {txs:>10} {size:>12} {last:<24}")
+
+
+@stream_group.command("info")
+@cluster_target
+@click.argument("stream")
+@click.option("--json", "as_json", is_flag=True, help="The figures of every node as JSON.")
+def stream_info(target: Target, stream: str, as_json: bool) -> None:
+    """STREAM's replicas, transactions, bytes, first and last seq and time, and the verified
+    head on each node."""
+    copies = _held(_answering(target)).get(stream)
+    if not copies:
+        raise click.ClickException(f"no node that answered holds a stream {stream!r}")
+    if as_json:
+        click.echo(json.dumps({str(n): _as_json(s) for n, s in sorted(copies.items())}, indent=2))
+        return
+    best = max(copies.values(), key=lambda s: s.verified_seq)
+    firsts = [s.log_first_seq for s in copies.values() if s.log_first_seq]
+    click.echo(f"stream:        {stream}")
+    click.echo(f"replicas:      {', '.join(str(r) for r in best.replicas)}")
+    click.echo(f"transactions:  {max(s.log_txs for s in copies.values())}")
+    click.echo(f"bytes:         {max(s.log_bytes for s in copies.values())}")
+    if firsts:
+        click.echo(f"first:         seq {min(firsts)} at {_time(min(firsts))}")
+    click.echo(f"last verified: seq {best.verified_seq} at {_time(best.verified_seq)}")
+    click.echo("")
+    click.echo(f"{'node':<5} {'verified seq':>20} {'head seq':>20} {'unverified':>10} {'txs':>10}")
+    for node, s in sorted(copies.items()):
+        click.echo(
+            f"{node:<5} {s.verified_seq:>20} {s.head_seq:>20} {s.unverified_txs:>10} "
+            f"{s.log_txs:>10}"
+        )
+
+
+def _answering(target: Target) -> list[NodeStatus]:
+    found = [s for s in target.statuses().values() if s is not None]
+    if not found:
+        raise click.ClickException("no node answered")
+    return found
+
+
+def _held(statuses: list[NodeStatus]) -> dict[str, dict[int, StreamStatus]]:
+    """stream -> node -> that node's figures."""
+    held: dict[str, dict[int, StreamStatus]] = {}
+    for status in statuses:
+        for s in status.streams:
+            held.setdefault(s.name, {})[status.node] = s
+    return held
+
+
+def _time(seq: int) -> str:
+    from relay.core.flake import seq_unix_ms
+
+    if not seq:
+        return "-"
+    when = datetime.fromtimestamp(seq_unix_ms(seq) / 1000, UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _as_json(s: StreamStatus) -> dict[str, object]:
+    return {
+        "replicas": list(s.replicas),
+        "verified_seq": str(s.verified_seq),
+        "verified_time": _time(s.verified_seq),
+        "head_seq": str(s.head_seq),
+        "unverified_txs": s.unverified_txs,
+        "first_seq": str(s.log_first_seq),
+        "first_time": _time(s.log_first_seq),
+        "txs": s.log_txs,
+        "bytes": s.log_bytes,
+        "catchup": s.catchup,
+    }

@@ -1,0 +1,186 @@
+"""The command line as a kcat or nats user reaches for it (issue 13): --servers and
+RELAY_SERVERS, publish as input arrives and --file, consume's --last, --to, -e and --format,
+stream ls and info, and a local cluster from --nodes N with no file."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from relay.cli import main
+from relay.cli.formats import FormatError, formatter
+from relay.client.consumer import Transaction
+from relay.runtime.local_cluster import LocalCluster
+
+BIG_SEQ = (1 << 62) + 12345  # a flake seq: above 2^53, as every real one is
+
+
+def row(payload: bytes, key: bytes | None = None) -> Transaction:
+    return Transaction("s", BIG_SEQ, 2, payload, b"\x01" * 32, "p", 1, key, (("h", b"\xff"),))
+
+
+def test_raw_writes_the_payload_bytes_and_nothing_else() -> None:
+    binary = bytes(range(256))
+    assert formatter("raw")(row(binary)) == binary
+
+
+def test_json_keeps_seqs_exact_and_binary_as_base64() -> None:
+    found = json.loads(formatter("json")(row(b"\xff\x00", key=b"k")))
+    assert found["seq"] == str(BIG_SEQ)  # a string: JavaScript and jq would round it
+    assert base64.b64decode(found["payload_b64"]) == b"\xff\x00" and "payload" not in found
+    assert found["key"] == "k" and found["headers"] == [{"name": "h", "value_b64": "/w=="}]
+    assert json.loads(formatter("json", seq_numbers=True)(row(b"x")))["seq"] == BIG_SEQ
+
+
+def test_a_template_names_fields_as_kcat_does() -> None:
+    out = formatter("%t %s %k %h %S %%\\t%v\\n")(row(b"value", key=b"key"))
+    assert out == b"s %d key h=\xff 5 %%\tvalue\n" % BIG_SEQ
+    assert formatter("base64")(row(b"\xff")) == b"/w==\n"
+    for bad in ("xml", "%q", "ends in %", "no fields\\n"):
+        with pytest.raises(FormatError):
+            formatter(bad)
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster3: LocalCluster) -> LocalCluster:
+    return cluster3
+
+
+def servers(cluster: LocalCluster) -> str:
+    """Every node's client address with its key, as --servers takes them."""
+    return ",".join(f"{n.public_key}@127.0.0.1:{n.client_port}" for n in cluster.config.nodes)
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None) -> bytes:
+    result = CliRunner().invoke(main, list(args), env=env, input=stdin)
+    assert result.exit_code == 0, result.output
+    return result.stdout_bytes
+
+
+def test_servers_and_relay_servers_reach_the_cluster_without_a_file(
+    cluster: LocalCluster,
+) -> None:
+    cli("publish", "--servers", servers(cluster), "--stream", "cli.a", "one", "two")
+    env = {"RELAY_SERVERS": servers(cluster)}
+    cli("publish", "--stream", "cli.a", "three", env=env)
+    out = cli("consume", "--stream", "cli.a", "-e", "--format", "%v\\n", env=env)
+    assert out.split() == [b"one", b"two", b"three"]
+    status = json.loads(cli("cluster", "status", "--json", env=env))
+    assert sorted(status) == ["1", "2", "3"]
+    none = CliRunner().invoke(main, ["consume", "--stream", "cli.a"], env={"RELAY_SERVERS": ""})
+    assert none.exit_code != 0 and "--servers" in none.output
+
+
+def test_consume_last_to_and_exit_at_end(cluster: LocalCluster) -> None:
+    config = str(cluster.config_path)
+    lines = b"\n".join(b"m%d" % i for i in range(30)) + b"\n"
+    acks = cli("publish", "--config", config, "--stream", "cli.b", stdin=lines).split(b"\n")
+    seqs = [int(line.split()[0]) for line in acks if line]
+    assert len(seqs) == 30
+    values = "--format", "%v\\n"
+    last = cli("consume", "--config", config, "--stream", "cli.b", "--last", "5", "-e", *values)
+    assert last.split() == [b"m%d" % i for i in range(25, 30)]
+    upto = cli("consume", "--config", config, "--stream", "cli.b", "--to", str(seqs[9]), *values)
+    assert upto.split() == [b"m%d" % i for i in range(10)]
+    more = cli("consume", "--config", config, "--stream", "cli.b", "--last", "99", "-e", *values)
+    assert len(more.split()) == 30  # fewer than asked for: all of them
+    empty = cli("consume", "--config", config, "--stream", "cli.never", "-e")
+    assert empty == b""
+
+
+def test_a_binary_file_round_trips_through_publish_and_consume(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    config = str(cluster.config_path)
+    data = random.Random(7).randbytes(5000) + b"\n\r\x00"
+    (tmp_path / "in.bin").write_bytes(data)
+    cli("publish", "--config", config, "--stream", "cli.c", "--file", str(tmp_path / "in.bin"))
+    got = cli("consume", "--config", config, "--stream", "cli.c", "--last", "1", "-e")
+    assert got == b"%s " % got.split(b" ")[0] + data + b"\n"  # the default: '%s %v\n'
+    raw = cli("consume", "--config", config, "--stream", "cli.c", "-e", "--format", "raw")
+    assert raw == data
+
+
+def test_stream_ls_and_info_show_what_every_node_holds(cluster: LocalCluster) -> None:
+    config = str(cluster.config_path)
+    cli("publish", "--config", config, "--stream", "cli.d", "a", "b", "c")
+    listed = [json.loads(r) for r in cli("stream", "ls", "--config", config, "--json").splitlines()]
+    mine = next(r for r in listed if r["stream"] == "cli.d")
+    assert mine["replicas"] == [1, 2, 3] and mine["txs"] == 3 and mine["bytes"] > 0
+    deadline = time.monotonic() + 10
+    while True:  # every replica verifies the last one within a heartbeat or two
+        info = json.loads(cli("stream", "info", "cli.d", "--config", config, "--json"))
+        if len({n["verified_seq"] for n in info.values()}) == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert sorted(info) == ["1", "2", "3"]
+    assert {n["txs"] for n in info.values()} == {3}
+    assert len({n["verified_seq"] for n in info.values()}) == 1
+    text = cli("stream", "info", "cli.d", "--config", config).decode()
+    assert "transactions:  3" in text and "first:" in text
+    missing = CliRunner().invoke(main, ["stream", "info", "nope", "--config", config])
+    assert missing.exit_code != 0 and "no node" in missing.output
+
+
+def test_publish_sends_each_line_as_it_arrives(cluster: LocalCluster) -> None:
+    """As `tail -f app.log | relay publish` needs: a line's ack comes back while the input
+    is still open."""
+    command = [sys.executable, "-m", "relay", "publish", "--config", str(cluster.config_path)]
+    proc = subprocess.Popen(
+        [*command, "--stream", "cli.e"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for i in range(3):
+            proc.stdin.write(b"line %d\n" % i)
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], 20)
+            assert ready, f"no ack for line {i} while the input stayed open"
+            assert proc.stdout.readline().split()[0].isdigit()
+        proc.stdin.close()
+        assert proc.wait(20) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def free_base_port(count: int) -> int:
+    """A base port whose mesh, client and metrics ports for ``count`` nodes are all free."""
+    for _ in range(200):
+        base = random.randrange(20_000, 30_000)
+        ports = [base + offset + i for offset in (0, 100, 200) for i in range(1, count + 1)]
+        try:
+            for port in ports:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free range of ports")
+
+
+def test_cluster_up_with_nodes_writes_its_own_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    base = str(free_base_port(3))
+    try:
+        up = CliRunner().invoke(main, ["cluster", "up", "--nodes", "3", "--base-port", base])
+        assert up.exit_code == 0, up.output
+        assert "(config .relay/local3/cluster.toml)" in up.output
+        assert (tmp_path / ".relay" / "local3" / "cluster.toml").exists()
+        status = json.loads(cli("cluster", "status", "--nodes", "3", "--json"))
+        assert all(s is not None for s in status.values())
+    finally:
+        down = CliRunner().invoke(main, ["cluster", "down", "--nodes", "3"])
+    assert down.exit_code == 0 and down.output.count("stopped") == 3
