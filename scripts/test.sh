@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # Run every check: lint, types, then all tests (unit, simulator seeds, real clusters).
-# Sets up .venv by itself, and as root installs nftables for the namespaced tests (without
-# root or nft those tests skip and say why). Extra arguments go to pytest, e.g.
+# Sets up .venv by itself, and as root installs nftables for the namespaced tests and promtool
+# for the metrics check (without root those tests skip and say why). Extra arguments go to pytest, e.g.
 # scripts/test.sh -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
-if [ "$(id -u)" = 0 ] && ! command -v nft >/dev/null; then
-  apt-get install -y -q nftables >/dev/null 2>&1 \
-    || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nftables >/dev/null 2>&1) \
-    || echo "note: could not install nftables; the netns tests will skip"
-fi
+# As root, install a Debian tool the tests use when it is missing; without it they skip.
+apt_tool() {  # apt_tool COMMAND PACKAGE WHY
+  [ "$(id -u)" = 0 ] && ! command -v "$1" >/dev/null || return 0
+  local policy=/usr/sbin/policy-rc.d made=0
+  if [ ! -e "$policy" ]; then  # install only: start no service (prometheus has one)
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && made=1
+  fi
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$2")
+  "${install[@]}" >/dev/null 2>&1 \
+    || (apt-get update -q >/dev/null 2>&1 && "${install[@]}" >/dev/null 2>&1) \
+    || echo "note: could not install $2; $3 will skip"
+  if [ "$made" = 1 ]; then rm -f "$policy"; fi
+}
+apt_tool nft nftables "the netns tests"
+apt_tool promtool prometheus "the promtool check of the metrics"
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy
 echo "== pytest"; python -m pytest -q -p no:cacheprovider -rs "$@"

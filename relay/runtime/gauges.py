@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
+from relay.core.events import Verified
+from relay.core.flake import seq_unix_ms
 from relay.core.node import NodeCore
 from relay.core.status import StreamStatus
 from relay.runtime.disk import NodeDisk
@@ -14,17 +18,31 @@ GROUP_LAG_EVERY = 10  # gauge turns between two counts of the consumer groups' l
 class Gauges:
     def __init__(self, metrics: NodeMetrics) -> None:
         self.metrics = metrics
-        self.gauged: set[str] = set()  # streams whose lag gauge was set above zero
+        self.gauged: set[str] = set()  # streams whose backlog gauge was set above zero
+        self.verified_at: dict[str, int] = {}  # stream -> the readable seq last counted
         self.gauges = 0  # gauge turns so far
+
+    def verified(self, core: NodeCore, v: Verified) -> None:
+        """Count the txs that became readable since the last ``Verified`` of the stream (a
+        snapshot's jump counts only what the memory ring holds)."""
+        state = core.streams.get(v.stream)
+        before = self.verified_at.get(v.stream, 0)
+        if state is None or v.seq <= before:
+            return
+        seqs = state.timeline.seqs
+        count = bisect_right(seqs, v.seq) - bisect_right(seqs, before)
+        self.verified_at[v.stream] = v.seq
+        self.metrics.verified_txs.labels(v.stream).inc(count)
+        self.metrics.verified_time.labels(v.stream).set(seq_unix_ms(v.seq) / 1000)
 
     def update(self, core: NodeCore, disk: NodeDisk) -> None:
         """Gauges from the core's state; only streams that are not at rest can have a lag."""
         active = {name for name in core.active if name in core.streams}
         for name in active:
             lag = StreamStatus.of(core.streams[name]).unverified_txs
-            self.metrics.lag.labels(name).set(lag)
+            self.metrics.unverified.labels(name).set(lag)
         for name in self.gauged - active:
-            self.metrics.lag.labels(name).set(0)
+            self.metrics.unverified.labels(name).set(0)
         self.gauged = active
         self.metrics.peers_up.set(len(core.peers.up_nodes()) - 1)
         self.metrics.storage_ok.set(0 if core.storage_error else 1)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 
 
 class NodeMetrics:
-    def __init__(self, node_id: int) -> None:
+    def __init__(self, node_id: int, cluster: str) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.publish_requests = Counter(
@@ -24,15 +33,21 @@ class NodeMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=r,
         )
-        self.verified_seq = Gauge(
-            "relay_verified_seq",
-            "Highest seq a quorum verified, per stream",
+        self.verified_time = Gauge(  # not the seq: a float64 rounds seqs above 2^53
+            "relay_verified_timestamp_seconds",
+            "Time of the newest transaction a quorum verified, per stream",
             ["stream"],
             registry=r,
         )
-        self.lag = Gauge(
-            "relay_lag_txs",
-            "Transactions held but not yet verified, per stream",
+        self.verified_txs = Counter(
+            "relay_verified_txs",
+            "Transactions this node saw become verified, per stream",
+            ["stream"],
+            registry=r,
+        )
+        self.unverified = Gauge(
+            "relay_unverified_txs",
+            "Transactions held but not yet verified (the replication backlog), per stream",
             ["stream"],
             registry=r,
         )
@@ -66,6 +81,12 @@ class NodeMetrics:
         self.mesh_frames = Counter(
             "relay_mesh_frames", "Mesh frames, by direction", ["direction"], registry=r
         )
+        self.mesh_sent = Counter(
+            "relay_mesh_messages_sent",
+            "Mesh messages sent, by kind (RepairRequest and SyncRequest: anti-entropy)",
+            ["kind"],
+            registry=r,
+        )
         self.loop_turns = Counter(
             "relay_loop_turns", "Turns of the node's event loop that handled input", registry=r
         )
@@ -75,8 +96,11 @@ class NodeMetrics:
         self.state = Gauge(
             "relay_node_state", "1 for the node's current state", ["state"], registry=r
         )
-        self.node = Gauge("relay_node_id", "This node's id", registry=r)
-        self.node.set(node_id)
+        Info("relay_node", "Which node this is", registry=r).info(
+            {"node_id": str(node_id), "cluster": cluster}
+        )
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes
+        PlatformCollector(registry=r)
         self.storage_ok = Gauge(
             "relay_storage_ok",
             "0 while the disk refuses writes (the node acknowledges nothing)",

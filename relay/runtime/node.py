@@ -88,7 +88,7 @@ class NodeRuntime:
         self.core = NodeCore(core_config, epoch=epoch, floor=floor, reserved=reserved)
         self.pending: list[Event] = list(restored)  # the first turn's events
         self.log_reads: deque[tuple[bytes, int, LogRead]] = deque()  # waiting for the disk
-        self.metrics = NodeMetrics(node_id)
+        self.metrics = NodeMetrics(node_id, config.name)
         self.gauges = Gauges(self.metrics)
         self.refusal_log = Throttle()
         self.stopping = False
@@ -282,6 +282,7 @@ class NodeRuntime:
                     continue
                 self.mesh.send(mesh.encode(effect.message))
                 self.metrics.mesh_frames.labels("out").inc()
+                self.metrics.mesh_sent.labels(type(effect.message).__name__).inc()
             elif isinstance(effect, Reply):
                 self.clients.reply(effect)
             elif isinstance(effect, ReadReply):
@@ -301,7 +302,7 @@ class NodeRuntime:
                 if answer is not None:
                     self.pending.append(answer)
             elif isinstance(effect, Verified):
-                self.metrics.verified_seq.labels(effect.stream).set(effect.seq)
+                self.gauges.verified(self.core, effect)
             elif isinstance(effect, Notice) and effect.kind == "peer_fault":
                 self.mesh.fault(effect.peer, self.core.elapsed_ms, self.metrics, effect.text)
             elif isinstance(effect, Notice):

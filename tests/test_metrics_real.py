@@ -1,0 +1,99 @@
+"""What a node exports to Prometheus (issue 13): parsed with prometheus_client's parser,
+checked by ``promtool check metrics`` where it is installed, and holding every metric the
+Grafana dashboard in docs/ queries."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from urllib.request import urlopen
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from relay import Producer
+from relay.runtime.local_cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
+SUFFIXES = {"histogram": ("_bucket", "_count", "_sum"), "counter": ("_total",)}
+
+
+def scrape(cluster: LocalCluster, node_id: int) -> str:
+    port = cluster.config.node(node_id).metrics_port
+    return urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def exported(text: str) -> set[str]:
+    """Every series name the text can hold: each family and its type's suffixes."""
+    names = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name)
+        names.update(family.name + s for s in SUFFIXES.get(family.type, ()))
+        names.update(sample.name for sample in family.samples)
+    return names
+
+
+def queried() -> set[str]:
+    """The metric names the dashboard's queries use."""
+    exprs = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"]]
+    found = {m for e in exprs for m in re.findall(r"\b((?:relay|process)_[a-z_]+)", e)}
+    assert len(found) >= 10, found
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster3: LocalCluster) -> LocalCluster:
+    with Producer(config=cluster3.config_path) as producer:
+        for i in range(50):
+            producer.send("metrics.m", b"%d" % i)
+        producer.flush()
+    return cluster3
+
+
+def test_every_metric_the_dashboard_queries_exists_on_each_node(cluster: LocalCluster) -> None:
+    wanted = queried()
+    for node_id in (1, 2, 3):
+        missing = wanted - exported(scrape(cluster, node_id))
+        assert not missing, f"node {node_id} does not export {sorted(missing)}"
+
+
+def test_identity_verified_counts_and_process_metrics(cluster: LocalCluster) -> None:
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scrape(cluster, 2))
+        for s in family.samples
+    }
+    info = [k for k in samples if k[0] == "relay_node_info"]
+    assert info and dict(info[0][1])["node_id"] == "2"
+    deadline = time.monotonic() + 10
+    key = ("relay_verified_txs_total", (("stream", "metrics.m"),))
+    while samples.get(key) != 50 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(scrape(cluster, 2))
+            for s in family.samples
+        }
+    assert samples.get(key) == 50  # a count, which a float carries exactly (a seq it would not)
+    stamp = samples[("relay_verified_timestamp_seconds", (("stream", "metrics.m"),))]
+    assert abs(stamp - time.time()) < 120
+    assert samples[("process_resident_memory_bytes", ())] > 10 << 20
+    assert not any(name == "relay_verified_seq" for name, _ in samples)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_check_metrics_passes_on_every_node(cluster: LocalCluster) -> None:
+    for node_id in (1, 2, 3):
+        checked = subprocess.run(
+            ["promtool", "check", "metrics"],
+            input=scrape(cluster, node_id),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert checked.returncode == 0, f"node {node_id}: {checked.stdout}{checked.stderr}"
