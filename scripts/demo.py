@@ -1,7 +1,7 @@
 """The main job: a local 3-node cluster, producers on every node, consumers on every node
 agreeing on one verified timeline, the Spark job (``spark_consumer.job``) keeping per-minute
-totals of ``orders`` in Parquet while it is written, a summary, and everything stopped at the
-end."""
+totals of ``orders`` in Parquet while it is written and publishing them into
+``orders.minutes``, a summary, and everything stopped at the end."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def main() -> None:
         try:
             spark_output(spark_lines, "query started", 180)
             acked = run(cfg)
-            check_spark_job(spark_job, spark_lines, len(acked[SPARK_STREAM]))
+            summary = check_spark_job(spark_job, spark_lines, len(acked[SPARK_STREAM]))
+            check_totals_stream(cfg, summary)
         finally:
             if spark_job.poll() is None:
                 spark_job.kill()
@@ -93,7 +94,9 @@ def spark_output(lines: queue.Queue[str], until: str, timeout_s: float) -> dict[
     sys.exit(f"the Spark job printed no {until!r} line within {timeout_s:.0f} s")
 
 
-def check_spark_job(job: subprocess.Popen[str], lines: queue.Queue[str], acked: int) -> None:
+def check_spark_job(
+    job: subprocess.Popen[str], lines: queue.Queue[str], acked: int
+) -> dict[str, Any]:
     print("\nthe Spark job reads until it is idle, then prints its per-minute totals:", flush=True)
     summary = spark_output(lines, END, 600)
     job.wait(timeout=60)
@@ -105,6 +108,21 @@ def check_spark_job(job: subprocess.Popen[str], lines: queue.Queue[str], acked: 
         f"amount total {summary['total']:,.0f}: {'exactly once' if exact else 'MISMATCH'}"
     )
     if not exact:
+        sys.exit(1)
+    return summary
+
+
+def check_totals_stream(cfg: str, summary: dict[str, Any]) -> None:
+    """The job's second stage: its totals, read back from the relay stream it wrote them to."""
+    stream = f"{SPARK_STREAM}.minutes"
+    print(f"\nthe job also published its per-minute totals into {stream!r}:", flush=True)
+    relay("consume", "--config", cfg, "--stream", stream, "-e", "--format", "%k %v\\n")
+    with Consumer(stream, config=cfg) as consumer:
+        rows = [json.loads(tx.payload) for tx in consumer.take(10_000, timeout_s=3)]
+    txs, total = sum(r["txs"] for r in rows), sum(r["total"] or 0 for r in rows)
+    same = txs == summary["txs"] and abs(total - summary["total"]) < 1e-6
+    print(f"{stream!r} sums to {txs} txs, total {total:,.0f}: {'the same' if same else 'MISMATCH'}")
+    if not same:
         sys.exit(1)
 
 

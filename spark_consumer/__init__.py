@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_consumer.source import SCHEMA, RelayDataSource
+from spark_consumer.schema import SCHEMA
+from spark_consumer.source import RelayDataSource
 
 __all__ = ["SCHEMA", "RelayDataSource", "register"]
 

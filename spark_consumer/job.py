@@ -9,6 +9,11 @@ output, so every transaction counts exactly once. ``OUT/checkpoint`` holds the o
 per-minute totals are the sum over batches, which is what the summary at the end prints.
 Payloads are JSON objects; the field named by ``--field`` (default ``amount``) is summed, and
 payloads that are not JSON or lack a number there are counted as ``bad``.
+
+The second stage publishes the same per-batch totals into the relay stream
+``<stream>.minutes`` (``--totals-stream``) through the relay sink, one JSON transaction per
+minute and batch, under producer ids named by the query and the batch: a replayed batch's rows
+are kept once.
 """
 
 from __future__ import annotations
@@ -51,14 +56,19 @@ def start(
     field: str,
     trigger_ms: int,
     available_now: bool,
+    totals_stream: str | None = None,
 ) -> StreamingQuery:
-    """Start the streaming query; ``source`` holds the relay source's options."""
+    """Start the streaming query; ``source`` holds the relay source's options. With
+    ``totals_stream``, each batch's per-minute totals are also published there."""
     minutes = str(out / "minutes")
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         totals = minute_totals(batch, field).collect()  # one read of the batch's seq range
         frame = spark.createDataFrame(totals, schema=TOTALS_SCHEMA)
         frame.write.mode("overwrite").parquet(f"{minutes}/batch={batch_id}")
+        if totals_stream:  # the second stage: the same totals as transactions of a stream
+            query_id = json.loads((out / "checkpoint" / "metadata").read_text())["id"]
+            publish_totals(frame, source, totals_stream, f"minutes-{query_id}-{batch_id}")
         print(f"batch {batch_id}: {sum(r.txs for r in totals)} txs", flush=True)
 
     rows = spark.readStream.format("relay").options(**source).load()
@@ -74,6 +84,28 @@ def start(
     query = writer.start()
     print(f"query started: {rows_source(source)} -> {out}", flush=True)
     return query
+
+
+def publish_totals(frame: DataFrame, source: dict[str, str], stream: str, name: str) -> None:
+    """Publish a batch's totals into a relay stream, one JSON object per minute, keyed by the
+    minute, through the relay sink. ``name`` is the batch's: a replayed batch writes the same
+    rows under the same producer ids, so the cluster keeps them once (within its dedup window).
+    A minute that spans batches has a row from each: sum ``txs`` and ``total`` by ``minute``."""
+    target = {k: v for k, v in source.items() if k in ("config", "nodes", "clientKey")}
+    rows = frame.select(
+        F.date_format("minute", "yyyy-MM-dd'T'HH:mm'Z'").alias("key"),
+        F.to_json(
+            F.struct(
+                F.date_format("minute", "yyyy-MM-dd'T'HH:mm'Z'").alias("minute"),
+                "txs",
+                "total",
+                "bad",
+            )
+        ).alias("value"),
+    )
+    rows.write.format("relay").options(**target).option("stream", stream).option(
+        "producerId", name
+    ).mode("append").save()
 
 
 def rows_source(source: dict[str, str]) -> str:
@@ -153,6 +185,11 @@ def session(master: str | None, app: str) -> SparkSession:
     show_default=True,
     help="Stop after this many seconds in any case.",
 )
+@click.option(
+    "--totals-stream",
+    help="Also publish each batch's per-minute totals into this relay stream "
+    "(default: <stream>.minutes; '' for none).",
+)
 @click.option("--master", help="Spark master URL (default local[2]; spark-submit's own wins).")
 def main(
     config: str | None,
@@ -166,6 +203,7 @@ def main(
     available_now: bool,
     until_idle: float,
     limit: float,
+    totals_stream: str | None,
     master: str | None,
 ) -> None:
     """Per-minute counts and sums of a relay stream's JSON payloads, written to Parquet."""
@@ -179,7 +217,8 @@ def main(
     spark = session(master, f"relay-minutes-{stream}")
     try:
         spark_consumer.register(spark)
-        query = start(spark, source, out, field, trigger_ms, available_now)
+        totals = f"{stream}.minutes" if totals_stream is None else totals_stream
+        query = start(spark, source, out, field, trigger_ms, available_now, totals)
         try:
             if available_now:
                 query.awaitTermination(int(limit))

@@ -29,15 +29,15 @@ def report_progress(fetcher: Fetcher, options: SourceOptions, end_seq: int) -> N
         while reply is None:  # the digest at end_seq: the one before whatever follows it
             reply = fetcher.fetch(end_seq, 1, 0, False)
             if reply is None and time.monotonic() > deadline:
-                raise TimeoutError(f"no node answered for {options.stream!r}")
+                raise TimeoutError(f"no node answered for {fetcher.stream!r}")
         with Producer(
             config=options.config,
             nodes=None if options.config else [a.text for a in options.nodes],
             timeout_s=options.read_timeout_s,
             client_key=options.client_key,
         ) as producer:
-            payload = commit_payload(options.stream, end_seq, reply.prev_digest)
-            name = group_stream(options.stream, options.group)
-            producer.publish(name, payload, key=options.stream)
+            payload = commit_payload(fetcher.stream, end_seq, reply.prev_digest)
+            name = group_stream(fetcher.stream, options.group)
+            producer.publish(name, payload, key=fetcher.stream)
     except (RelayError, TimeoutError) as exc:
         log.warning("group %s: could not report seq %d: %s", options.group, end_seq, exc)

@@ -96,7 +96,7 @@ def plan(
         _check_deadline(fetcher, deadline, options.read_timeout_s)
         time.sleep(0.05)
     if spanned.lost:
-        _data_loss(options, after, spanned.earliest_seq)
+        _data_loss(fetcher.stream, options, after, spanned.earliest_seq)
     ranges = []
     start = after
     for index, (seq, digest, count) in enumerate(spanned.bounds):
@@ -105,7 +105,7 @@ def plan(
     if exact and ranges and ranges[-1].upto != upto:
         raise errors.DigestMismatchError(
             "digest_mismatch",
-            f"{options.stream!r}: {fetcher.node} holds no verified tx at seq {upto}, the end of "
+            f"{fetcher.stream!r}: {fetcher.node} holds no verified tx at seq {upto}, the end of "
             "this batch; the node serves a different timeline",
         )
     return ranges
@@ -124,7 +124,7 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
             _check_deadline(fetcher, deadline, timeout)
             continue
         if reply.lost:
-            _data_loss(options, after, reply.earliest_seq)
+            _data_loss(fetcher.stream, options, after, reply.earliest_seq)
             lost = True
         if not chain or reply.lost:
             chain = reply.prev_digest
@@ -140,7 +140,7 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
             if not ok and not options.flag_mismatches:
                 raise errors.DigestMismatchError(
                     "digest_mismatch",
-                    f"{options.stream!r} seq {seq} from {fetcher.node}: the payload does not "
+                    f"{fetcher.stream!r} seq {seq} from {fetcher.node}: the payload does not "
                     "hash to the digest the cluster verified; this replica's copy is corrupt. "
                     "The read fails, so no sink commits these rows. Repair or replace the node, "
                     "or set verification=flag to read the rows marked verified=false",
@@ -156,15 +156,15 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
     if seen != part.count or chain != part.digest:
         raise errors.DigestMismatchError(
             "digest_mismatch",
-            f"{options.stream!r} ({part.after}, {part.upto}]: {fetcher.node} served {seen} txs "
+            f"{fetcher.stream!r} ({part.after}, {part.upto}]: {fetcher.node} served {seen} txs "
             f"whose digest chain ends at {chain.hex()[:16]}; the cluster verified {part.count} "
             f"txs ending at {part.digest.hex()[:16]}. The read fails, so no sink commits them",
         )
 
 
-def _data_loss(options: SourceOptions, after: int, earliest: int) -> None:
+def _data_loss(stream: str, options: SourceOptions, after: int, earliest: int) -> None:
     message = (
-        f"{options.stream!r}: the txs after seq {after} are no longer held by any node reached "
+        f"{stream!r}: the txs after seq {after} are no longer held by any node reached "
         f"(the earliest held is {earliest}); they were trimmed from the buffers"
     )
     if options.fail_on_data_loss:

@@ -1,12 +1,14 @@
 """The ``relay`` Spark data source: ``spark.read.format("relay")`` and
-``spark.readStream.format("relay")``.
+``spark.readStream.format("relay")``, over one stream, a list or a pattern.
 
-How this works: offsets are seqs, ``{"seq": S}`` meaning "every verified tx up to S". Planning
-(``latestOffset``, ``partitions``) asks a node for a span: where the range ends under the read
-limit, and where to cut it, with the rolling digest at each cut. Each Spark task reads its
-range from a node of its own (ranges are spread over the nodes) and proves it against those
-digests before the batch can commit (see ``spark_consumer.ranges``). A micro-batch is a closed
-seq range, so a batch replayed from the checkpoint reads exactly the same transactions.
+How this works: an offset names a seq per stream, ``{"orders.eu": S}`` meaning "every verified
+tx of orders.eu up to S" (``spark_consumer.streams``). Planning (``latestOffset``,
+``partitions``) asks a node of each stream for a span: where the range ends under the read
+limit, and where to cut it, with the rolling digest at each cut. Each Spark task reads one
+stream's range from a node of its own (ranges are spread over the nodes) and proves it against
+those digests before the batch can commit (``spark_consumer.ranges``). A micro-batch is a
+closed seq range per stream, so a batch replayed from the checkpoint reads exactly the same
+transactions.
 
 Spark runs planning and reading in different Python processes, on pickled copies of these
 objects: they hold options only, and open connections inside the call that needs them.
@@ -14,6 +16,7 @@ objects: they hold options only, and open connections inside the call that needs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -21,66 +24,25 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from relay.client.fetcher import Fetcher
-from relay.core.flake import seq_unix_ms
 from spark_consumer import ranges
 from spark_consumer.options import SourceOptions, parse_options
 from spark_consumer.progress import report_progress
-
-# as Kafka's source: each header a struct of its name ("key") and its value
-HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-ARROW_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-SCHEMA = StructType(
-    [
-        StructField("stream", StringType()),
-        StructField("seq", LongType()),
-        StructField("timestamp", TimestampType()),  # when the coordinator assigned the seq
-        StructField("origin", IntegerType()),  # the coordinator's node id
-        StructField("producer_id", StringType()),
-        StructField("msg_id", LongType()),  # the producer's id for the tx (dedup key)
-        StructField("key", BinaryType()),  # null when the producer sent no key
-        StructField("headers", ArrayType(HEADER)),  # (name, value) pairs in order
-        StructField("payload", BinaryType()),
-        StructField("digest", BinaryType()),  # the rolling blake3 digest at this tx
-        StructField("verified", BooleanType()),  # false only with verification=flag
-    ]
-)
-
-ARROW_SCHEMA = pa.schema(
-    [
-        ("stream", pa.string()),
-        ("seq", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("origin", pa.int32()),
-        ("producer_id", pa.string()),
-        ("msg_id", pa.int64()),
-        ("key", pa.binary()),
-        ("headers", ARROW_HEADERS),
-        ("payload", pa.binary()),
-        ("digest", pa.binary()),
-        ("verified", pa.bool_()),
-    ]
-)
+from spark_consumer.schema import SCHEMA, to_arrow
+from spark_consumer.sink import RelayStreamWriter, RelayWriter, parse_sink_options
+from spark_consumer.streams import read_offset, subscribed
 
 
 class RelayDataSource(DataSource):
-    """Verified transactions of one relay stream, one row each."""
+    """Verified transactions of relay streams, one row each; and rows published as
+    transactions (``df.write.format("relay")``)."""
 
     @classmethod
     def name(cls) -> str:
@@ -95,11 +57,53 @@ class RelayDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RelayStreamReader(parse_options(self.options, default_start="latest"))
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return RelayWriter(parse_sink_options(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return RelayStreamWriter(parse_sink_options(self.options, schema))
+
 
 class RangePartition(InputPartition):
-    def __init__(self, seq_range: ranges.SeqRange) -> None:
-        super().__init__(seq_range.index)
+    def __init__(self, stream: str, seq_range: ranges.SeqRange, index: int) -> None:
+        super().__init__(index)
+        self.stream = stream
         self.seq_range = seq_range
+        self.index = index  # across every stream's ranges: spreads the tasks over the nodes
+
+
+class Planner:
+    """One fetcher per stream, opened when first asked for (driver side only)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.fetchers: dict[str, Fetcher] = {}
+
+    def of(self, stream: str) -> Fetcher:
+        if stream not in self.fetchers:
+            o = self.options
+            self.fetchers[stream] = Fetcher(stream, list(o.nodes), pair=o.pair())
+        return self.fetchers[stream]
+
+    def start(self, stream: str, position: str | int) -> int:
+        return ranges.resolve_start(self.of(stream), position, self.options.read_timeout_s)
+
+    def plan(
+        self, after: dict[str, int], upto: dict[str, int], exact: bool
+    ) -> list[RangePartition]:
+        """Partitions for every stream's range (``after[s]``, ``upto[s]``]."""
+        found: list[RangePartition] = []
+        for stream in sorted(upto):
+            if exact and upto[stream] <= after[stream]:
+                continue
+            planned = ranges.plan(self.of(stream), after[stream], upto[stream], self.options, exact)
+            found += [RangePartition(stream, r, len(found) + i) for i, r in enumerate(planned)]
+        return found
+
+    def close(self) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.close()
+        self.fetchers.clear()
 
 
 class RelayBatchReader(DataSourceReader):
@@ -108,32 +112,31 @@ class RelayBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
-        fetcher = Fetcher(o.stream, list(o.nodes), pair=o.pair())
+        planner = Planner(o)
         try:
-            after = ranges.resolve_start(fetcher, o.starting, o.read_timeout_s)
-            planned = ranges.plan(fetcher, after, o.ending, o, exact=False)
+            streams = subscribed(o)
+            after = {s: planner.start(s, o.start_of(s)) for s in streams}
+            return planner.plan(after, {s: o.end_of(s) for s in streams}, exact=False)
         finally:
-            fetcher.close()
-        return [RangePartition(r) for r in planned]
+            planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_partition(self.options, partition.seq_range)
+        return read_partition(self.options, partition)
 
 
 class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.target = 0  # with Trigger.AvailableNow: read no further than this seq
-        self._fetcher: Fetcher | None = None
+        self.targets: dict[str, int] = {}  # with Trigger.AvailableNow: no further than these
+        self.waiting_since = time.monotonic()  # the last batch, for minOffsetsPerTrigger
+        self._planner: Planner | None = None
 
     def initialOffset(self) -> dict[str, int]:
         o = self.options
-        return {"seq": ranges.resolve_start(self._planner(), o.starting, o.read_timeout_s)}
+        return {s: self.planner.start(s, o.start_of(s)) for s in subscribed(o)}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        o = self.options
-        self.target = ranges.resolve_start(self._planner(), "latest", o.read_timeout_s)
+        self.targets = {s: self.planner.start(s, "latest") for s in subscribed(self.options)}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_per_trigger:
@@ -141,79 +144,75 @@ class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return super().getDefaultReadLimit()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        after = int(start["seq"])
-        if self.target and after >= self.target:
-            return {"seq": after}
-        max_txs = limit.max_rows if isinstance(limit, ReadMaxRows) else 0
         o = self.options
-        spanned = ranges.ask_span(
-            self._planner(), after, self.target, max_txs, 1, False, o.read_timeout_s
-        )
-        return {"seq": spanned.bounds[-1][0] if spanned.bounds else after}
+        after = read_offset(o, start)
+        for stream in subscribed(o):  # a stream that appeared since: from its beginning
+            after.setdefault(stream, 0)
+        streams = [s for s in sorted(after) if not self.targets or s in self.targets]
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else 0
+        share = max(1, max_rows // max(1, len(streams))) if max_rows else 0
+        end, counted = dict(after), 0
+        for stream in streams:
+            target = self.targets.get(stream, 0)
+            if target and after[stream] >= target:
+                continue
+            spanned = ranges.ask_span(
+                self.planner.of(stream), after[stream], target, share, 1, False, o.read_timeout_s
+            )
+            if spanned.bounds:
+                end[stream] = spanned.bounds[-1][0]
+                counted += spanned.bounds[-1][2]
+        waited = time.monotonic() - self.waiting_since
+        if o.min_per_trigger and counted < o.min_per_trigger and waited < o.max_trigger_delay_s:
+            return after  # too few yet: wait for more, up to maxTriggerDelay
+        if end != after:
+            self.waiting_since = time.monotonic()
+        return end
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        after, upto = int(start["seq"]), int(end["seq"])
-        if upto <= after:
-            return []
-        planned = ranges.plan(self._planner(), after, upto, self.options, exact=True)
-        return [RangePartition(r) for r in planned]
+        after, upto = read_offset(self.options, start), read_offset(self.options, end)
+        for stream in upto:
+            after.setdefault(stream, 0)  # a stream new in this batch is read from its start
+        return self.planner.plan(after, upto, exact=True)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_partition(self.options, partition.seq_range)
+        return read_partition(self.options, partition)
 
     def commit(self, end: dict[str, int]) -> None:
-        """With option ``group``, report ``end`` as the group's committed position, so that
-        ``relay groups describe`` shows how far the query has read. Best effort: the
+        """With option ``group``, report each stream's end as the group's committed position,
+        so that ``relay groups describe`` shows how far the query has read. Best effort: the
         checkpoint holds the offsets, and a report that fails is logged, not raised."""
         if self.options.group:
-            report_progress(self._planner(), self.options, int(end["seq"]))
+            for stream, seq in read_offset(self.options, end).items():
+                report_progress(self.planner.of(stream), self.options, seq)
 
     def stop(self) -> None:
-        if self._fetcher is not None:
-            self._fetcher.close()
-            self._fetcher = None
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None
 
-    def _planner(self) -> Fetcher:
-        if self._fetcher is None:
-            self._fetcher = Fetcher(
-                self.options.stream, list(self.options.nodes), pair=self.options.pair()
-            )
-        return self._fetcher
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.options)
+        return self._planner
 
     def __getstate__(self) -> dict[str, object]:
-        return {"options": self.options, "target": self.target, "_fetcher": None}
+        return {**self.__dict__, "_planner": None}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
 
 
-def read_partition(options: SourceOptions, seq_range: ranges.SeqRange) -> Iterator[pa.RecordBatch]:
-    fetcher = Fetcher(options.stream, options.nodes_from(seq_range.index), pair=options.pair())
+def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of one planned range. Spark reads a plan of no ranges (nothing to read) as one
+    partition of its own making, which holds no rows."""
+    if not isinstance(partition, RangePartition):
+        return
+    order = options.nodes_from(partition.index)
+    fetcher = Fetcher(partition.stream, order, pair=options.pair())
     try:
-        for chunk in ranges.read(fetcher, seq_range, options):
-            yield to_arrow(options.stream, chunk)
+        for chunk in ranges.read(fetcher, partition.seq_range, options):
+            yield to_arrow(partition.stream, chunk.rows, chunk.verified)
     finally:
         fetcher.close()
-
-
-def to_arrow(stream: str, chunk: ranges.Chunk) -> pa.RecordBatch:
-    seqs, origins, pids, mids, payloads, keys, headers, digests = zip(*chunk.rows, strict=True)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([stream] * len(seqs), pa.string()),
-            pa.array(seqs, pa.int64()),
-            pa.array([seq_unix_ms(s) * 1000 for s in seqs], pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
-            pa.array(origins, pa.int32()),
-            pa.array(pids, pa.string()),
-            pa.array(mids, pa.int64()),
-            pa.array(keys, pa.binary()),
-            pa.array([[{"key": n, "value": v} for n, v in h] for h in headers], ARROW_HEADERS),
-            pa.array(payloads, pa.binary()),
-            pa.array(digests, pa.binary()),
-            pa.array(chunk.verified, pa.bool_()),
-        ],
-        schema=ARROW_SCHEMA,
-    )

@@ -1,5 +1,8 @@
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +43,28 @@ def fast_admin_cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
         cluster.start()
         cluster.wait_serving()
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session for every Spark test (a cold one takes ~8 s)."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    import spark_consumer
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import relay from here
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("relay-tests")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    spark_consumer.register(session)
+    yield session
+    session.stop()

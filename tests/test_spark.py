@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,30 +21,9 @@ from relay.runtime.local_cluster import LocalCluster
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
-import spark_consumer  # noqa: E402
-
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 BUFFER = 5000
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import relay from here
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("relay-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    spark_consumer.register(session)
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

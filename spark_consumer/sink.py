@@ -1,0 +1,176 @@
+"""The ``relay`` Spark sink: ``df.write.format("relay")`` and ``writeStream.format("relay")``
+publish rows as transactions, exactly once per (query, batch, partition).
+
+How this works: each task publishes its rows as one producer whose id names the query, the
+micro-batch and the partition, numbering the rows 1, 2, ... as message ids. A task that Spark
+retries, or a micro-batch replayed after a restart (same batch id, same rows, same
+partitions), sends the same ids again, and the nodes answer with the seqs they gave the first
+time instead of publishing copies (invariant 6), within the cluster's dedup window
+(``dedup_window_ms``, 2 minutes by default). Columns as Kafka's sink takes them: ``value`` (or
+``payload``; binary or string), optional ``key``, ``headers`` (array of struct key, value) and
+``stream`` (or ``topic``) naming each row's stream; without one, option ``stream`` does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from relay.core.routing import stream_name_problem
+
+SINK_OPTIONS = {
+    "config": "a cluster config file (TOML) readable on the driver and every executor",
+    "nodes": "comma-separated host:port (KEY@host:port for CURVE) client addresses of nodes",
+    "clientKey": 'a .key_secret file for a cluster with client_auth = "keys"',
+    "stream": "the stream of rows that have no stream (or topic) column or a null there",
+    "publishTimeoutMs": "how long a task keeps trying to publish its rows",
+    "producerId": "names this write, so that writing the same rows again under the same name "
+    "(a foreachBatch replay) adds nothing (default: a new name per write; a streaming query "
+    "uses its query id)",
+}
+SPARKS_OWN = {"checkpointlocation", "path"}  # options Spark hands every writer
+STREAM_COLUMNS = ("stream", "topic")
+VALUE_COLUMNS = ("value", "payload")
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    config: str | None
+    nodes: tuple[str, ...]
+    client_key: str | None
+    stream: str  # "" when every row names its stream
+    value: str  # the column holding each row's payload
+    key: str | None  # the columns that are there, or None
+    headers: str | None
+    stream_column: str | None
+    timeout_s: float
+    job: str  # names this write (a query id replaces it for streaming writes)
+
+
+@dataclass
+class Published(WriterCommitMessage):
+    rows: int
+
+
+def parse_sink_options(raw: Mapping[str, str], schema: StructType) -> SinkOptions:
+    by_lower = {name.lower(): name for name in SINK_OPTIONS}
+    options = {
+        by_lower.get(str(k).lower(), str(k)): str(v)
+        for k, v in raw.items()
+        if str(k).lower() not in SPARKS_OWN
+    }
+    unknown = sorted(set(options) - set(SINK_OPTIONS))
+    if unknown:
+        known = "\n".join(f"  {name}: {what}" for name, what in SINK_OPTIONS.items())
+        raise ValueError(f"relay sink: unknown option {unknown[0]!r}. Options:\n{known}")
+    config, nodes = options.get("config"), options.get("nodes")
+    if bool(config) == bool(nodes):
+        raise ValueError("relay sink: give exactly one of option 'config' or option 'nodes'")
+    types = {f.name: f.dataType for f in schema.fields}
+    value = next((c for c in VALUE_COLUMNS if c in types), None)
+    if value is None or not isinstance(types[value], BinaryType | StringType):
+        raise ValueError("relay sink: the rows need a binary or string column 'value'")
+    stream_column = next((c for c in STREAM_COLUMNS if c in types), None)
+    stream = options.get("stream", "")
+    if stream and (problem := stream_name_problem(stream)):
+        raise ValueError(f"relay sink: option 'stream': {problem}")
+    if not stream and stream_column is None:
+        raise ValueError("relay sink: give option 'stream', or a column 'stream' (or 'topic')")
+    timeout_ms = options.get("publishTimeoutMs", "30000")
+    if not timeout_ms.isdigit() or int(timeout_ms) < 100:
+        raise ValueError("relay sink: option 'publishTimeoutMs' is a number of ms, at least 100")
+    return SinkOptions(
+        config=config or None,
+        nodes=tuple(n.strip() for n in (nodes or "").split(",") if n.strip()),
+        client_key=options.get("clientKey") or None,
+        stream=stream,
+        value=value,
+        key="key" if "key" in types else None,
+        headers="headers" if "headers" in types else None,
+        stream_column=stream_column,
+        timeout_s=int(timeout_ms) / 1000,
+        job=options.get("producerId") or uuid.uuid4().hex,
+    )
+
+
+def publish_rows(options: SinkOptions, rows: Iterator[Any]) -> Published:
+    """Publish one task's rows under the producer id of its (query, batch, partition)."""
+    from relay import Producer, RelayError
+
+    context = TaskContext.get()
+    assert context is not None, "a relay sink's write runs in a Spark task"
+    query = context.getLocalProperty("sql.streaming.queryId") or options.job
+    batch = context.getLocalProperty("streaming.sql.batchId") or "0"
+    producer_id = f"spark-{query}-{batch}-{context.partitionId()}"
+    futures = []
+    with Producer(
+        config=options.config,
+        nodes=list(options.nodes) or None,
+        producer_id=producer_id,
+        timeout_s=options.timeout_s,
+        client_key=options.client_key,
+    ) as producer:
+        for msg_id, row in enumerate(rows, start=1):
+            stream = (
+                row[options.stream_column] if options.stream_column else None
+            ) or options.stream
+            if not stream:
+                raise ValueError(
+                    f"relay sink: row {msg_id} names no stream and there is no default"
+                )
+            futures.append(
+                producer.send(stream, _bytes(row[options.value]), msg_id, *_extras(options, row))
+            )
+        producer.flush()
+    for future in futures:
+        try:
+            future.result()
+        except RelayError as exc:  # the task fails; Spark's retry resends the same ids
+            raise RuntimeError(f"relay sink: {future.stream}: {exc.code}: {exc.message}") from exc
+    return Published(len(futures))
+
+
+def _extras(options: SinkOptions, row: Any) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+    key = row[options.key] if options.key else None
+    headers = row[options.headers] if options.headers else None
+    pairs = [(h["key"], _bytes(h["value"])) for h in headers or ()]
+    return (None if key is None else _bytes(key)), pairs
+
+
+def _bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if value is None:
+        return b""
+    raise ValueError(f"relay sink: a {type(value).__name__} where bytes or a string belong")
+
+
+class RelayWriter(DataSourceWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return publish_rows(self.options, iterator)
+
+
+class RelayStreamWriter(DataSourceStreamWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return publish_rows(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Every row is acknowledged by a quorum when its task returns: nothing to do."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Published rows stay (a stream is append-only); a replay of the batch reuses their
+        ids, so the retry adds nothing twice."""
