@@ -1,19 +1,35 @@
-"""``relay bench``: publish N transactions through one producer; report throughput and
-ack latency percentiles.
+"""``relay bench``: publish N transactions through one or more producers, optionally read
+them back with consumers; report throughput and latency percentiles.
 
-Three modes: one publish at a time (``--window 1 --batch 1``: the latency of a single
-publish in flight), pipelined as fast as acks come back (the default), and open loop at a
-fixed ``--rate`` (latency at a chosen load). Latency is measured from ``send`` to the ack.
+Three modes: one publish at a time (``--window 1 --batch 1``: the latency of a single publish
+in flight), pipelined as fast as acks come back (the default), and open loop at a fixed
+``--rate`` (latency at a chosen load). In open loop a message's latency counts from the time
+it was due to be sent, not from when the producer got round to it, so a stall is charged to
+every message it delayed (no coordinated omission, as wrk2 and HdrHistogram measure). With
+``--consumers M`` each of M consumers reads the stream and measures end to end, from a
+message's due time (carried in its first 8 bytes) to its arrival at the consumer. Producers
+and consumers are processes of their own; the progress line counts acknowledged messages.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import struct
 import sys
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
+from multiprocessing.sharedctypes import Synchronized
+from queue import Empty
+from typing import Any
 
+from relay.client.consumer import Consumer
 from relay.client.producer import Producer, PublishFuture
 from relay.gc_tuning import tune_gc
+
+STAMP = struct.Struct("<d")  # a message's due time (Unix seconds), when consumers measure
+WARM_UP = b"warm"  # shorter than a stamp: consumers skip it
+CONSUMER_IDLE_S = 10.0  # a consumer gives up once nothing arrived this long after the end
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +43,8 @@ class BenchSettings:
     batch: int
     rate: float | None
     node: int | None
+    producers: int = 1
+    consumers: int = 0
 
     @property
     def mode(self) -> str:
@@ -48,24 +66,119 @@ class BenchReport:
     p99_ms: float
     p999_ms: float
     max_ms: float
+    consumed: int = 0  # messages the consumers received, over all of them
+    e2e_p50_ms: float = 0.0  # from due time to a consumer's receipt
+    e2e_p99_ms: float = 0.0
+    e2e_max_ms: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "mode": self.settings.mode}
 
     def text(self) -> str:
         s = self.settings
-        return (
+        lines = [
             f"settings: {s.mode}; stream={s.stream} count={s.count} size={s.size}B "
-            f"window={s.window} batch={s.batch} node={s.node or 'any'}\n"
+            f"window={s.window} batch={s.batch} node={s.node or 'any'} "
+            f"producers={s.producers} consumers={s.consumers}",
             f"acked {self.acked}, failed {self.failed} in {self.seconds:.2f} s: "
-            f"{self.tx_per_s:,.0f} tx/s\n"
+            f"{self.tx_per_s:,.0f} tx/s",
             f"ack latency ms: p50 {self.p50_ms:.3f}  p99 {self.p99_ms:.3f}  "
-            f"p99.9 {self.p999_ms:.3f}  max {self.max_ms:.3f}"
-        )
+            f"p99.9 {self.p999_ms:.3f}  max {self.max_ms:.3f}",
+        ]
+        if s.consumers:
+            lines.append(
+                f"end to end ms ({self.consumed} received): p50 {self.e2e_p50_ms:.3f}  "
+                f"p99 {self.e2e_p99_ms:.3f}  max {self.e2e_max_ms:.3f}"
+            )
+        return "\n".join(lines)
 
 
 def run_bench(settings: BenchSettings, progress: bool = True) -> BenchReport:
-    payload = b"x" * settings.size
+    ctx = mp.get_context("spawn")
+    results: Any = ctx.Queue()
+    acked: Synchronized[int] = ctx.Value("q", 0)
+    ready, go = ctx.Barrier(settings.producers + settings.consumers + 1), ctx.Event()
+    with Producer(config=settings.config, nodes=settings.servers, node=settings.node) as warm:
+        warm.publish(settings.stream, WARM_UP)  # the stream exists before anyone reads it
+    workers = [
+        ctx.Process(target=_consume, args=(settings, results, ready, go), daemon=True)
+        for _ in range(settings.consumers)
+    ] + [
+        ctx.Process(target=_produce, args=(settings, i, results, acked, ready, go), daemon=True)
+        for i in range(settings.producers)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        ready.wait(timeout=120)  # every process connected and warmed up
+        go.set()
+        found = _gather(settings, workers, results, acked, progress)
+    finally:
+        for worker in workers:
+            worker.join(timeout=5)
+            if worker.is_alive():
+                worker.kill()
+    return _report(settings, found)
+
+
+def _gather(
+    settings: BenchSettings,
+    workers: list[Any],
+    results: Any,
+    acked: Synchronized[int],
+    progress: bool,
+) -> list[tuple[str, Any]]:
+    """Every worker's result, printing the acknowledged count meanwhile."""
+    found: list[tuple[str, Any]] = []
+    started = time.perf_counter()
+    while len(found) < len(workers):
+        try:
+            found.append(results.get(timeout=0.25))
+        except Empty:
+            if not any(w.is_alive() for w in workers) and results.empty():
+                raise RuntimeError("a bench process died without a result") from None
+        if progress:
+            _progress(acked.value, settings.count, started)
+    if progress:
+        _progress(acked.value, settings.count, started)
+        sys.stderr.write("\n")
+    return found
+
+
+def _report(settings: BenchSettings, found: list[tuple[str, Any]]) -> BenchReport:
+    produced = [r for kind, r in found if kind == "produced"]
+    latencies = sorted(x for r in produced for x in r["latencies"])
+    e2e = sorted(x for kind, r in found if kind == "consumed" for x in r)
+    seconds = max(r["ended"] for r in produced) - min(r["started"] for r in produced)
+    return BenchReport(
+        settings=settings,
+        acked=len(latencies),
+        failed=sum(r["failed"] for r in produced),
+        seconds=seconds,
+        tx_per_s=len(latencies) / seconds if seconds else 0.0,
+        p50_ms=_pct(latencies, 0.50),
+        p99_ms=_pct(latencies, 0.99),
+        p999_ms=_pct(latencies, 0.999),
+        max_ms=latencies[-1] if latencies else 0.0,
+        consumed=len(e2e),
+        e2e_p50_ms=_pct(e2e, 0.50),
+        e2e_p99_ms=_pct(e2e, 0.99),
+        e2e_max_ms=e2e[-1] if e2e else 0.0,
+    )
+
+
+def _produce(
+    settings: BenchSettings,
+    index: int,
+    results: Any,
+    acked: Synchronized[int],
+    ready: Any,
+    go: Any,
+) -> None:
+    """One producer's share of the messages (and of the rate), timed from ``go``."""
+    share = settings.count // settings.producers + (index < settings.count % settings.producers)
+    rate = settings.rate / settings.producers if settings.rate else None
+    padding = b"x" * max(0, settings.size - STAMP.size)
     with Producer(
         config=settings.config,
         nodes=settings.servers,
@@ -73,79 +186,71 @@ def run_bench(settings: BenchSettings, progress: bool = True) -> BenchReport:
         window=settings.window,
         batch_max=settings.batch,
     ) as producer:
-        producer.publish(settings.stream, payload)  # warm up: connect, create the stream
+        producer.publish(settings.stream, WARM_UP)  # connected before the clock starts
         tune_gc()  # as the node does, and as the peer's client gets in scripts/bench.sh
+        ready.wait()
+        go.wait()
         started = time.perf_counter()
-        if settings.mode == "one publish in flight":
-            latencies, failed = _one_at_a_time(producer, settings, payload, started, progress)
-        else:
-            latencies, failed = _pipelined(producer, settings, payload, started, progress)
-        seconds = time.perf_counter() - started
-    if progress:
-        _progress(settings.count, settings.count, started)
-        sys.stderr.write("\n")
-    latencies.sort()
-    return BenchReport(
-        settings=settings,
-        acked=len(latencies),
-        failed=failed,
-        seconds=seconds,
-        tx_per_s=len(latencies) / seconds if seconds else 0.0,
-        p50_ms=_pct(latencies, 0.50),
-        p99_ms=_pct(latencies, 0.99),
-        p999_ms=_pct(latencies, 0.999),
-        max_ms=latencies[-1] if latencies else 0.0,
+        wall_offset = time.time() - started  # due times as Unix seconds, for the consumers
+        latencies: list[float] = []
+        pending: deque[tuple[float, PublishFuture]] = deque()
+        interval = 1.0 / rate if rate else 0.0
+        failed = 0
+        for i in range(share):
+            due = started + i * interval if interval else time.perf_counter()
+            while interval and time.perf_counter() < due:
+                producer.poll()
+            payload = STAMP.pack(due + wall_offset) + padding if settings.consumers else padding
+            pending.append((due, producer.send(settings.stream, payload)))
+            if settings.window == 1 and settings.batch == 1:
+                producer.flush()  # one publish in flight
+            if pending[0][1].done():
+                failed += _settle(pending, latencies, acked)
+        producer.flush()
+        failed += _settle(pending, latencies, acked)
+        ended = time.perf_counter()
+    results.put(
+        ("produced", {"latencies": latencies, "failed": failed, "started": started, "ended": ended})
     )
 
 
-def _one_at_a_time(
-    producer: Producer, settings: BenchSettings, payload: bytes, started: float, progress: bool
-) -> tuple[list[float], int]:
+def _consume(settings: BenchSettings, results: Any, ready: Any, go: Any) -> None:
+    """Read the stream from its head until every message arrived (or it went quiet); the
+    end-to-end latency of each."""
     latencies: list[float] = []
-    for i in range(settings.count):
-        sent = time.perf_counter()
-        producer.publish(settings.stream, payload)
-        latencies.append((time.perf_counter() - sent) * 1000)
-        if progress and i % 500 == 0:
-            _progress(i, settings.count, started)
-    return latencies, 0
+    with Consumer(
+        settings.stream, config=settings.config, nodes=settings.servers, start="latest"
+    ) as consumer:
+        consumer.poll(timeout_s=0.5)  # the starting point is fixed before anything is sent
+        ready.wait()
+        go.wait()
+        quiet_since = time.monotonic()
+        while len(latencies) < settings.count and time.monotonic() - quiet_since < CONSUMER_IDLE_S:
+            batch = consumer.poll(timeout_s=0.5)
+            now = time.time()
+            for tx in batch:
+                if len(tx.payload) >= STAMP.size:
+                    latencies.append((now - STAMP.unpack_from(tx.payload)[0]) * 1000)
+            if batch:
+                quiet_since = time.monotonic()
+    results.put(("consumed", latencies))
 
 
-def _pipelined(
-    producer: Producer, settings: BenchSettings, payload: bytes, started: float, progress: bool
-) -> tuple[list[float], int]:
-    latencies: list[float] = []
-    failed = 0
-    pending: list[tuple[float, PublishFuture]] = []
-    interval = 1.0 / settings.rate if settings.rate else 0.0
-    settle_every = 4 * settings.batch * settings.window
-    for i in range(settings.count):
-        if interval:
-            due = started + i * interval
-            while time.perf_counter() < due:
-                producer.poll()
-        pending.append((time.perf_counter(), producer.send(settings.stream, payload)))
-        if len(pending) >= settle_every:
-            failed += _settle(pending, latencies)
-        if progress and i % 5000 == 0:
-            _progress(i, settings.count, started)
-    producer.flush()
-    failed += _settle(pending, latencies)
-    return latencies, failed
-
-
-def _settle(pending: list[tuple[float, PublishFuture]], latencies: list[float]) -> int:
-    """Record the finished publishes, keep the rest; count failures."""
-    failed = 0
-    keep = []
-    for sent, future in pending:
-        if not future.done():
-            keep.append((sent, future))
-        elif future.failed():
+def _settle(
+    pending: deque[tuple[float, PublishFuture]], latencies: list[float], acked: Synchronized[int]
+) -> int:
+    """Record the finished publishes at the front (they finish about in send order, so this
+    costs what it records); count failures."""
+    failed = done = 0
+    while pending and pending[0][1].done():
+        due, future = pending.popleft()
+        if future.failed():
             failed += 1
         else:
-            latencies.append((future.done_at - sent) * 1000)
-    pending[:] = keep
+            latencies.append((future.done_at - due) * 1000)
+            done += 1
+    with acked.get_lock():
+        acked.value += done
     return failed
 
 
@@ -160,5 +265,7 @@ def _progress(done: int, total: int, started: float) -> None:
     width = 30
     filled = int(width * done / max(1, total))
     rate = done / elapsed if elapsed else 0.0
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {rate:,.0f} tx/s")
+    sys.stderr.write(
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} acknowledged {rate:,.0f} tx/s"
+    )
     sys.stderr.flush()

@@ -191,6 +191,20 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str) -> None:
 @click.option("--batch", default=256, show_default=True, help="Messages per request.")
 @click.option("--rate", type=float, help="Target tx/s (open loop); default: as fast as acked.")
 @click.option("--node", "node_id", type=int, help="The node to publish to.")
+@click.option(
+    "--producers",
+    default=1,
+    type=click.IntRange(1, 64),
+    show_default=True,
+    help="Producer processes; each sends its share of --count (and of --rate).",
+)
+@click.option(
+    "--consumers",
+    default=0,
+    type=click.IntRange(0, 64),
+    show_default=True,
+    help="Consumer processes that read every message: end-to-end latency.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def bench(
     target: Target,
@@ -201,13 +215,26 @@ def bench(
     batch: int,
     rate: float | None,
     node_id: int | None,
+    producers: int,
+    consumers: int,
     as_json: bool,
 ) -> None:
-    """Load generator: publish COUNT transactions and report throughput and latency."""
+    """Load generator: publish COUNT transactions and report throughput and latency (with
+    --rate, from each message's due time: no coordinated omission)."""
     from relay.bench import BenchSettings, run_bench
 
     settings = BenchSettings(
-        target.config, target.servers, stream, count, size, window, batch, rate, node_id
+        target.config,
+        target.servers,
+        stream,
+        count,
+        size,
+        window,
+        batch,
+        rate,
+        node_id,
+        producers,
+        consumers,
     )
     report = run_bench(settings, progress=not as_json)
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.text())
