@@ -64,7 +64,14 @@ def run(
         cluster.wait_serving()
         origin = time.perf_counter()
         workload = Workload(cluster, STREAMS, rate, history, clock)
-        nemesis = Nemesis(cluster, faults, clock, history.writer("faults"))
+        write_fault = history.writer("faults")
+
+        def record(row: dict[str, Any]) -> None:
+            write_fault(row)
+            nodes = ",".join(str(n) for n in row["nodes"])
+            say(f"{row['t']:7.1f} s  {row['event']:<5} {row['kind']} (node {nodes})")
+
+        nemesis = Nemesis(cluster, faults, clock, record)
         try:
             workload.start()
             nemesis.start()

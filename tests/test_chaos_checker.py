@@ -213,17 +213,22 @@ def test_the_picture_names_the_run_its_units_and_every_fault_kind(tmp_path: Path
     faults = fault("kill", 0.5, 1.0) + fault("corrupt", 1.5, 2.0) + fault("crash-all", 3.0, None)
     folder = history(tmp_path, faults=faults)
     assert report.fault_windows(folder, 5.0) == [
-        ("kill", 0.6, 1.1),
-        ("corrupt", 1.6, 2.1),
-        ("crash-all", 3.1, 5.0),  # never ended: shaded to the end
+        ("kill", 0.6, 1.1, "1"),
+        ("corrupt", 1.6, 2.1, "1"),
+        ("crash-all", 3.1, 5.0, "1"),  # never ended: shaded to the end
     ]
     settings = json.loads((folder / "run.json").read_text())  # faults ["kill"]
     fig = report.figure(folder, settings)
     assert fig.get_suptitle().startswith("chaos run: 3 nodes, 4 s, faults kill, seed 1")
     top, bottom = fig.axes
     assert (top.get_ylabel(), bottom.get_ylabel()) == ("acks/s", "latency (s, log scale)")
-    assert bottom.get_xlabel() == "time since the run started (s)"
-    assert [t.get_text() for t in bottom.get_legend().get_texts()] == ["max (top 0.50 s)", "median"]
+    assert bottom.get_xlabel() == "time since the run started (m:ss)"
+    assert [t.get_text() for t in bottom.get_legend().get_texts()] == ["p99 (max 0.50 s)", "p50"]
+    assert bottom.get_yscale() == "log"
+    streams = [t.get_text() for t in top.get_legend().get_texts()]
+    assert streams == sorted({op["stream"] for op in checker.rows(folder, "ops")})
+    labels = {t.get_text() for t in top.texts}  # each band names the nodes it hit
+    assert labels == {"kill 1", "corrupt 1", "crash-all 1"}
     (kinds,) = fig.legends
     assert [t.get_text() for t in kinds.get_texts()] == ["kill", "crash-all", "corrupt"]
     assert set(report.COLORS) == set(schedule.KINDS)  # every kind a run may draw has a colour
