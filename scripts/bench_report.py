@@ -8,7 +8,7 @@ tx. Then, if nats-server and the peer venv are there, ../shared/peers' JetStream
 (memory and file storage) in the same run.
 Every measure is taken --rounds times (default 3), relay and JetStream alternating, so each
 round's ratio compares figures taken minutes apart; the median ratio is the one to read.
-Usage: scripts/bench.sh [--count N] [--rounds N] [--skip-nats]
+Usage: scripts/bench.sh [--count N] [--rounds N] [--skip-nats] [--charts DIR]
 """
 
 from __future__ import annotations
@@ -157,10 +157,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3, help="relay then JetStream, N times")
     parser.add_argument("--skip-nats", action="store_true")
+    parser.add_argument("--charts", type=Path, help="draw the medians as PNG charts here")
     args = parser.parse_args()
     cores = os.cpu_count()
     print(f"# relay benchmark, {date.today()}, {platform.node()}, {cores} cores\n")
     per_round: list[dict[str, float]] = []
+    rounds: list[tuple[dict[tuple[int, str, str], dict[str, Any]], str | None]] = []
     for round_no in range(1, args.rounds + 1):
         results: dict[tuple[int, str, str], dict[str, Any]] = {}
         for nodes, fsync, security in CONFIGS:
@@ -170,8 +172,10 @@ def main() -> None:
             print(f"## round {round_no}: {nodes} nodes, fsync = {fsync}, security = {security}\n")
             print(describe(found), flush=True)
         if args.skip_nats:
+            rounds.append((results, None))
             continue
         nats = measure_nats()
+        rounds.append((results, nats))
         missing = "not run: install nats-server and /tmp/peer-venv (../shared/peers/README.md)"
         print(f"## round {round_no}: NATS JetStream R3 (../shared/peers)\n")
         print("```\n" + (nats or missing) + "\n```\n", flush=True)
@@ -179,6 +183,11 @@ def main() -> None:
             per_round.append(ratios(results, nats))
     if per_round:
         print(ratio_table(per_round))
+    if args.charts:
+        from bench_charts import draw
+
+        for path in draw(rounds, args.charts, parse_nats):
+            print(f"chart: {path}")
 
 
 def describe(r: dict[str, Any]) -> str:
@@ -197,8 +206,8 @@ def describe(r: dict[str, Any]) -> str:
     )
 
 
-def ratios(results: dict[tuple[int, str, str], dict[str, Any]], nats: str) -> dict[str, float]:
-    """The targets' ratios against the peer measured in the same round ({} if it failed)."""
+def parse_nats(nats: str) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """The peer's best pipelined msg/s and its one-in-flight (p50, p99) in us, per storage."""
     best: dict[str, float] = {}
     sync: dict[str, tuple[float, float]] = {}
     for line in nats.splitlines():
@@ -209,6 +218,12 @@ def ratios(results: dict[tuple[int, str, str], dict[str, Any]], nats: str) -> di
         found = re.match(r"(memory|file)\s+sync publish: .* p50 ([\d,]+) us, p99 ([\d,]+) us", line)
         if found:
             sync[found[1]] = (float(found[2].replace(",", "")), float(found[3].replace(",", "")))
+    return best, sync
+
+
+def ratios(results: dict[tuple[int, str, str], dict[str, Any]], nats: str) -> dict[str, float]:
+    """The targets' ratios against the peer measured in the same round ({} if it failed)."""
+    best, sync = parse_nats(nats)
     if len(best) < 2 or len(sync) < 2:
         return {}
     always, never = results[(3, "always", "curve")], results[(3, "never", "curve")]
