@@ -184,6 +184,32 @@ def test_cluster_up_with_nodes_writes_its_own_file(
         assert (tmp_path / ".relay" / "local3" / "cluster.toml").exists()
         status = json.loads(cli("cluster", "status", "--nodes", "3", "--json"))
         assert all(s is not None for s in status.values())
+        watch = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "relay",
+                "cluster",
+                "status",
+                "--nodes",
+                "3",
+                "--watch",
+                "--interval",
+                "0.2",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert watch.stdout is not None
+            headers = 0
+            deadline = time.monotonic() + 30
+            while headers < 3 and time.monotonic() < deadline:  # shown again and again
+                headers += watch.stdout.readline().startswith("node ")
+            assert headers == 3
+        finally:
+            watch.kill()
+            watch.wait()
     finally:
         down = CliRunner().invoke(main, ["cluster", "down", "--nodes", "3"])
     assert down.exit_code == 0 and down.output.count("stopped") == 3
