@@ -4,6 +4,7 @@ network namespace of its own (partitions and loss by nftables)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,8 @@ def test_a_short_chaos_run_with_kills_and_partitions_keeps_every_invariant(
         if run.poll() is None:
             run.kill()
     assert run.returncode == 0, output
+    assert re.search(r"s  start kill \(node \d\)", output), output  # progress, fault by fault
+    assert re.search(r"s  end   kill \(node \d\)", output), output
     text = (out / "report.txt").read_text()
     assert "verdict: every invariant held" in text
     assert "kill" in text and "partition" in text
