@@ -75,6 +75,16 @@ def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
     assert run_seed(seed, nodes, delivery=False).acked > 0  # found before groups and batches
 
 
+def test_a_cut_above_every_tx_of_its_epoch_settles_by_a_complete_answer() -> None:
+    """Seed 3003529 (3 nodes, from a campaign over 3,000,000-3,009,999): after a power loss of
+    every node, the origin closed its own epoch at its head, a seq another origin had made and
+    the others no longer held; the cut, the highest report, lay above every tx of the epoch,
+    and the others asked for that range's txs, which nobody had, forever. A repair answer now
+    says when it carries every tx of the epoch in the range, and a cut reached that way
+    settles."""
+    assert run_seed(3003529, 3).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and

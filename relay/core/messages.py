@@ -177,13 +177,18 @@ class RepairRequest:
 
 @dataclass(frozen=True, slots=True)
 class RepairData:
-    """A peer's answer to a ``RepairRequest``: the txs it holds in the range, chained."""
+    """A peer's answer to a ``RepairRequest``: the txs it holds in the range, chained. A
+    ``complete_upto`` above ``after_seq`` says these are every tx of the origin's epoch in
+    (``after_seq``, ``complete_upto``]: the sender held the whole range (its lane's contig, or
+    the cut where it closed the epoch, reaches it)."""
 
     stream: str
     sender: int
     origin: int
     origin_epoch: int
     txs: tuple[Tx, ...]
+    after_seq: int = 0
+    complete_upto: int = 0  # 0: no claim
 
     channel = Channel.REPAIR
 

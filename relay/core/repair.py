@@ -62,11 +62,13 @@ def txs_held(
     after_seq: int,
     upto_seq: int,
     limit: int,
-) -> list[Tx]:
-    """What we hold of ``origin``'s ``epoch`` in ``(after_seq, upto_seq]``, in seq order."""
+) -> tuple[list[Tx], int]:
+    """What we hold of ``origin``'s ``epoch`` in ``(after_seq, upto_seq]``, in seq order, and
+    how far that is every tx of the epoch there is (0: no claim): as far as this lane's
+    contig, or the cut where it closed the epoch, reaches; never below the memory ring."""
     lane = lanes.get(origin)
     if lane is None or upto_seq <= after_seq:
-        return []
+        return [], 0
     found = [tx for tx in timeline.txs_between(after_seq, upto_seq) if tx.origin == origin]
     found.extend(
         tx
@@ -76,5 +78,11 @@ def txs_held(
     if lane.epoch == epoch:
         found.extend(tx for tx in lane.queue if after_seq < tx.seq <= upto_seq)
     found.sort(key=seq_of)
-    del found[limit:]
-    return found[: within_bytes(found, ANSWER_BYTES_MAX)]
+    kept = min(limit, within_bytes(found, ANSWER_BYTES_MAX))
+    held = lane.contig if lane.epoch == epoch else 0
+    if lane.closed is not None and lane.closed[0] == epoch:
+        held = lane.closed[1]
+    complete = min(upto_seq, held) if after_seq >= timeline.trimmed_seq else 0
+    if kept < len(found):  # the answer stops short: it speaks for what it carries
+        complete = min(complete, found[kept - 1].seq) if kept else 0
+    return found[:kept], complete if complete > after_seq else 0

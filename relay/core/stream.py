@@ -310,10 +310,20 @@ class StreamReplica(TimelineRebuild):
         """What to send a peer that asks for txs (repair) or the verified timeline (sync);
         a sync from below the memory ring is answered from the log (``LogSync``)."""
         if isinstance(ask, RepairRequest):
-            txs = self.txs_of(ask.origin, ask.origin_epoch, ask.after_seq, ask.upto_seq, limit)
-            if not txs:
+            txs, complete = self.txs_of(
+                ask.origin, ask.origin_epoch, ask.after_seq, ask.upto_seq, limit
+            )
+            if not txs and not complete:
                 return None
-            return RepairData(self.stream, self.self_id, ask.origin, ask.origin_epoch, tuple(txs))
+            return RepairData(
+                self.stream,
+                self.self_id,
+                ask.origin,
+                ask.origin_epoch,
+                tuple(txs),
+                ask.after_seq,
+                complete,
+            )
         trimmed = self.timeline.trimmed_seq
         if self.log.base_seq <= ask.after_seq < trimmed and self.catchup.synced:
             return LogSync(self.stream, ask.requester, ask.after_seq, trimmed, limit)
@@ -342,14 +352,28 @@ class StreamReplica(TimelineRebuild):
         lane = self.lanes.get(data.origin)
         if lane is None or lane.epoch != data.origin_epoch:
             return 0
+        head = self.timeline.head_seq
+        held_from = max(lane.contig, head)
         taken = [tx.seq for tx in data.txs if tx.origin == data.origin and self.take(tx)]
         if taken:
             self.needs_ack = True
+        lane = self.lanes[data.origin]
+        whole = held_from >= data.after_seq and all(
+            tx.seq <= max(lane.contig, head) for tx in data.txs
+        )
+        if whole and data.complete_upto and lane.cut_at is not None:
+            # every tx of the epoch up to complete_upto is held now: a cut up to there needs
+            # no more repair (nobody may hold a tx there; the cut can be above the last one)
+            reach = min(data.complete_upto, lane.cut_at)
+            if reach > lane.contig:
+                lane.contig = reach
+                self.needs_ack = True
+                return reach
         return max(taken, default=0)
 
     def txs_of(
         self, origin: int, epoch: int, after_seq: int, upto_seq: int, limit: int
-    ) -> list[Tx]:
+    ) -> tuple[list[Tx], int]:
         return repair.txs_held(
             self.lanes, self.timeline, self.dedup, origin, epoch, after_seq, upto_seq, limit
         )

@@ -35,7 +35,8 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 3  # 2: txs carry a key and headers; 3: dedup keys carry a content tag
+VERSION = 4  # 2: txs carry a key and headers; 3: dedup keys carry a content tag; 4: a repair
+# answer may say it is complete
 FRAME_BYTES_MAX = 64 << 20
 
 _REPLICATE, _ACK, _HEARTBEAT, _REPAIR_REQUEST, _REPAIR_DATA, _SYNC_REQUEST, _SYNC_DATA = range(1, 8)
@@ -155,6 +156,8 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
         m.origin,
         m.origin_epoch,
         m.txs,
+        m.after_seq,
+        m.complete_upto,
     ]
     return topic(Channel.REPAIR, m.stream), _encode(body)
 
@@ -248,9 +251,15 @@ def decode(body: bytes) -> MeshMessage:
                 keys,
             )
         if kind == _REPAIR_DATA:
-            _, _, stream, sender, origin, epoch, rows = _shape(f, 7)
+            _, _, stream, sender, origin, epoch, rows, after, complete = _shape(f, 9)
             return RepairData(
-                as_str(stream), as_int(sender), as_int(origin), as_int(epoch), _txs(rows)
+                as_str(stream),
+                as_int(sender),
+                as_int(origin),
+                as_int(epoch),
+                _txs(rows),
+                as_int(after),
+                as_int(complete),
             )
     except (TypeError, ValueError) as exc:
         raise MalformedFrame(f"bad field in mesh frame of kind {kind}: {exc}") from None
