@@ -17,6 +17,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from chaos.checker import Analysis, render, rows
+from relay.bench import percentile
 
 COLORS = {
     "kill": "#fabebe",
@@ -106,8 +107,10 @@ def figure(folder: Path, settings: dict[str, Any]) -> Figure:
     label_faults(top, windows, max(1, peak) * 1.22)
 
     gap = float("nan")  # no publish completed in that second: a break in the line
-    p99 = [quantile(latencies[s], 0.99) if s in latencies else gap for s in seconds]
-    p50 = [quantile(latencies[s], 0.50) if s in latencies else gap for s in seconds]
+    for values in latencies.values():
+        values.sort()
+    p99 = [percentile(latencies[s], 0.99) if s in latencies else gap for s in seconds]
+    p50 = [percentile(latencies[s], 0.50) if s in latencies else gap for s in seconds]
     top_s = max((max(v) for v in latencies.values()), default=0.0)
     line = {"linewidth": 1.5, "marker": ".", "markersize": 4}  # a dot shows a lone second
     bottom.plot(mid, p99, color=WORST, **line, label=f"p99 (max {top_s:.2f} s)")
@@ -118,9 +121,7 @@ def figure(folder: Path, settings: dict[str, Any]) -> Figure:
     bottom.set_title("publish latency, per second of completion", fontsize=10, loc="left")
     bottom.legend(loc="lower right", bbox_to_anchor=(1, 1), ncols=2, fontsize=9, frameon=False)
     bottom.set_xlabel("time since the run started (m:ss)")
-    bottom.xaxis.set_major_formatter(
-        FuncFormatter(lambda v, _: f"{int(v) // 60}:{int(v) % 60:02d}")
-    )
+    bottom.xaxis.set_major_formatter(FuncFormatter(minutes_seconds))
     bottom.set_xlim(0, end)
 
     seen = {kind for kind, _, _, _ in windows}
@@ -157,11 +158,6 @@ def label_faults(ax: Any, windows: list[tuple[str, float, float, str]], y: float
             color="#444444",
             clip_on=True,
         )
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def fault_windows(folder: Path, end: float) -> list[tuple[str, float, float, str]]:

@@ -32,6 +32,10 @@ WARM_UP = b"warm"  # shorter than a stamp: consumers skip it
 CONSUMER_IDLE_S = 10.0  # a consumer gives up once nothing arrived this long after the end
 
 
+class BenchError(RuntimeError):
+    """A producer or consumer process could not run (the cluster is down, say)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BenchSettings:
     config: str | None
@@ -97,7 +101,8 @@ def run_bench(settings: BenchSettings, progress: bool = True) -> BenchReport:
     ctx = mp.get_context("spawn")
     results: Any = ctx.Queue()
     acked: Synchronized[int] = ctx.Value("q", 0)
-    ready, go = ctx.Barrier(settings.producers + settings.consumers + 1), ctx.Event()
+    ready: Synchronized[int] = ctx.Value("i", 0)  # workers connected and warmed up
+    go = ctx.Event()
     with Producer(config=settings.config, nodes=settings.servers, node=settings.node) as warm:
         warm.publish(settings.stream, WARM_UP)  # the stream exists before anyone reads it
     workers = [
@@ -110,7 +115,11 @@ def run_bench(settings: BenchSettings, progress: bool = True) -> BenchReport:
     for worker in workers:
         worker.start()
     try:
-        ready.wait(timeout=120)  # every process connected and warmed up
+        deadline = time.monotonic() + 120
+        while ready.value < len(workers):  # every process connected and warmed up
+            if not all(w.is_alive() for w in workers) or time.monotonic() > deadline:
+                raise BenchError("a bench process did not get ready; is the cluster up?")
+            time.sleep(0.05)
         go.set()
         found = _gather(settings, workers, results, acked, progress)
     finally:
@@ -136,7 +145,7 @@ def _gather(
             found.append(results.get(timeout=0.25))
         except Empty:
             if not any(w.is_alive() for w in workers) and results.empty():
-                raise RuntimeError("a bench process died without a result") from None
+                raise BenchError("a bench process died without a result") from None
         if progress:
             _progress(acked.value, settings.count, started)
     if progress:
@@ -156,13 +165,13 @@ def _report(settings: BenchSettings, found: list[tuple[str, Any]]) -> BenchRepor
         failed=sum(r["failed"] for r in produced),
         seconds=seconds,
         tx_per_s=len(latencies) / seconds if seconds else 0.0,
-        p50_ms=_pct(latencies, 0.50),
-        p99_ms=_pct(latencies, 0.99),
-        p999_ms=_pct(latencies, 0.999),
+        p50_ms=percentile(latencies, 0.50),
+        p99_ms=percentile(latencies, 0.99),
+        p999_ms=percentile(latencies, 0.999),
         max_ms=latencies[-1] if latencies else 0.0,
         consumed=len(e2e),
-        e2e_p50_ms=_pct(e2e, 0.50),
-        e2e_p99_ms=_pct(e2e, 0.99),
+        e2e_p50_ms=percentile(e2e, 0.50),
+        e2e_p99_ms=percentile(e2e, 0.99),
         e2e_max_ms=e2e[-1] if e2e else 0.0,
     )
 
@@ -172,7 +181,7 @@ def _produce(
     index: int,
     results: Any,
     acked: Synchronized[int],
-    ready: Any,
+    ready: Synchronized[int],
     go: Any,
 ) -> None:
     """One producer's share of the messages (and of the rate), timed from ``go``."""
@@ -188,8 +197,7 @@ def _produce(
     ) as producer:
         producer.publish(settings.stream, WARM_UP)  # connected before the clock starts
         tune_gc()  # as the node does, and as the peer's client gets in scripts/bench.sh
-        ready.wait()
-        go.wait()
+        _ready(ready, go)
         started = time.perf_counter()
         wall_offset = time.time() - started  # due times as Unix seconds, for the consumers
         latencies: list[float] = []
@@ -214,7 +222,7 @@ def _produce(
     )
 
 
-def _consume(settings: BenchSettings, results: Any, ready: Any, go: Any) -> None:
+def _consume(settings: BenchSettings, results: Any, ready: Synchronized[int], go: Any) -> None:
     """Read the stream from its head until every message arrived (or it went quiet); the
     end-to-end latency of each."""
     latencies: list[float] = []
@@ -222,8 +230,7 @@ def _consume(settings: BenchSettings, results: Any, ready: Any, go: Any) -> None
         settings.stream, config=settings.config, nodes=settings.servers, start="latest"
     ) as consumer:
         consumer.poll(timeout_s=0.5)  # the starting point is fixed before anything is sent
-        ready.wait()
-        go.wait()
+        _ready(ready, go)
         quiet_since = time.monotonic()
         while len(latencies) < settings.count and time.monotonic() - quiet_since < CONSUMER_IDLE_S:
             batch = consumer.poll(timeout_s=0.5)
@@ -234,6 +241,12 @@ def _consume(settings: BenchSettings, results: Any, ready: Any, go: Any) -> None
             if batch:
                 quiet_since = time.monotonic()
     results.put(("consumed", latencies))
+
+
+def _ready(ready: Synchronized[int], go: Any) -> None:
+    with ready.get_lock():
+        ready.value += 1
+    go.wait()
 
 
 def _settle(
@@ -254,10 +267,11 @@ def _settle(
     return failed
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
+def percentile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted values (0 for none)."""
+    if not ordered:
         return 0.0
-    return values[min(len(values) - 1, int(q * len(values)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _progress(done: int, total: int, started: float) -> None:

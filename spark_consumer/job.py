@@ -63,12 +63,11 @@ def start(
     minutes = str(out / "minutes")
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        totals = minute_totals(batch, field).collect()  # one read of the batch's seq range
+        totals = sorted(minute_totals(batch, field).collect(), key=lambda r: r.minute)
         frame = spark.createDataFrame(totals, schema=TOTALS_SCHEMA)
         frame.write.mode("overwrite").parquet(f"{minutes}/batch={batch_id}")
         if totals_stream:  # the second stage: the same totals as transactions of a stream
-            query_id = json.loads((out / "checkpoint" / "metadata").read_text())["id"]
-            publish_totals(frame, source, totals_stream, f"minutes-{query_id}-{batch_id}")
+            publish_totals(frame, source, totals_stream)
         print(f"batch {batch_id}: {sum(r.txs for r in totals)} txs", flush=True)
 
     rows = spark.readStream.format("relay").options(**source).load()
@@ -86,11 +85,13 @@ def start(
     return query
 
 
-def publish_totals(frame: DataFrame, source: dict[str, str], stream: str, name: str) -> None:
+def publish_totals(frame: DataFrame, source: dict[str, str], stream: str) -> None:
     """Publish a batch's totals into a relay stream, one JSON object per minute, keyed by the
-    minute, through the relay sink. ``name`` is the batch's: a replayed batch writes the same
-    rows under the same producer ids, so the cluster keeps them once (within its dedup window).
-    A minute that spans batches has a row from each: sum ``txs`` and ``total`` by ``minute``."""
+    minute, through the relay sink. Inside ``foreachBatch`` the sink names the write by the
+    query and the batch, and the rows come sorted by minute: a replayed batch writes the same
+    rows under the same producer and message ids, so the cluster keeps them once (within its
+    dedup window). A minute that spans batches has a row from each: sum ``txs`` and ``total``
+    by ``minute``."""
     target = {k: v for k, v in source.items() if k in ("config", "nodes", "clientKey")}
     rows = frame.select(
         F.date_format("minute", "yyyy-MM-dd'T'HH:mm'Z'").alias("key"),
@@ -103,9 +104,7 @@ def publish_totals(frame: DataFrame, source: dict[str, str], stream: str, name: 
             )
         ).alias("value"),
     )
-    rows.write.format("relay").options(**target).option("stream", stream).option(
-        "producerId", name
-    ).mode("append").save()
+    rows.write.format("relay").options(**target).option("stream", stream).mode("append").save()
 
 
 def rows_source(source: dict[str, str]) -> str:

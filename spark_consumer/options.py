@@ -18,7 +18,7 @@ from fnmatch import fnmatchcase
 from relay.auth.keys import KeyPair
 from relay.client.directory import NodeAddress, identity, resolve
 from relay.client.groups import group_stream
-from relay.core.flake import make_seq
+from relay.core.flake import SEQ_MAX, make_seq
 from relay.core.routing import stream_name_problem
 
 VERIFICATION_MODES = ("fail", "flag")
@@ -107,8 +107,8 @@ def parse_options(raw: Mapping[str, str], default_start: str) -> SourceOptions:
         known = "\n".join(f"  {name}: {what}" for name, what in KNOWN.items())
         raise ValueError(f"relay source: unknown option {unknown[0]!r}. Options:\n{known}")
     streams, pattern = _subscription(options)
-    starting, starting_each = _starting(options, default_start, streams)
-    ending, ending_each = _ending(options, streams)
+    starting, starting_each = _starting(options, default_start, streams, pattern)
+    ending, ending_each = _ending(options, streams, pattern)
     return SourceOptions(
         streams=streams,
         pattern=pattern,
@@ -175,17 +175,17 @@ def _nodes(options: dict[str, str]) -> list[NodeAddress]:
 
 
 def _starting(
-    options: dict[str, str], default: str, streams: tuple[str, ...]
+    options: dict[str, str], default: str, streams: tuple[str, ...], pattern: str
 ) -> tuple[Position, tuple[tuple[str, Position], ...]]:
     if "startingTimestamp" in options:
         ms = _int(options, "startingTimestamp", 0, low=0)
-        return max(0, make_seq(ms, 0, 0) - 1), ()
+        return min(max(0, make_seq(ms, 0, 0) - 1), SEQ_MAX), ()
     text = options.get("startingOffsets", default).strip()
     if text.lower() in ("earliest", "latest"):
         return text.lower(), ()
     if text.isdigit() and len(streams) == 1:
         return max(0, int(text) - 1), ()
-    each = _per_stream(text, "startingOffsets", streams)
+    each = _per_stream(text, "startingOffsets", streams, pattern)
     positions = {
         s: "earliest" if v == EARLIEST else "latest" if v == LATEST else max(0, v - 1)
         for s, v in each.items()
@@ -194,23 +194,23 @@ def _starting(
 
 
 def _ending(
-    options: dict[str, str], streams: tuple[str, ...]
+    options: dict[str, str], streams: tuple[str, ...], pattern: str
 ) -> tuple[int, tuple[tuple[str, int], ...]]:
     if "endingTimestamp" in options:
         ms = _int(options, "endingTimestamp", 1, low=1)
-        return make_seq(ms, 0, 0) - 1, ()  # every tx before that millisecond
+        return min(make_seq(ms, 0, 0) - 1, SEQ_MAX), ()  # every tx before that millisecond
     text = options.get("endingOffsets", "latest").strip()
     if text.lower() == "latest":
         return 0, ()
     if text.isdigit() and int(text) > 0 and len(streams) == 1:
         return int(text), ()
-    each = _per_stream(text, "endingOffsets", streams)
+    each = _per_stream(text, "endingOffsets", streams, pattern)
     if EARLIEST in each.values():
         raise ValueError("relay source: option 'endingOffsets': -2 (earliest) cannot end a read")
     return 0, tuple(sorted((s, 0 if v == LATEST else v) for s, v in each.items()))
 
 
-def _per_stream(text: str, name: str, streams: tuple[str, ...]) -> dict[str, int]:
+def _per_stream(text: str, name: str, streams: tuple[str, ...], pattern: str) -> dict[str, int]:
     """A JSON object of stream -> seq, -2 or -1."""
     forms = "earliest, latest, a seq" if name == "startingOffsets" else "latest, the last seq"
     usage = (
@@ -226,7 +226,8 @@ def _per_stream(text: str, name: str, streams: tuple[str, ...]) -> dict[str, int
     for stream, value in found.items():
         if type(value) is not int or value < EARLIEST or value == 0 or value >= 1 << 63:
             raise ValueError(f"{usage}: {stream!r} has {value!r}")
-        if streams and stream not in streams:
+        named = stream in streams if streams else fnmatchcase(stream, pattern)
+        if not named:
             raise ValueError(f"relay source: option {name!r} names {stream!r}, not subscribed")
     return dict(found)
 

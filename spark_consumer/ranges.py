@@ -70,12 +70,12 @@ def ask_span(
     strict: bool,
     timeout_s: float,
 ) -> Spanned:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        spanned = fetcher.span(after, upto, max_txs, parts, strict)
-        if spanned is not None:
-            return spanned
-        _check_deadline(fetcher, deadline, timeout_s)
+    try:
+        return fetcher.span_within(after, upto, max_txs, parts, strict, timeout_s)
+    except TimeoutError as exc:
+        raise Unreachable(
+            errors.UNAVAILABLE, f"{exc}; start the nodes or check the 'config'/'nodes' option"
+        ) from None
 
 
 def plan(

@@ -31,8 +31,8 @@ SINK_OPTIONS = {
     "stream": "the stream of rows that have no stream (or topic) column or a null there",
     "publishTimeoutMs": "how long a task keeps trying to publish its rows",
     "producerId": "names this write, so that writing the same rows again under the same name "
-    "(a foreachBatch replay) adds nothing (default: a new name per write; a streaming query "
-    "uses its query id)",
+    "(a foreachBatch replay) adds nothing; give each write of one batch its own (default: the "
+    "streaming query's id, else a new name per write)",
 }
 SPARKS_OWN = {"checkpointlocation", "path"}  # options Spark hands every writer
 STREAM_COLUMNS = ("stream", "topic")
@@ -50,7 +50,8 @@ class SinkOptions:
     headers: str | None
     stream_column: str | None
     timeout_s: float
-    job: str  # names this write (a query id replaces it for streaming writes)
+    name: str  # option producerId: names every write of these rows ("" if not given)
+    job: str  # names this write when nothing else does (a new id per write)
 
 
 @dataclass
@@ -95,19 +96,26 @@ def parse_sink_options(raw: Mapping[str, str], schema: StructType) -> SinkOption
         headers="headers" if "headers" in types else None,
         stream_column=stream_column,
         timeout_s=int(timeout_ms) / 1000,
-        job=options.get("producerId") or uuid.uuid4().hex,
+        name=options.get("producerId", ""),
+        job=uuid.uuid4().hex,
     )
 
 
-def publish_rows(options: SinkOptions, rows: Iterator[Any]) -> Published:
-    """Publish one task's rows under the producer id of its (query, batch, partition)."""
+def publish_rows(options: SinkOptions, rows: Iterator[Any], streaming: bool) -> Published:
+    """Publish one task's rows under the producer id of its (write, batch, partition): the
+    write is named by option ``producerId``, else by the streaming query, else anew. The rows
+    of a partition must come in the same order when a batch is replayed (they do from the
+    relay source, whose batches are fixed ranges; sort what comes from elsewhere)."""
     from relay import Producer, RelayError
 
     context = TaskContext.get()
     assert context is not None, "a relay sink's write runs in a Spark task"
-    query = context.getLocalProperty("sql.streaming.queryId") or options.job
-    batch = context.getLocalProperty("streaming.sql.batchId") or "0"
-    producer_id = f"spark-{query}-{batch}-{context.partitionId()}"
+    query = context.getLocalProperty("sql.streaming.queryId")
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    if streaming and (query is None or batch is None):
+        raise RuntimeError("relay sink: a streaming write without Spark's query and batch ids")
+    name = options.name or query or options.job
+    producer_id = f"spark-{name}-{batch or 0}-{context.partitionId()}"
     futures = []
     with Producer(
         config=options.config,
@@ -158,7 +166,7 @@ class RelayWriter(DataSourceWriter):
         self.options = options
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return publish_rows(self.options, iterator)
+        return publish_rows(self.options, iterator, streaming=False)
 
 
 class RelayStreamWriter(DataSourceStreamWriter):
@@ -166,7 +174,7 @@ class RelayStreamWriter(DataSourceStreamWriter):
         self.options = options
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return publish_rows(self.options, iterator)
+        return publish_rows(self.options, iterator, streaming=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every row is acknowledged by a quorum when its task returns: nothing to do."""

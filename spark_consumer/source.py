@@ -39,6 +39,8 @@ from spark_consumer.schema import SCHEMA, to_arrow
 from spark_consumer.sink import RelayStreamWriter, RelayWriter, parse_sink_options
 from spark_consumer.streams import read_offset, subscribed
 
+FETCHERS_MAX = 64
+
 
 class RelayDataSource(DataSource):
     """Verified transactions of relay streams, one row each; and rows published as
@@ -73,17 +75,22 @@ class RangePartition(InputPartition):
 
 
 class Planner:
-    """One fetcher per stream, opened when first asked for (driver side only)."""
+    """A fetcher per stream, opened when first asked for (driver side only); at most
+    ``FETCHERS_MAX`` stay open, so a pattern over thousands of streams holds few sockets."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.fetchers: dict[str, Fetcher] = {}
+        self.fetchers: dict[str, Fetcher] = {}  # in order of last use
 
     def of(self, stream: str) -> Fetcher:
-        if stream not in self.fetchers:
+        fetcher = self.fetchers.pop(stream, None)
+        if fetcher is None:
             o = self.options
-            self.fetchers[stream] = Fetcher(stream, list(o.nodes), pair=o.pair())
-        return self.fetchers[stream]
+            fetcher = Fetcher(stream, list(o.nodes), pair=o.pair())
+            if len(self.fetchers) >= FETCHERS_MAX:
+                self.fetchers.pop(next(iter(self.fetchers))).close()
+        self.fetchers[stream] = fetcher
+        return fetcher
 
     def start(self, stream: str, position: str | int) -> int:
         return ranges.resolve_start(self.of(stream), position, self.options.read_timeout_s)
@@ -127,8 +134,9 @@ class RelayBatchReader(DataSourceReader):
 class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.targets: dict[str, int] = {}  # with Trigger.AvailableNow: no further than these
+        self.targets: dict[str, int] | None = None  # Trigger.AvailableNow: read up to these
         self.waiting_since = time.monotonic()  # the last batch, for minOffsetsPerTrigger
+        self.turn = 0  # which stream's turn it is to be asked first (a shared read limit)
         self._planner: Planner | None = None
 
     def initialOffset(self) -> dict[str, int]:
@@ -148,14 +156,20 @@ class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         after = read_offset(o, start)
         for stream in subscribed(o):  # a stream that appeared since: from its beginning
             after.setdefault(stream, 0)
-        streams = [s for s in sorted(after) if not self.targets or s in self.targets]
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else 0
-        share = max(1, max_rows // max(1, len(streams))) if max_rows else 0
+        streams = sorted(after)
+        if self.targets is not None:  # AvailableNow: only what was there when it began
+            streams = [s for s in streams if after[s] < self.targets.get(s, 0)]
+        self.turn += 1
+        if streams:  # under a shared limit, a different stream goes first each trigger
+            k = self.turn % len(streams)
+            streams = streams[k:] + streams[:k]
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else 0
         end, counted = dict(after), 0
-        for stream in streams:
-            target = self.targets.get(stream, 0)
-            if target and after[stream] >= target:
-                continue
+        for i, stream in enumerate(streams):
+            share = -(-(budget - counted) // (len(streams) - i)) if budget else 0
+            if budget and share <= 0:
+                break
+            target = self.targets.get(stream, 0) if self.targets is not None else 0
             spanned = ranges.ask_span(
                 self.planner.of(stream), after[stream], target, share, 1, False, o.read_timeout_s
             )

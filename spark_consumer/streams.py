@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from relay.client.status import node_status
+from relay.client.status import statuses
 from spark_consumer.options import SourceOptions
 
 LEGACY_KEY = "seq"  # the offset of a one-stream query before offsets named their streams
@@ -23,13 +23,14 @@ def subscribed(options: SourceOptions) -> list[str]:
     node that answers holds."""
     if not options.pattern:
         return list(options.streams)
-    pair = options.pair()
-    found: set[str] = set()
-    for address in options.nodes:
-        status = node_status(address, 2000, pair)
-        if status is not None:
-            found |= {s.name for s in status.streams if options.subscribes(s.name)}
-    return sorted(found)
+    answered = [s for s in statuses(list(options.nodes), options.pair(), 2000).values() if s]
+    if not answered:
+        tried = ", ".join(str(a) for a in options.nodes)
+        raise RuntimeError(
+            f"relay source: no node answered which streams match {options.pattern!r} "
+            f"(tried {tried})"
+        )
+    return sorted({s.name for st in answered for s in st.streams if options.subscribes(s.name)})
 
 
 def read_offset(options: SourceOptions, raw: Mapping[str, object]) -> dict[str, int]:

@@ -87,3 +87,16 @@ def test_every_reply_round_trips() -> None:
 def test_a_broken_reply_names_what_is_wrong(body: bytes, names: str) -> None:
     with pytest.raises(ProtocolError, match=re.escape(names)):
         replies.decode_reply(body)
+
+
+def test_a_status_from_a_node_without_log_counts_reads_them_as_zero() -> None:
+    """A node of the version before stream counts (log_*) still answers relay cluster status."""
+    raw = _STATUS.to_wire()
+    for stream in raw["streams"].values():
+        for key in ("log_first_seq", "log_txs", "log_bytes"):
+            del stream[key]
+    (older,) = NodeStatus.from_wire(raw).streams
+    assert (older.log_first_seq, older.log_txs, older.log_bytes) == (0, 0, 0)
+    raw["streams"]["s"]["log_txs"] = "many"
+    with pytest.raises(ValueError, match="log_txs must be int"):
+        NodeStatus.from_wire(raw)

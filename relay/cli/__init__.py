@@ -221,7 +221,7 @@ def bench(
 ) -> None:
     """Load generator: publish COUNT transactions and report throughput and latency (with
     --rate, from each message's due time: no coordinated omission)."""
-    from relay.bench import BenchSettings, run_bench
+    from relay.bench import BenchError, BenchSettings, run_bench
 
     settings = BenchSettings(
         target.config,
@@ -236,5 +236,8 @@ def bench(
         producers,
         consumers,
     )
-    report = run_bench(settings, progress=not as_json)
+    try:
+        report = run_bench(settings, progress=not as_json)
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.text())

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from relay.cli.options import client_identity, load_config, target_of
+from relay.cli.options import CONFIG_FILE, client_identity, load_config, target_of
 
 if TYPE_CHECKING:
     from relay.client.directory import NodeAddress
@@ -101,12 +101,6 @@ NODES = click.option(
     help="Instead of --config: the local cluster of N nodes that `relay cluster up --nodes N` "
     "writes to .relay/localN/cluster.toml.",
 )
-CONFIG_FILE = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="The cluster config file (TOML).",
-)
 
 
 @cluster.command("up")
@@ -186,7 +180,9 @@ def cluster_down(config_path: str | None, count: int | None) -> None:
 @click.option("--servers", envvar="RELAY_SERVERS", help="Node client addresses (see consume).")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw status of every node.")
 @click.option("--watch", is_flag=True, help="Show it again every --interval until Ctrl-C.")
-@click.option("--interval", "interval_s", default=2.0, show_default=True, type=float)
+@click.option(
+    "--interval", "interval_s", default=2.0, show_default=True, type=click.FloatRange(min=0.1)
+)
 def cluster_status(
     config_path: str | None,
     count: int | None,

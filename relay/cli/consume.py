@@ -12,6 +12,7 @@ import click
 from relay.cli.formats import FormatError, formatter
 from relay.cli.options import Target, cluster_target
 
+SKEW_MS = 1000  # how far a node's clock may trail this one's, for --to in the past
 FORMAT_HELP = (
     "raw (the payload's bytes, nothing added), json, base64, or a template as kcat's -f: "
     "%s seq, %v value, %k key, %h headers, %t stream, %T timestamp ms, %o origin, %d digest, "
@@ -75,6 +76,7 @@ def consume(
     out = sys.stdout.buffer
     stops = exit_at_end or stop_after is not None or idle_exit is not None
     seen = 0
+    target.addresses(node_id)  # a --node the target does not have is a usage error
     try:
         begin = _start_of(target, stream, node_id, start, since, last)
         with Consumer(stream, **target.client_args, node=node_id, start=begin, group=group) as c:
@@ -87,17 +89,18 @@ def consume(
                         return
                     seen += 1
                     out.write(write(tx))
+                    c.processed(tx)  # printed: a group commits through it, however we stop
                 out.flush()
                 if batch:
                     quiet_since = time.monotonic()
                 at_end = c.at_end()
                 if at_end and exit_at_end:
                     return
-                if at_end and stop_after is not None and _reached(c.position, stop_after):
+                if at_end and stop_after is not None and _done_with(c.position, stop_after):
                     return  # everything up to --to is verified and printed
                 if idle_exit is not None and time.monotonic() - quiet_since >= idle_exit:
                     return
-    except (RelayError, TimeoutError) as exc:
+    except (RelayError, TimeoutError, ValueError) as exc:
         code = getattr(exc, "code", "timeout")
         raise click.ClickException(f"{code}: {getattr(exc, 'message', exc)}") from None
     except KeyboardInterrupt:
@@ -106,8 +109,13 @@ def consume(
         sys.stderr.close()
 
 
-def _reached(seq: int, point: int | datetime) -> bool:
-    return seq == point or _past(seq, point)
+def _done_with(position: int, point: int | datetime) -> bool:
+    """At the verified head: is nothing more to come up to ``--to``? Either the head is at or
+    past it, or it lies in the past (new txs are stamped now; a second of skew allowed)."""
+    from relay.core.flake import seq_unix_ms
+
+    ms = int(point.timestamp() * 1000) if isinstance(point, datetime) else seq_unix_ms(point)
+    return position == point or _past(position, point) or ms < time.time() * 1000 - SKEW_MS
 
 
 def _past(seq: int, point: int | datetime) -> bool:
@@ -141,7 +149,10 @@ def _start_of(
             raise click.BadParameter(
                 "use a number and s, m, h or d, e.g. 10m", param_hint="--since"
             )
-        return datetime.now(UTC) - timedelta(seconds=int(since[:-1]) * unit)
+        seconds = int(since[:-1]) * unit
+        if seconds > 100 * 365 * 86400:
+            raise click.BadParameter("at most 100 years back", param_hint="--since")
+        return datetime.now(UTC) - timedelta(seconds=seconds)
     if start in ("earliest", "latest"):
         return start
     return parse_point(start, "--from")
@@ -149,7 +160,11 @@ def _start_of(
 
 def parse_point(text: str, option: str) -> int | datetime:
     """A seq or an ISO 8601 time (UTC unless it says otherwise)."""
+    from relay.core.flake import SEQ_MAX
+
     if text.isdigit():
+        if int(text) > SEQ_MAX:
+            raise click.BadParameter(f"a seq is at most {SEQ_MAX}", param_hint=option)
         return int(text)
     try:
         when = datetime.fromisoformat(text)

@@ -119,9 +119,7 @@ def _group_streams(target: Target) -> list[tuple[str, str]]:
 
 def _span(fetcher: Fetcher, after: int) -> SpanReply:
     """The verified txs after ``after`` as one part, asked until a node answers."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        spanned = fetcher.span(after, 0, 0, 1, False)
-        if spanned is not None:
-            return spanned
-    raise click.ClickException(f"no node answered for {fetcher.stream!r}")
+    try:
+        return fetcher.span_within(after, 0, 0, 1, False, 10.0)
+    except TimeoutError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -45,29 +45,27 @@ class Target:
     def statuses(self, timeout_ms: int = 1000) -> dict[Any, Any]:
         """Each node's status, or None where it did not answer (``NodeAddress`` ->
         ``NodeStatus | None``), asked of all nodes at once."""
-        from concurrent.futures import ThreadPoolExecutor
+        from relay.client.status import statuses
 
-        from relay.client.status import node_status
-
-        addresses, pair = self.addresses(), self.identity()
-        with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
-            found = pool.map(lambda a: node_status(a, timeout_ms, pair), addresses)
-            return dict(zip(addresses, found, strict=True))
+        return statuses(self.addresses(), self.identity(), timeout_ms)
 
     def identity(self) -> Any:
         """Who this client is to the nodes (``KeyPair``)."""
         return client_identity(self.config)
 
 
+CONFIG_FILE = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="The cluster config file (TOML).",
+)
+
+
 def cluster_target(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--config`` and ``--servers`` to a client command and hand it a ``Target``."""
 
-    @click.option(
-        "--config",
-        "config_path",
-        type=click.Path(dir_okay=False),
-        help="The cluster config file (TOML).",
-    )
+    @CONFIG_FILE
     @click.option(
         "--servers",
         envvar="RELAY_SERVERS",

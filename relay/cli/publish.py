@@ -63,7 +63,8 @@ def publish(
 ) -> None:
     """Publish MESSAGES, a --file, or one message per line of standard input as each line
     arrives; print each seq and digest."""
-    from relay import Producer
+    from relay import Producer, RelayError
+    from relay.client.journal import JournalError
 
     pairs = [_header(h) for h in headers]
     if path is not None and messages:
@@ -76,19 +77,27 @@ def publish(
     else:
         payloads = _lines(sys.stdin.buffer, lambda: bool(pending))
     sent = failed = 0
-    with Producer(
-        **target.client_args, node=node_id, timeout_s=timeout_s, journal=journal
-    ) as producer:
-        if producer.recovered:
-            click.echo(f"resending {len(producer.recovered)} messages from the journal", err=True)
-        for payload in payloads:
-            if payload is not None:
-                pending.append((payload, producer.send(stream, payload, key=key, headers=pairs)))
-                sent += 1
+    target.addresses(node_id)  # a --node the target does not have is a usage error
+    try:
+        with Producer(
+            **target.client_args, node=node_id, timeout_s=timeout_s, journal=journal
+        ) as producer:
+            if producer.recovered:
+                click.echo(
+                    f"resending {len(producer.recovered)} messages from the journal", err=True
+                )
+            sent += len(producer.recovered)
+            for payload in payloads:
+                if payload is not None:
+                    future = producer.send(stream, payload, key=key, headers=pairs)
+                    pending.append((payload, future))
+                    sent += 1
+                failed += _answered(producer, pending, wait_ms=0)
+            producer.flush()
             failed += _answered(producer, pending, wait_ms=0)
-        producer.flush()
-        failed += _answered(producer, pending, wait_ms=0)
-        failed += sum(future.failed() for future in producer.recovered)
+            failed += sum(future.failed() for future in producer.recovered)
+    except (RelayError, JournalError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
     if failed:
         raise click.ClickException(f"{failed} of {sent} messages were not acknowledged")
 
@@ -120,9 +129,11 @@ def _lines(stream: object, waiting: Callable[[], bool]) -> Iterator[bytes | None
         fd = stream.fileno()  # type: ignore[attr-defined]
     except (AttributeError, OSError, ValueError):
         data: bytes = stream.read()  # type: ignore[attr-defined]
-        yield from (line.rstrip(b"\n") for line in data.splitlines(keepends=True))
+        lines = data.split(b"\n")
+        yield from lines[:-1] if not lines[-1] else lines
         return
-    held = b""
+    held: list[bytes] = []  # the line so far, in the chunks it came in
+    size = 0
     while True:
         readable, _, _ = select.select([fd], [], [], POLL_S if waiting() else None)
         if not readable:
@@ -131,13 +142,21 @@ def _lines(stream: object, waiting: Callable[[], bool]) -> Iterator[bytes | None
         chunk = os.read(fd, READ_BYTES)
         if not chunk:
             break
-        held += chunk
-        *complete, held = held.split(b"\n")
+        if b"\n" not in chunk:  # only a line's end is worth a split: a long line is not
+            held.append(chunk)  # re-split for every chunk that adds to it
+            size += len(chunk)
+            if size > LINE_BYTES_MAX:
+                raise click.ClickException(
+                    f"a line of standard input is over {LINE_BYTES_MAX} bytes"
+                )
+            continue
+        first, *complete = chunk.split(b"\n")
+        yield b"".join([*held, first])
+        *complete, last = complete
         yield from complete
-        if len(held) > LINE_BYTES_MAX:
-            raise click.ClickException(f"a line of standard input is over {LINE_BYTES_MAX} bytes")
-    if held:
-        yield held
+        held, size = [last], len(last)
+    if size:
+        yield b"".join(held)
 
 
 def _header(text: str) -> tuple[str, str]:

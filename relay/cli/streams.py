@@ -96,7 +96,10 @@ def _time(seq: int) -> str:
 
     if not seq:
         return "-"
-    when = datetime.fromtimestamp(seq_unix_ms(seq) / 1000, UTC)
+    try:
+        when = datetime.fromtimestamp(seq_unix_ms(seq) / 1000, UTC)
+    except (OverflowError, ValueError, OSError):  # a node reported a seq out of any range
+        return f"(seq {seq})"
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

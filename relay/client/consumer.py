@@ -148,6 +148,12 @@ class Consumer:
         if self.last_digest is not None:
             self._commit((self.position, self.last_digest))
 
+    def processed(self, tx: Transaction) -> None:
+        """Say that the caller finished every tx up to ``tx`` (one ``poll`` returned), so
+        ``close`` commits through it: for a caller that stops part way through a batch."""
+        if self._processed is None or tx.seq > self._processed[0]:
+            self._processed = (tx.seq, tx.digest)
+
     def _commit(self, upto: tuple[int, bytes] | None) -> None:
         self._commit_at = time.monotonic() + self.commit_interval_s
         if self.group is None:

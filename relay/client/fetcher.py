@@ -66,6 +66,23 @@ class Fetcher:
             return reply
         raise ProtocolError(f"{self.node}: a {type(reply).__name__} answered a span")
 
+    def span_within(
+        self, after: int, upto: int, max_txs: int, parts: int, strict: bool, timeout_s: float
+    ) -> Spanned:
+        """``span``, asked again (of the next node) until one answers; ``TimeoutError`` if
+        none does within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.span(after, upto, max_txs, parts, strict)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                tried = ", ".join(str(a) for a in self.order)
+                raise TimeoutError(
+                    f"{self.stream!r}: no relay node answered within {timeout_s:g} s "
+                    f"(tried {tried})"
+                )
+
     def close(self) -> None:
         self._pool.close()
 

@@ -14,6 +14,8 @@ from relay.errors import ProtocolError
 from relay.wire.client import status_request
 from relay.wire.replies import StatusReply, decode_reply
 
+STATUS_BYTES_MAX = 64 << 20  # a node's status with streams_max streams is well below this
+
 
 def node_status(
     address: NodeAddress, timeout_ms: int = 1000, pair: KeyPair | None = None
@@ -24,6 +26,7 @@ def node_status(
     ctx: zmq.Context[Any] = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, STATUS_BYTES_MAX)  # a larger answer drops the connection
     try:
         if address.public_key is not None:
             connect_to(sock, address.public_key, pair or generate())
@@ -37,3 +40,20 @@ def node_status(
         return reply.status
     finally:
         sock.close(linger=0)
+
+
+def statuses(
+    addresses: list[NodeAddress], pair: KeyPair, timeout_ms: int = 1000
+) -> dict[NodeAddress, NodeStatus | None]:
+    """Every node's status, asked of all at once; None where a node did not answer or
+    answered with something that is not a status."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(address: NodeAddress) -> NodeStatus | None:
+        try:
+            return node_status(address, timeout_ms, pair)
+        except ProtocolError:
+            return None
+
+    with ThreadPoolExecutor(max_workers=max(1, len(addresses))) as pool:
+        return dict(zip(addresses, pool.map(ask, addresses), strict=True))

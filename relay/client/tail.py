@@ -20,27 +20,19 @@ def start_of_last(fetcher: Fetcher, count: int, timeout_s: float = 10.0) -> int:
     if count <= 0:
         raise ValueError(f"the last {count} txs: give a count of at least 1")
     deadline = time.monotonic() + timeout_s
-    first = _span(fetcher, 0, 0, count + 1, deadline)
+    first = fetcher.span_within(0, 0, count + 1, 1, False, timeout_s)
     if _counted(first) < count:
         return 0
     head = first.verified_seq
     lo, hi = max(0, first.earliest_seq - 1), head  # count(lo) >= count > count(hi) = 0
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _counted(_span(fetcher, mid, head, count + 1, deadline)) >= count:
+        left = max(0.1, deadline - time.monotonic())
+        if _counted(fetcher.span_within(mid, head, count + 1, 1, False, left)) >= count:
             lo = mid
         else:
             hi = mid
     return lo + 1
-
-
-def _span(fetcher: Fetcher, after: int, upto: int, max_txs: int, deadline: float) -> Spanned:
-    while True:
-        found = fetcher.span(after, upto, max_txs, 1, False)
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no node answered for {fetcher.stream!r} in time")
 
 
 def _counted(reply: Spanned) -> int:

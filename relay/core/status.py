@@ -91,9 +91,9 @@ class StreamStatus:
             late_txs=_field(raw, "late_txs", int, where),
             catchup=_field(raw, "catchup", str, where),
             lanes=lane_states,
-            log_first_seq=_field(raw, "log_first_seq", int, where),
-            log_txs=_field(raw, "log_txs", int, where),
-            log_bytes=_field(raw, "log_bytes", int, where),
+            log_first_seq=_optional(raw, "log_first_seq", where),  # absent before 2026-11-25
+            log_txs=_optional(raw, "log_txs", where),
+            log_bytes=_optional(raw, "log_bytes", where),
         )
 
 
@@ -165,3 +165,8 @@ def _field(raw: dict[Any, Any], key: str, kind: type, where: str) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise StatusFormatError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
     return value
+
+
+def _optional(raw: dict[Any, Any], key: str, where: str) -> int:
+    """A count a node of an older version does not send: 0 when absent."""
+    return _field(raw, key, int, where) if key in raw else 0

@@ -21,12 +21,18 @@ class Gauges:
         self.gauged: set[str] = set()  # streams whose backlog gauge was set above zero
         self.verified_at: dict[str, int] = {}  # stream -> the readable seq last counted
         self.gauges = 0  # gauge turns so far
+        self.syncs_counted = 0  # group commits already added to their counter
 
     def verified(self, core: NodeCore, v: Verified) -> None:
         """Count the txs that became readable since the last ``Verified`` of the stream (a
-        snapshot's jump counts only what the memory ring holds)."""
+        snapshot's jump counts only what the memory ring holds; the first since the node
+        started counts nothing, so a restart is no spike)."""
         state = core.streams.get(v.stream)
-        before = self.verified_at.get(v.stream, 0)
+        before = self.verified_at.get(v.stream)
+        if before is None:  # the first advance since start: what was restored is not new
+            self.verified_at[v.stream] = v.seq
+            self.metrics.verified_time.labels(v.stream).set(seq_unix_ms(v.seq) / 1000)
+            return
         if state is None or v.seq <= before:
             return
         seqs = state.timeline.seqs
@@ -49,7 +55,9 @@ class Gauges:
         for name, stream_log in disk.store.logs.items():
             self.metrics.log_bytes.labels(name).set(stream_log.bytes_on_disk())
             self.metrics.log_segments.labels(name).set(len(stream_log.segments))
-        self.metrics.syncs.set(disk.syncer.syncs if disk.syncer else 0)
+        syncs = disk.syncer.syncs if disk.syncer else 0
+        self.metrics.syncs.inc(syncs - self.syncs_counted)
+        self.syncs_counted = syncs
         self.gauges += 1
         if self.gauges % GROUP_LAG_EVERY == 0:  # a span per group: not every gauge turn
             for (group, stream), lag in group_lags(core).items():

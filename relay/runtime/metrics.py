@@ -116,9 +116,7 @@ class NodeMetrics:
             ["group", "stream"],
             registry=r,
         )
-        self.syncs = Gauge(
-            "relay_log_syncs", "Group commits (fdatasync batches) so far", registry=r
-        )
+        self.syncs = Counter("relay_log_syncs", "Group commits (fdatasync batches)", registry=r)
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -238,15 +238,17 @@ class StreamLog:
         start = segment.offset_before(seq)
         cut, last, digest = start, 0, b""
         inside = False  # the cut lands inside a batch: a cut frame after it voids the rest
-        removed = 0  # records above ``seq``: read to the end to count them (a short tail)
-        for kind, _, end, found, _ in self._frames(segment, start):
-            if kind == MARK:
+        removed = voided = 0  # records above ``seq``, read to the end to count them (a
+        for kind, _, end, found, _ in self._frames(segment, start):  # short tail): in frames
+            if kind == MARK:  # the truncation takes, and in a batch the cut frame voids
                 continue
             kept = [r for r in found if r[0].seq <= seq] if not (inside or removed) else []
-            removed += len(found) - len(kept)
             if kept:
                 cut, last, digest = end, kept[-1][0].seq, kept[-1][1]
                 inside = len(kept) < len(found)
+                voided = len(found) - len(kept)
+            else:
+                removed += len(found)
         if seq != segment.header.base_seq and last != seq:
             raise StorageError(f"{self.stream}: the log holds no seq {seq} to cut after")
         self._retire()
@@ -255,13 +257,14 @@ class StreamLog:
             self.unsynced.directory = True
         os.truncate(segment.path, cut)  # only frames wholly above ``seq`` (and their marks)
         segment.forget_after(cut)
-        segment.records -= removed  # a split batch's void part goes with the cut frame below
+        segment.records -= removed
         self.fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
         self._track()
         mark = min(self.mark, seq)
         tail = (cut_frame(seq) if inside else b"") + (mark_frame(mark) if mark else b"")
         if tail:  # the cut may have taken the last mark with it: one write puts both back
             self._write(tail)
+        segment.records -= voided  # written: the split batch's void part is gone too
         if last:  # the file says so now; a failed write above leaves this to a retry
             segment.last_seq, segment.last_digest = last, digest
         else:
