@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from relay.core.events import Verified
+from relay.core.events import Restored, Verified
 from relay.core.flake import seq_unix_ms
 from relay.core.node import NodeCore
 from relay.core.status import StreamStatus
@@ -23,16 +23,17 @@ class Gauges:
         self.gauges = 0  # gauge turns so far
         self.syncs_counted = 0  # group commits already added to their counter
 
+    def restored(self, restored: list[Restored]) -> None:
+        """What the log held as verified at start is not newly verified: a restart is no
+        spike in the count."""
+        for r in restored:
+            self.verified_at[r.stream] = r.verified_seq
+
     def verified(self, core: NodeCore, v: Verified) -> None:
         """Count the txs that became readable since the last ``Verified`` of the stream (a
-        snapshot's jump counts only what the memory ring holds; the first since the node
-        started counts nothing, so a restart is no spike)."""
+        snapshot's jump counts only what the memory ring holds)."""
         state = core.streams.get(v.stream)
-        before = self.verified_at.get(v.stream)
-        if before is None:  # the first advance since start: what was restored is not new
-            self.verified_at[v.stream] = v.seq
-            self.metrics.verified_time.labels(v.stream).set(seq_unix_ms(v.seq) / 1000)
-            return
+        before = self.verified_at.get(v.stream, 0)
         if state is None or v.seq <= before:
             return
         seqs = state.timeline.seqs

@@ -90,6 +90,7 @@ class NodeRuntime:
         self.log_reads: deque[tuple[bytes, int, LogRead]] = deque()  # waiting for the disk
         self.metrics = NodeMetrics(node_id, config.name)
         self.gauges = Gauges(self.metrics)
+        self.gauges.restored(restored)
         self.refusal_log = Throttle()
         self.stopping = False
         try:
