@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 from urllib.request import urlopen
 
 import pytest
@@ -26,6 +27,15 @@ SUFFIXES = {"histogram": ("_bucket", "_count", "_sum"), "counter": ("_total",)}
 def scrape(cluster: LocalCluster, node_id: int) -> str:
     port = cluster.config.node(node_id).metrics_port
     return urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def samples(cluster: LocalCluster, node_id: int) -> dict[tuple[str, tuple[Any, ...]], float]:
+    """Every sample a node exports, by name and labels."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scrape(cluster, node_id))
+        for s in family.samples
+    }
 
 
 def exported(text: str) -> set[str]:
@@ -63,27 +73,19 @@ def test_every_metric_the_dashboard_queries_exists_on_each_node(cluster: LocalCl
 
 
 def test_identity_verified_counts_and_process_metrics(cluster: LocalCluster) -> None:
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(scrape(cluster, 2))
-        for s in family.samples
-    }
-    info = [k for k in samples if k[0] == "relay_node_info"]
+    found = samples(cluster, 2)
+    info = [k for k in found if k[0] == "relay_node_info"]
     assert info and dict(info[0][1])["node_id"] == "2"
     deadline = time.monotonic() + 10
     key = ("relay_verified_txs_total", (("stream", "metrics.m"),))
-    while samples.get(key) != 50 and time.monotonic() < deadline:
+    while found.get(key) != 50 and time.monotonic() < deadline:
         time.sleep(0.2)
-        samples = {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(scrape(cluster, 2))
-            for s in family.samples
-        }
-    assert samples.get(key) == 50  # a count, which a float carries exactly (a seq it would not)
-    stamp = samples[("relay_verified_timestamp_seconds", (("stream", "metrics.m"),))]
+        found = samples(cluster, 2)
+    assert found.get(key) == 50  # a count, which a float carries exactly (a seq it would not)
+    stamp = found[("relay_verified_timestamp_seconds", (("stream", "metrics.m"),))]
     assert abs(stamp - time.time()) < 120
-    assert samples[("process_resident_memory_bytes", ())] > 10 << 20
-    assert not any(name == "relay_verified_seq" for name, _ in samples)
+    assert found[("process_resident_memory_bytes", ())] > 10 << 20
+    assert not any(name == "relay_verified_seq" for name, _ in found)
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
@@ -97,3 +99,20 @@ def test_promtool_check_metrics_passes_on_every_node(cluster: LocalCluster) -> N
             timeout=30,
         )
         assert checked.returncode == 0, f"node {node_id}: {checked.stdout}{checked.stderr}"
+
+
+def test_a_restarted_node_counts_only_what_becomes_verified_after_it(
+    cluster: LocalCluster,
+) -> None:
+    cluster.stop(3)
+    cluster.start(3)
+    cluster.wait_serving()
+    with Producer(config=cluster.config_path) as producer:
+        for i in range(5):
+            producer.publish("metrics.m", b"after %d" % i)
+    key = ("relay_verified_txs_total", (("stream", "metrics.m"),))
+    deadline, counted = time.monotonic() + 10, 0.0
+    while counted < 5 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        counted = samples(cluster, 3).get(key, 0.0)
+    assert 5 <= counted < 50  # not the 50 the log held as verified before the restart
