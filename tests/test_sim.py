@@ -85,6 +85,16 @@ def test_a_cut_above_every_tx_of_its_epoch_settles_by_a_complete_answer() -> Non
     assert run_seed(3003529, 3).acked > 0
 
 
+def test_a_cut_settled_on_a_head_that_a_refold_gave_up_is_repaired() -> None:
+    """Seed 3004037 (3 nodes, the same campaign): a replica that never heard an origin's new
+    epoch (a one-way partition) folded its own txs past that epoch's txs, then settled the
+    epoch's cut because the cut lay below its unverified head; refolds gave the tail up but
+    left the lane cut, so the txs were never repaired, the same tail came back, and with the
+    third node down the two live replicas stayed diverged for good. A refold below a settled
+    cut now reopens it (UNSETTLED) and repairs up to it."""
+    assert run_seed(3004037, 3).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and

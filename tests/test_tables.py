@@ -14,30 +14,35 @@ LANE_EXPECTED = {
     (L.NEW, LI.CUT_SETTLED): (L.NEW, False),
     (L.NEW, LI.NEWER_EPOCH): (L.ACTIVE, True),
     (L.NEW, LI.REJOINED): (L.ACTIVE, True),
+    (L.NEW, LI.UNSETTLED): (L.NEW, False),
     (L.WAITING, LI.ADMITTED): (L.ACTIVE, False),
     (L.WAITING, LI.SUSPECTED): (L.CUTTING, False),
     (L.WAITING, LI.NEWER_SUSPECTED): (L.CUTTING, True),
     (L.WAITING, LI.CUT_SETTLED): (L.WAITING, False),
     (L.WAITING, LI.NEWER_EPOCH): (L.CUTTING, False),
     (L.WAITING, LI.REJOINED): (L.ACTIVE, True),
+    (L.WAITING, LI.UNSETTLED): (L.WAITING, False),
     (L.ACTIVE, LI.ADMITTED): (L.ACTIVE, False),
     (L.ACTIVE, LI.SUSPECTED): (L.CUTTING, False),
     (L.ACTIVE, LI.NEWER_SUSPECTED): (L.CUTTING, True),
     (L.ACTIVE, LI.CUT_SETTLED): (L.ACTIVE, False),
     (L.ACTIVE, LI.NEWER_EPOCH): (L.CUTTING, False),
     (L.ACTIVE, LI.REJOINED): (L.ACTIVE, True),
+    (L.ACTIVE, LI.UNSETTLED): (L.ACTIVE, False),
     (L.CUTTING, LI.ADMITTED): (L.CUTTING, False),
     (L.CUTTING, LI.SUSPECTED): (L.CUTTING, False),
     (L.CUTTING, LI.NEWER_SUSPECTED): (L.CUTTING, True),
     (L.CUTTING, LI.CUT_SETTLED): (L.CUT, False),
     (L.CUTTING, LI.NEWER_EPOCH): (L.CUTTING, False),
     (L.CUTTING, LI.REJOINED): (L.CUTTING, False),
+    (L.CUTTING, LI.UNSETTLED): (L.CUTTING, False),
     (L.CUT, LI.ADMITTED): (L.CUT, False),
     (L.CUT, LI.SUSPECTED): (L.CUT, False),
     (L.CUT, LI.NEWER_SUSPECTED): (L.CUTTING, True),
     (L.CUT, LI.CUT_SETTLED): (L.CUT, False),
     (L.CUT, LI.NEWER_EPOCH): (L.WAITING, True),
     (L.CUT, LI.REJOINED): (L.ACTIVE, True),
+    (L.CUT, LI.UNSETTLED): (L.CUTTING, False),
 }
 
 
@@ -60,6 +65,14 @@ def test_each_lane_pair(pair: tuple[LaneState, LaneInput], after: tuple[LaneStat
         assert got.closed == ((5, 40) if state is L.CUT else None)
     else:
         assert got is before and got.epoch == 5 and got.contig == 40
+
+
+def test_a_reopened_cut_keeps_where_the_epoch_ends() -> None:
+    """A refold below a settled cut reopens it (UNSETTLED) to repair up to the same cut."""
+    cut = Lane(2, 100, 1000, epoch=5, state=L.CUT)
+    cut.cut_at, cut.contig, cut.cut_reports = 70, 40, {1: 70}
+    reopened = cut.apply(LI.UNSETTLED)
+    assert reopened.state is L.CUTTING and reopened.cut_at == 70 and reopened.cut_reports == {1: 70}
 
 
 def test_a_lane_that_starts_cutting_forgets_an_older_cut() -> None:

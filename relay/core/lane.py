@@ -10,7 +10,8 @@ is the highest seq below which no tx of this origin can still arrive:
 - ACTIVE: its floor, if we hold everything it claimed to have sent; else ``contig``.
 - CUTTING: the origin is suspected dead; its epoch is frozen at ``contig`` until the
   replicas agree on the cut (the highest ``contig`` any live replica holds).
-- CUT: the epoch is closed; the lane no longer holds the watermark back.
+- CUT: the epoch is closed; the lane no longer holds the watermark back (reopened to
+  CUTTING, keeping its cut, if the timeline is taken back below the cut).
 - WAITING: a (re)joining origin; it is admitted once its floor is above the stable head,
   so none of its future txs can land below what is already stable.
 
@@ -45,6 +46,7 @@ class LaneInput(Enum):
     CUT_SETTLED = "cut settled"  # the replicas agreed where the epoch ends; we hold it all
     NEWER_EPOCH = "newer epoch"  # the origin announced a newer epoch
     REJOINED = "rejoined"  # (this node's own lane) the node starts a new epoch
+    UNSETTLED = "unsettled"  # the timeline went back below the cut: hold its txs again
 
 
 ST, IN = LaneState, LaneInput
@@ -56,30 +58,35 @@ TRANSITIONS: dict[tuple[LaneState, LaneInput], tuple[LaneState, bool]] = {
     (ST.NEW, IN.CUT_SETTLED): (ST.NEW, False),
     (ST.NEW, IN.NEWER_EPOCH): (ST.ACTIVE, True),  # first sight: nothing of it is stable yet
     (ST.NEW, IN.REJOINED): (ST.ACTIVE, True),
+    (ST.NEW, IN.UNSETTLED): (ST.NEW, False),
     (ST.WAITING, IN.ADMITTED): (ST.ACTIVE, False),
     (ST.WAITING, IN.SUSPECTED): (ST.CUTTING, False),
     (ST.WAITING, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
     (ST.WAITING, IN.CUT_SETTLED): (ST.WAITING, False),
     (ST.WAITING, IN.NEWER_EPOCH): (ST.CUTTING, False),  # end the old epoch first
     (ST.WAITING, IN.REJOINED): (ST.ACTIVE, True),
+    (ST.WAITING, IN.UNSETTLED): (ST.WAITING, False),
     (ST.ACTIVE, IN.ADMITTED): (ST.ACTIVE, False),
     (ST.ACTIVE, IN.SUSPECTED): (ST.CUTTING, False),
     (ST.ACTIVE, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
     (ST.ACTIVE, IN.CUT_SETTLED): (ST.ACTIVE, False),
     (ST.ACTIVE, IN.NEWER_EPOCH): (ST.CUTTING, False),  # end the old epoch first
     (ST.ACTIVE, IN.REJOINED): (ST.ACTIVE, True),
+    (ST.ACTIVE, IN.UNSETTLED): (ST.ACTIVE, False),
     (ST.CUTTING, IN.ADMITTED): (ST.CUTTING, False),
     (ST.CUTTING, IN.SUSPECTED): (ST.CUTTING, False),
     (ST.CUTTING, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
     (ST.CUTTING, IN.CUT_SETTLED): (ST.CUT, False),
     (ST.CUTTING, IN.NEWER_EPOCH): (ST.CUTTING, False),  # the cut settles first
     (ST.CUTTING, IN.REJOINED): (ST.CUTTING, False),  # the cut settles first
+    (ST.CUTTING, IN.UNSETTLED): (ST.CUTTING, False),
     (ST.CUT, IN.ADMITTED): (ST.CUT, False),
     (ST.CUT, IN.SUSPECTED): (ST.CUT, False),
     (ST.CUT, IN.NEWER_SUSPECTED): (ST.CUTTING, True),
     (ST.CUT, IN.CUT_SETTLED): (ST.CUT, False),
     (ST.CUT, IN.NEWER_EPOCH): (ST.WAITING, True),  # admitted once its floor passes the head
     (ST.CUT, IN.REJOINED): (ST.ACTIVE, True),
+    (ST.CUT, IN.UNSETTLED): (ST.CUTTING, False),  # the decided cut stays; repair up to it
 }
 del ST, IN
 
@@ -129,7 +136,11 @@ class Lane:
         state, newer = TRANSITIONS[(self.state, event)]
         if newer:
             return self.successor(epoch, state)
-        if state is LaneState.CUTTING and self.state is not LaneState.CUTTING:
+        if (
+            state is LaneState.CUTTING
+            and self.state is not LaneState.CUTTING
+            and event is not LaneInput.UNSETTLED  # reopened: the cut was decided already
+        ):
             self.cut_reports = {}
             self.cut_at = None
             self.cut_grace.stop()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from relay.core.catchup import Catchup, CatchupInput, Vouchers, slice_for, slice_problem
 from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
-from relay.core.lane import Lane
+from relay.core.lane import Lane, LaneInput, LaneState
 from relay.core.messages import ANSWER_BYTES_MAX, KeyRecord, Tx, within_bytes
 from relay.core.ordering import seq_of
 from relay.core.timeline import Timeline
@@ -217,6 +217,11 @@ class TimelineRebuild:
             lane.contig = head  # everything at or below the head is settled now
             if lane.cut_at is not None and lane.contig > lane.cut_at:
                 lane.cut_at = lane.contig
+            if lane.state is LaneState.CUT and lane.cut_at is not None and lane.cut_at > head:
+                # the cut settled on a head that is gone (an unverified tail folded past the
+                # epoch's txs, some never held here): hold them again, repaired, before the
+                # lane stops holding the watermark back
+                lane.apply(LaneInput.UNSETTLED)
             if lane.closed is not None and lane.closed[1] > head:
                 # a lane of a newer epoch cannot take back what a closed epoch held above the
                 # head: that is gone from here, so the epoch now ends at the head, and the
