@@ -215,9 +215,15 @@ def test_cluster_up_with_nodes_writes_its_own_file(
     assert down.exit_code == 0 and down.output.count("stopped") == 3
 
 
+def bench_command(cluster: LocalCluster, *args: str) -> list[str]:
+    config = str(cluster.config_path)
+    return [sys.executable, "-m", "relay", "bench", "--config", config, "--json", *args]
+
+
 def bench(cluster: LocalCluster, *args: str) -> dict[str, Any]:
-    command = [sys.executable, "-m", "relay", "bench", "--config", str(cluster.config_path)]
-    done = subprocess.run([*command, "--json", *args], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        bench_command(cluster, *args), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
     return report
@@ -248,14 +254,8 @@ def test_bench_at_a_rate_charges_a_stall_to_every_message_it_delayed(
     the ~140 messages due meanwhile; measured from their due times, p99 shows it (measured
     from their actual sends, only the one in flight would)."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "relay",
-            "bench",
-            "--config",
-            str(cluster.config_path),
-            "--json",
+        bench_command(
+            cluster,
             "--stream",
             "bench.co",
             "--count",
@@ -266,7 +266,7 @@ def test_bench_at_a_rate_charges_a_stall_to_every_message_it_delayed(
             "1",
             "--batch",
             "1",
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
