@@ -52,12 +52,7 @@ from relay.core.fencing import FenceInput, NodeState, next_state
 from relay.core.flake import SEQ_MAX
 from relay.core.intake import MeshIntake
 from relay.core.log_events import LogEvents
-from relay.core.messages import (
-    Heartbeat,
-    RepairRequest,
-    StreamAck,
-    SyncRequest,
-)
+from relay.core.messages import Heartbeat, RepairRequest, StreamAck, SyncRequest
 from relay.core.origin import Origin
 from relay.core.params import CoreConfig
 from relay.core.peers import Peers
