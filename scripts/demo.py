@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import queue
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ END = "\0"
 
 
 def relay(*args: str) -> None:
-    print(f"$ relay {' '.join(args)}", flush=True)
+    print(f"$ relay {shlex.join(args)}", flush=True)
     subprocess.run([sys.executable, "-m", "relay", *args], check=True)
 
 
