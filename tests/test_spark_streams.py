@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path_factory.mktemp("spark-streams"), nodes=3) as c:
-        c.start()
-        c.wait_serving()
-        yield c
+def cluster(cluster3: LocalCluster) -> LocalCluster:
+    return cluster3
 
 
 def stream_reader(cluster: LocalCluster, spark: SparkSession, **options: Any) -> Any:
