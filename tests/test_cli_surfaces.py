@@ -247,6 +247,18 @@ def test_bench_runs_several_producers_and_consumers_end_to_end(cluster: LocalClu
     assert 0 < found["e2e_p50_ms"] <= found["e2e_p99_ms"] <= found["e2e_max_ms"] < 60_000
 
 
+def wait_for_txs(cluster: LocalCluster, stream: str, count: int, timeout_s: float = 60) -> None:
+    """Until node 1's log holds ``count`` txs of ``stream`` (its status says so)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = cluster.status(1)
+        held = status.stream(stream) if status else None
+        if held is not None and held.log_txs >= count:
+            return
+        assert time.monotonic() < deadline, f"{stream} never reached {count} txs"
+        time.sleep(0.05)
+
+
 def test_bench_at_a_rate_charges_a_stall_to_every_message_it_delayed(
     cluster: LocalCluster,
 ) -> None:
@@ -272,14 +284,18 @@ def test_bench_at_a_rate_charges_a_stall_to_every_message_it_delayed(
         text=True,
     )
     try:
-        time.sleep(2.5)  # start-up, then about a second of sending
-        for node_id in (1, 2, 3):
-            os.kill(cluster.procs[node_id].pid, signal.SIGSTOP)
-        time.sleep(0.7)
+        try:
+            wait_for_txs(cluster, "bench.co", 150)  # about 0.75 s of sending
+            for node_id in (1, 2, 3):
+                os.kill(cluster.procs[node_id].pid, signal.SIGSTOP)
+            time.sleep(0.7)  # the stall itself
+        finally:
+            for node_id in (1, 2, 3):
+                os.kill(cluster.procs[node_id].pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
     finally:
-        for node_id in (1, 2, 3):
-            os.kill(cluster.procs[node_id].pid, signal.SIGCONT)
-    out, err = proc.communicate(timeout=120)
+        proc.kill()  # stopped whatever failed above (a no-op once it exited)
+        proc.wait()
     assert proc.returncode == 0, err
     found = json.loads(out)
     assert found["acked"] == 600 and found["p99_ms"] > 300, found

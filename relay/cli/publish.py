@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 READ_BYTES = 1 << 16
 POLL_S = 0.005  # how often acks are taken in while standard input is quiet
-LINE_BYTES_MAX = 16 << 20  # a longer line is an error (payload_bytes_max is at most this)
+LINE_BYTES_MAX = 16 << 20  # a longer line or --file is an error (payload_bytes_max is at most this)
 
 
 @click.command()
@@ -71,6 +71,11 @@ def publish(
         raise click.UsageError("give MESSAGES or --file, not both")
     pending: deque[tuple[bytes, PublishFuture]] = deque()
     if path is not None:
+        if Path(path).stat().st_size > LINE_BYTES_MAX:
+            raise click.BadParameter(
+                f"{path} is over {LINE_BYTES_MAX} bytes, more than a message may hold",
+                param_hint="--file",
+            )
         payloads: Iterator[bytes | None] = iter([Path(path).read_bytes()])
     elif messages:
         payloads = (m.encode() for m in messages)
