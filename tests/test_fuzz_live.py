@@ -27,6 +27,7 @@ from relay.wire import client, mesh
 pytestmark = pytest.mark.slow
 
 FRAMES = 3000  # per port
+WINDOW = 50  # client frames sent before their answers are read
 RSS_MB_MAX = 600
 
 
@@ -78,6 +79,15 @@ def mesh_frames(rng: random.Random) -> list[list[bytes]]:
     return frames
 
 
+def read_answers(dealer: zmq.Socket[bytes], quiet_ms: int) -> int:
+    """How many answers arrive before the connection is quiet for ``quiet_ms``."""
+    answered = 0
+    while dealer.poll(quiet_ms):
+        dealer.recv_multipart()
+        answered += 1
+    return answered
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -118,17 +128,17 @@ def test_a_fuzzed_cluster_stays_up_bounded_and_on_one_timeline(tmp_path: Path) -
                 cluster.secure(admin, 2, cluster.admin_pair)
                 dealer.connect(cluster.config.node(1).client_address)
                 admin.connect(f"tcp://127.0.0.1:{cluster.admin_ports[2]}")
-                for frames in zip(client_frames(rng), mesh_frames(rng), strict=True):
+                answered = 0
+                for i, frames in enumerate(zip(client_frames(rng), mesh_frames(rng), strict=True)):
                     dealer.send_multipart(frames[0])
                     fake.send_multipart(frames[1])
                     admin.send_multipart(
                         [b"", mutate(rng, msgpack.packb(["set", {"delay_ms": 0}]))]
                     )
-                answered = 0
-                while dealer.poll(2000):  # the node answers what it can; it never goes silent
-                    dealer.recv_multipart()
-                    answered += 1
-                assert answered > FRAMES // 2
+                    if i % WINDOW == WINDOW - 1:  # a node queues only so many answers
+                        answered += read_answers(dealer, 100)  # per client; read them
+                answered += read_answers(dealer, 2000)  # it answers what it can, never silent
+                assert answered > FRAMES * 9 // 10  # all but parked fetches and lost publishes
             finally:
                 monitor.close(linger=0)
                 for sock in sockets:
