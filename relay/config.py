@@ -30,6 +30,7 @@ PARAM_BOUNDS = {
     "publish_items_max": (1, 1 << 16),
     "dedup_window_ms": (1000, 7 * 24 * 3600 * 1000),  # a retry's window: one second to a week
     "heartbeat_ms": (1, 60_000),
+    "promise_lead_ms": (0, 500),  # 0: no lead; far below a seq reservation's reach
     "buffer_bytes_max": (1 << 20, 1 << 40),  # at least one largest payload
 }
 

@@ -17,6 +17,7 @@ from relay.core.messages import (
 from relay.core.origin import Origin
 from relay.core.reads import FETCH_BYTES_MAX, read
 from relay.core.timeline import Timeline
+from relay.core.timer import Now
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StreamLog
 
@@ -86,7 +87,7 @@ def test_a_fetch_answer_stops_at_its_byte_bound_and_a_large_tx_still_goes() -> N
 def test_a_turns_replication_is_split_below_a_frames_size() -> None:
     origin = Origin(1, 7, 0)
     items = [Item(i + 1, bytes(1 << 20)) for i in range(40)]
-    origin.originate("s", T0, "p", items)
+    origin.originate("s", Now(T0, 0), "p", items)
     sent = origin.replicates()
     assert len(sent) == 14 and sum(len(m.txs) for m in sent) == 40
     assert all(sum(map(tx_bytes, m.txs)) <= ANSWER_BYTES_MAX for m in sent)

@@ -11,6 +11,7 @@ from relay.core.messages import Item, StreamAck, SyncData, Tx, fold_tx
 from relay.core.origin import Origin
 from relay.core.publish import Publishes, attach_retries
 from relay.core.stream import StreamLimits, StreamReplica
+from relay.core.timer import Now
 
 LIMITS = StreamLimits(buffer_txs_max=100, dedup_window_ms=60_000, dedup_keys_max=1000)
 BASE = 1 << 40
@@ -321,7 +322,7 @@ def test_two_copies_of_a_key_in_one_request_follow_the_first() -> None:
     fresh, copies = attach_retries(r, req, pending)
     assert [item.payload for item in fresh] == [b"A", b"C"]
     origin = Origin(1, 7, BASE)
-    txs = origin.originate("s", 1_800_000_000_000, "p", fresh)
+    txs = origin.originate("s", Now(1_800_000_000_000, 0), "p", fresh)
     r.take_own(txs)
     pending.originated(txs, copies)
     assert pending.seqs == [txs[0].seq, txs[0].seq, txs[0].seq, txs[1].seq]

@@ -57,7 +57,7 @@ def _times(message: MeshMessage, self_id: int) -> list[tuple[str, int]]:
     if isinstance(message, StreamAck):
         return [
             ("an epoch", message.epoch),
-            ("a promise", seq_unix_ms(message.floor)),
+            ("a promise", seq_unix_ms(max(message.floor, message.promise))),
             ("a vote", seq_unix_ms(message.head_seq)),
             ("a claim", seq_unix_ms(message.origin_last)),
         ]

@@ -75,7 +75,7 @@ class NodeCore(MeshIntake, LogEvents):
         self.config = config
         self.params = params
         self.node_id = config.node_id
-        self.origin = Origin(config.node_id, epoch, floor, reserved)
+        self.origin = Origin(config.node_id, epoch, floor, reserved, params.promise_lead_ms)
         ids = [s.node_id for s in config.subscriptions]
         self.peers = Peers(self.node_id, ids, params.fence_after_ms, params.suspect_after_ms)
         limits = StreamLimits(
@@ -220,7 +220,7 @@ class NodeCore(MeshIntake, LogEvents):
         pending = self.publishes.start(self.elapsed_ms, req)
         fresh, copies = attach_retries(state, req, pending)
         if fresh:
-            txs = self.origin.originate(req.stream, now.wall_ms, req.producer_id, fresh)
+            txs = self.origin.originate(req.stream, now, req.producer_id, fresh)
             state.take_own(txs)
             pending.originated(txs, copies)
         self.publishes.wait(req.stream, pending)
@@ -249,7 +249,7 @@ class NodeCore(MeshIntake, LogEvents):
             why = f"this node's disk refuses writes ({self.storage_error}); try another node"
             others = tuple(n for n in self.routing.replicas_of(req.stream) if n != self.node_id)
             return Rejected(errors.STORAGE, why, others)
-        if self.origin.room(now.wall_ms, len(req.items)):
+        if self.origin.room(req.stream, now.wall_ms, len(req.items)):
             return None
         return Rejected(errors.UNAVAILABLE, "this node is reserving seqs on its disk; retry")
 
@@ -378,6 +378,7 @@ class NodeCore(MeshIntake, LogEvents):
                     sender=self.node_id,
                     epoch=self.epoch,
                     floor=floor,
+                    promise=self.origin.promise(name, floor, now),
                     origin_last=claim,
                     head_seq=vote_seq,
                     head_digest=vote_digest,

@@ -24,6 +24,9 @@ class CoreParams:
     streams_max: int = 10_000
     payload_bytes_max: int = 1 << 20
     publish_items_max: int = 4096
+    # a node that originated nothing in a stream for this long promises this far ahead of its
+    # clock there, so a replica can fold another origin's tx the moment it arrives
+    promise_lead_ms: int = 20
     votes_wait_for_disk: bool = False  # fsync = "always": a vote is the durable head
 
 

@@ -135,7 +135,7 @@ class StreamReplica(TimelineRebuild):
         """A peer's promise, vote and cut reports for this stream."""
         lane = self.lanes[ack.sender]
         if lane.epoch == ack.epoch:
-            lane.claim(ack.origin_last, ack.floor)
+            lane.claim(ack.origin_last, max(ack.floor, ack.promise))
         for report in ack.reports:
             if cut.take_report(self.lanes, ack.sender, report):
                 self.needs_ack = True

@@ -17,6 +17,7 @@ from relay.core.routing import Subscription
 from relay.sim.faults import Fault, FaultKind, crashes_of, draw_faults
 
 SKEW_MS_MAX = 10_000
+LEADS_MS = (0, 5, 20, 20, 100)  # how far an idle origin promises ahead (0: no lead)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,12 @@ class SimPlan:
             nodes=nodes,
             streams=streams,
             subscriptions=subscriptions,
-            params=replace(_params(rng), votes_wait_for_disk=votes_wait),
+            params=replace(
+                _params(rng),
+                votes_wait_for_disk=votes_wait,
+                # its own stream of numbers: the draws above replay as before leads existed
+                promise_lead_ms=random.Random(seed * 67_867_967 + nodes).choice(LEADS_MS),
+            ),
             publish_ms=publish_ms,
             publishes=rng.randint(100, 400) if many else rng.randint(20, 150),
             retry_rate=rng.choice([0.0, 0.1, 0.3]),

@@ -35,8 +35,8 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 4  # 2: txs carry a key and headers; 3: dedup keys carry a content tag; 4: a repair
-# answer may say it is complete
+VERSION = 5  # 2: txs carry a key and headers; 3: dedup keys carry a content tag; 4: a repair
+# answer may say it is complete; 5: an ack carries a promise apart from the floor
 FRAME_BYTES_MAX = 64 << 20
 
 _REPLICATE, _ACK, _HEARTBEAT, _REPAIR_REQUEST, _REPAIR_DATA, _SYNC_REQUEST, _SYNC_DATA = range(1, 8)
@@ -46,7 +46,7 @@ _encode = msgspec.msgpack.Encoder().encode
 _ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still encoded
 _ANY = msgspec.msgpack.Decoder()
 _TXS = msgspec.msgpack.Decoder(tuple[TxRow, ...])  # tx rows straight into checked types
-FIELDS_MAX = 14  # the most fields a mesh frame has (an ack)
+FIELDS_MAX = 15  # the most fields a mesh frame has (an ack)
 _ROWS_AT = {_REPLICATE: 6, _REPAIR_DATA: 6, _SYNC_DATA: 7}  # which field holds tx rows
 
 
@@ -103,6 +103,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.marked_seq,
             m.readable_seq,
             m.marked_digest,
+            m.promise,
         ]
         return topic(Channel.ACK, m.stream), _encode(body)
     if isinstance(m, Heartbeat):
@@ -186,7 +187,7 @@ def decode(body: bytes) -> MeshMessage:
             )
         if kind == _ACK:
             _, _, stream, sender, epoch, floor, last, head, digest, verified, reports, *marks = (
-                _shape(f, 14)
+                _shape(f, 15)
             )
             return StreamAck(
                 as_str(stream),
@@ -204,6 +205,7 @@ def decode(body: bytes) -> MeshMessage:
                 marked_seq=as_int(marks[0]),
                 readable_seq=as_int(marks[1]),
                 marked_digest=as_bytes(marks[2]),
+                promise=as_int(marks[3]),
             )
         if kind == _HEARTBEAT:
             _, _, sender, epoch, floor, lasts, accepts, leaving, epochs, shared = _shape(f, 10)
