@@ -114,7 +114,7 @@ class MeshIntake:
         last = max(tx.seq for tx in msg.txs)
         self.origin.clock.observe(last)
         state.lanes[msg.origin].claim(last, msg.floor)
-        state.needs_ack = True
+        state.needs_ack |= last > state.promise_sent  # promise past it, unless a lead did
         self._touch(msg.stream)
 
     def _on_ack(self, ack: StreamAck) -> None:

@@ -373,12 +373,13 @@ class NodeCore(MeshIntake, LogEvents):
             if state.needs_ack:
                 state.needs_ack = False
                 vote_seq, vote_digest = state.vote()
+                state.promise_sent = promise = self.origin.promise(name, floor, now)
                 ack = StreamAck(
                     stream=name,
                     sender=self.node_id,
                     epoch=self.epoch,
                     floor=floor,
-                    promise=self.origin.promise(name, floor, now),
+                    promise=promise,
                     origin_last=claim,
                     head_seq=vote_seq,
                     head_digest=vote_digest,

@@ -92,6 +92,7 @@ class StreamReplica(TimelineRebuild):
         self.announced_seq = 0  # the readable seq last reported by ``verify``
         self.verified_noted = 0  # the verified seq ``verify`` last saw
         self.needs_ack = False
+        self.promise_sent = 0  # the promise of this node's last ack in the stream
         self.late_txs = 0
         self.owed_reports: dict[tuple[int, int], int] = {}  # (origin, epoch) -> highest held
 
@@ -124,7 +125,8 @@ class StreamReplica(TimelineRebuild):
         moved, late = ordering.fold_stable(self.lanes, floors, self.timeline, self.dedup)
         self.late_txs += late
         if moved:
-            self.needs_ack = True
+            # the vote moved, unless it waits for the disk (``persisted`` then says so)
+            self.needs_ack |= not self.log.votes_wait
             if self.votes.recheck(self.timeline):
                 self.catchup.apply(CatchupInput.CONTRADICTED, elapsed_ms)
         return moved
@@ -156,9 +158,12 @@ class StreamReplica(TimelineRebuild):
         )
         if contradicted:
             self.catchup.apply(CatchupInput.CONTRADICTED, elapsed_ms)
-        behind = ack.head_seq < self.timeline.head_seq or ack.verified_seq < self.verified_seq
+        # the peer is behind what we vote, or lacks our mark: tell it (our stable head may run
+        # ahead of our vote, which waits for the disk, and an ack cannot tell it more)
+        behind = ack.head_seq < self.log.vote_seq(self.timeline)
+        behind |= ack.verified_seq < self.verified_seq
         if behind or ack.readable_seq < min(self.log.durable_mark, ack.verified_seq):
-            self.needs_ack = True  # the peer is behind us, or lacks our mark: tell it
+            self.needs_ack = True
 
     def verify(self, elapsed_ms: int) -> bool:
         """Let the votes move the verified seq, and the durable marks the readable seq; True

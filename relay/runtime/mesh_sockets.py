@@ -87,31 +87,42 @@ class MeshSockets:
         metrics: NodeMetrics,
         events: list[Event],
     ) -> None:
-        taken = 0
-        for _ in range(DRAIN_FRAMES_MAX):
-            if taken > DRAIN_BYTES_MAX:
-                return
-            try:
+        taken = count = 0
+        try:
+            while count < DRAIN_FRAMES_MAX and taken <= DRAIN_BYTES_MAX:
                 frames = sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            taken += sum(map(len, frames))
-            metrics.mesh_frames.labels("in").inc()
-            try:
-                if len(frames) != 2:
-                    raise mesh.MalformedFrame(f"{len(frames)} parts, not topic and body")
-                message = mesh.decode(frames[1])
-            except mesh.MalformedFrame as exc:
-                self.fault(peer, elapsed_ms, metrics, str(exc), "malformed_mesh_frame")
-                continue
-            claimed = sender_of(message)
-            if claimed != peer:
-                why = f"a {type(message).__name__} claiming to come from node {claimed}"
-                self.fault(peer, elapsed_ms, metrics, why)
-                continue
-            admitted = hooks.admit(elapsed_ms, message)
-            if admitted is not None:
-                events.append(MeshReceived(admitted))
+                taken += sum(map(len, frames))
+                count += 1
+                self._take(frames, peer, elapsed_ms, hooks, metrics, events)
+        except zmq.Again:
+            pass
+        metrics.frames_in.inc(count)
+
+    def _take(
+        self,
+        frames: list[bytes],
+        peer: int,
+        elapsed_ms: int,
+        hooks: FaultHooks,
+        metrics: NodeMetrics,
+        events: list[Event],
+    ) -> None:
+        """One frame from ``peer``: decoded, checked and admitted into ``events``."""
+        try:
+            if len(frames) != 2:
+                raise mesh.MalformedFrame(f"{len(frames)} parts, not topic and body")
+            message = mesh.decode(frames[1])
+        except mesh.MalformedFrame as exc:
+            self.fault(peer, elapsed_ms, metrics, str(exc), "malformed_mesh_frame")
+            return
+        claimed = sender_of(message)
+        if claimed != peer:
+            why = f"a {type(message).__name__} claiming to come from node {claimed}"
+            self.fault(peer, elapsed_ms, metrics, why)
+            return
+        admitted = hooks.admit(elapsed_ms, message)
+        if admitted is not None:
+            events.append(MeshReceived(admitted))
 
     def fault(
         self,

@@ -87,6 +87,10 @@ class NodeMetrics:
             ["kind"],
             registry=r,
         )
+        # the children the loop counts with on every frame, looked up once
+        self.frames_in = self.mesh_frames.labels("in")
+        self.frames_out = self.mesh_frames.labels("out")
+        self._sent_by_kind: dict[type, Counter] = {}
         self.loop_turns = Counter(
             "relay_loop_turns", "Turns of the node's event loop that handled input", registry=r
         )
@@ -117,6 +121,15 @@ class NodeMetrics:
             registry=r,
         )
         self.syncs = Counter("relay_log_syncs", "Group commits (fdatasync batches)", registry=r)
+
+    def sent(self, message: object) -> None:
+        """Count one mesh message sent."""
+        kind = type(message)
+        counter = self._sent_by_kind.get(kind)
+        if counter is None:
+            counter = self._sent_by_kind[kind] = self.mesh_sent.labels(kind.__name__)
+        counter.inc()
+        self.frames_out.inc()
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)

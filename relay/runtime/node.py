@@ -282,8 +282,7 @@ class NodeRuntime:
                 if not self.hooks.keep_outgoing():
                     continue
                 self.mesh.send(mesh.encode(effect.message))
-                self.metrics.mesh_frames.labels("out").inc()
-                self.metrics.mesh_sent.labels(type(effect.message).__name__).inc()
+                self.metrics.sent(effect.message)
             elif isinstance(effect, Reply):
                 self.clients.reply(effect)
             elif isinstance(effect, ReadReply):
