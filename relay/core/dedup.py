@@ -59,6 +59,10 @@ class DedupIndex:
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
 
+    def size(self) -> int:
+        """Keys held: kept copies, pending txs and skipped later copies."""
+        return len(self.stable) + len(self.pending) + len(self.skipped)
+
     def note_pending(self, tx: Tx) -> None:
         if tx.producer_id:
             self.pending[(tx.producer_id, tx.msg_id)] = tx

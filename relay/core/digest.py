@@ -47,10 +47,9 @@ def fold(
 ) -> bytes:
     """The digest after appending one transaction to a timeline ending in ``previous``."""
     pid = producer_id.encode()
-    head = previous + _FIXED(seq, origin, msg_id, len(pid)) + pid
-    if key is None and not headers:
-        return blake3(head + _NO_KEY_NO_HEADERS + payload).digest()
-    return blake3(head + _extras(key, headers) + payload).digest()
+    extras = _NO_KEY_NO_HEADERS if key is None and not headers else _extras(key, headers)
+    fixed = _FIXED(seq, origin, msg_id, len(pid))
+    return blake3(b"".join((previous, fixed, pid, extras, payload))).digest()
 
 
 def _extras(key: bytes | None, headers: Headers) -> bytes:

@@ -42,16 +42,20 @@ class Gauges:
         self.metrics.verified_txs.labels(v.stream).inc(count)
         self.metrics.verified_time.labels(v.stream).set(seq_unix_ms(v.seq) / 1000)
 
-    def update(self, core: NodeCore, disk: NodeDisk) -> None:
-        """Gauges from the core's state; only streams that are not at rest can have a lag."""
+    def update(self, core: NodeCore, disk: NodeDisk, requests_open: int) -> None:
+        """Gauges from the core's state; only streams that are not at rest can have a lag
+        (or a dedup index that changes)."""
         active = {name for name in core.active if name in core.streams}
         for name in active:
-            lag = StreamStatus.of(core.streams[name]).unverified_txs
-            self.metrics.unverified.labels(name).set(lag)
+            replica = core.streams[name]
+            self.metrics.unverified.labels(name).set(StreamStatus.of(replica).unverified_txs)
+            self.metrics.dedup_keys.labels(name).set(replica.dedup.size())
         for name in self.gauged - active:
             self.metrics.unverified.labels(name).set(0)
         self.gauged = active
         self.metrics.peers_up.set(len(core.peers.up_nodes()) - 1)
+        self.metrics.parked.set(core.parked.count)
+        self.metrics.requests_open.set(requests_open)
         self.metrics.storage_ok.set(0 if core.storage_error else 1)
         for name, stream_log in disk.store.logs.items():
             self.metrics.log_bytes.labels(name).set(stream_log.bytes_on_disk())

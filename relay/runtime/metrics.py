@@ -120,6 +120,20 @@ class NodeMetrics:
             ["group", "stream"],
             registry=r,
         )
+        self.parked = Gauge(
+            "relay_parked_fetches", "Consumer fetches waiting for new txs (long polls)", registry=r
+        )
+        self.requests_open = Gauge(
+            "relay_client_requests_open",
+            "Client requests taken and not yet answered, log reads waiting included",
+            registry=r,
+        )
+        self.dedup_keys = Gauge(
+            "relay_dedup_keys",
+            "Producer keys the stream's dedup index holds (kept, pending and skipped copies)",
+            ["stream"],
+            registry=r,
+        )
         self.syncs = Counter("relay_log_syncs", "Group commits (fdatasync batches)", registry=r)
 
     def sent(self, message: object) -> None:

@@ -204,7 +204,8 @@ class NodeRuntime:
                 self.disk.after_turn(elapsed, self.core.epoch)
                 if elapsed >= next_gauge:
                     next_gauge = elapsed + GAUGE_MS
-                    self.gauges.update(self.core, self.disk)
+                    open_ = len(self.clients.limits.open) + len(self.log_reads)
+                    self.gauges.update(self.core, self.disk, open_)
                     self.pending += self.disk.retain(now.wall_ms)
             self._leave()
         finally:
