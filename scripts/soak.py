@@ -5,8 +5,8 @@ The load runs as one ``relay bench --rate`` per window of ``--every`` seconds (i
 the window's, measured from each message's due time). After each window every node is sampled:
 RSS, parked fetches, client requests open, dedup keys and replication backlog (its /metrics).
 Prints a markdown table and a verdict: RSS after ``--warmup`` seconds within 10% of its value
-then, every gauge no higher in the later half of the soak than 1.5x the earlier half's peak, and every window's p99 within 2x of the
-median window's. Exits 1 if a check fails.
+then, every gauge no higher in the later half of the soak than 1.5x the earlier half's peak,
+and every window's p99 within 2x of the median window's. Exits 1 if a check fails.
 Usage: scripts/soak.sh [--minutes M] [--every S] [--warmup S] [--rate R]
 """
 
