@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -241,21 +242,36 @@ def ratios(results: dict[tuple[int, str, str], dict[str, Any]], nats: str) -> di
     }
 
 
+# issue 14's targets: (what the median must be, whether it is)
+TARGETS: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "3 nodes always / JetStream file, pipelined": (">= 3x", lambda r: r >= 3),
+    "3 nodes never / JetStream memory, pipelined": (">= 3x", lambda r: r >= 3),
+    "one in flight p99, always / file": ("<= 1x", lambda r: r <= 1),
+    "one in flight p99, never / memory": ("<= 1x", lambda r: r <= 1),
+    "5 nodes / 3 nodes, always, pipelined": (">= 0.75x", lambda r: r >= 0.75),
+}
+
+
 def ratio_table(per_round: list[dict[str, float]]) -> str:
-    """Each target's ratio in every round and their median: the figure to read."""
+    """Each target's ratio in every round, their median, and whether it meets the target."""
     complete = [r for r in per_round if r]
     if not complete:
         return "\n(ratios: the peer's output was not complete in any round)"
     rounds = " | ".join(f"round {i}" for i in range(1, len(complete) + 1))
     lines = [
         "## Ratios, each against the peer measured in the same round\n",
-        f"| measure | {rounds} | median |",
-        "|---|" + "---|" * (len(complete) + 1),
+        f"| measure | {rounds} | median | target |",
+        "|---|" + "---|" * (len(complete) + 2),
     ]
     for name in complete[0]:
         values = [r[name] for r in complete]
         cells = " | ".join(f"{v:.2f}x" for v in values)
-        lines.append(f"| {name} | {cells} | **{statistics.median(values):.2f}x** |")
+        median = statistics.median(values)
+        verdict = "-"
+        if name in TARGETS:
+            target, met = TARGETS[name]
+            verdict = f"{target}: {'met' if met(median) else 'not met'}"
+        lines.append(f"| {name} | {cells} | **{median:.2f}x** | {verdict} |")
     return "\n".join(lines) + "\n"
 
 
