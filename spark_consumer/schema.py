@@ -10,6 +10,7 @@ the seq). ``key`` and ``headers`` have Kafka's types already.
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -22,7 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from relay.core.flake import seq_unix_ms
+from relay.core.flake import EPOCH_MS, TIME_SHIFT
 from relay.wire.replies import TxRow
 
 # as Kafka's source: each header a struct of its name ("key") and its value
@@ -74,22 +75,29 @@ ARROW_SCHEMA = pa.schema(
 
 def to_arrow(stream: str, rows: list[TxRow], verified: list[bool]) -> pa.RecordBatch:
     seqs, origins, pids, mids, payloads, keys, headers, digests = zip(*rows, strict=True)
-    names = pa.array([stream] * len(seqs), pa.string())
+    count = len(seqs)
+    names = pa.array([stream] * count, pa.string())
     seq_array = pa.array(seqs, pa.int64())
     payload_array = pa.array(payloads, pa.binary())
-    zeros = pa.array([0] * len(seqs), pa.int32())
+    zeros = _zeros(count)
+    unix_ms = pc.add(pc.shift_right(seq_array, TIME_SHIFT), EPOCH_MS)  # the seq's time part
+    stamps = pc.multiply(unix_ms, 1000).cast(pa.timestamp("us", tz="UTC"))
+    if any(headers):
+        header_array = pa.array(
+            [[{"key": n, "value": v} for n, v in h] for h in headers], ARROW_HEADERS
+        )
+    else:  # the common case: every list empty, built from its offsets alone
+        header_array = pa.ListArray.from_arrays(_zeros(count + 1), _NO_HEADER, ARROW_HEADERS)
     return pa.RecordBatch.from_arrays(
         [
             names,
             seq_array,
-            pa.array([seq_unix_ms(s) * 1000 for s in seqs], pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
+            stamps,
             pa.array(origins, pa.int32()),
             pa.array(pids, pa.string()),
             pa.array(mids, pa.int64()),
             pa.array(keys, pa.binary()),
-            pa.array([[{"key": n, "value": v} for n, v in h] for h in headers], ARROW_HEADERS),
+            header_array,
             payload_array,
             pa.array(digests, pa.binary()),
             pa.array(verified, pa.bool_()),
@@ -101,3 +109,11 @@ def to_arrow(stream: str, rows: list[TxRow], verified: list[bool]) -> pa.RecordB
         ],
         schema=ARROW_SCHEMA,
     )
+
+
+_NO_HEADER = pa.array([], ARROW_HEADERS.value_type)
+
+
+def _zeros(count: int) -> pa.Array:
+    """``count`` int32 zeros, from one zeroed buffer."""
+    return pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(bytes(4 * count))])
