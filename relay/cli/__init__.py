@@ -45,6 +45,11 @@ main.add_command(stream_group)
 @click.option("--admin-port", type=int, help="Enable fault injection on this port (testing).")
 @click.option("--admin-host", default="127.0.0.1", show_default=True, help="Where it listens.")
 @click.option("--log-level", default="INFO", type=click.Choice(["DEBUG", "INFO", "WARNING"]))
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    help="Record the loop's turns (timings, inputs, effects); written here at exit.",
+)
 def node(
     config_path: str,
     node_id: int,
@@ -52,9 +57,13 @@ def node(
     admin_port: int | None,
     admin_host: str,
     log_level: str,
+    trace: str | None,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
+    from pathlib import Path
+
     from relay.runtime.node import NodeRuntime, StartupError
+    from relay.runtime.turn_trace import TurnTrace
 
     logging.basicConfig(
         level=log_level, format=f"%(asctime)s node{node_id} %(levelname)s %(message)s"
@@ -67,6 +76,7 @@ def node(
             clock_offset_ms=clock_offset_ms,
             admin_port=admin_port,
             admin_host=admin_host,
+            trace=TurnTrace(Path(trace)) if trace else None,
         )
     except (StartupError, ConfigError, OSError) as exc:
         raise click.ClickException(str(exc)) from None

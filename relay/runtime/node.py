@@ -50,6 +50,7 @@ from relay.runtime.malloc import return_large_frees
 from relay.runtime.mesh_sockets import MeshSockets
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
+from relay.runtime.turn_trace import TurnTrace
 from relay.storage.stream_log import StorageError
 from relay.wire import mesh
 
@@ -74,7 +75,9 @@ class NodeRuntime:
         metrics: bool = True,
         admin_port: int | None = None,
         admin_host: str = "127.0.0.1",  # fault injection answers on loopback unless told
+        trace: TurnTrace | None = None,
     ) -> None:
+        self.trace = trace
         self.config = config
         self.spec = config.node(node_id)
         self.hooks = FaultHooks(clock_offset_ms=clock_offset_ms)
@@ -179,6 +182,7 @@ class NodeRuntime:
                 busy = self.pending or self.log_reads
                 wait = 0 if busy else max(0, next_tick - int(time.monotonic() * 1000))
                 ready = dict(self.poller.poll(wait))
+                started_ns = time.monotonic_ns()
                 now = self.now()
                 elapsed = now.elapsed_ms
                 events, self.pending = self.pending, []
@@ -199,7 +203,10 @@ class NodeRuntime:
                 if elapsed >= next_tick:
                     next_tick = elapsed + TICK_MS
                     events.append(Tick())
-                self._carry_out(self.core.handle(now, events))
+                effects = self.core.handle(now, events)
+                self._carry_out(effects)
+                if self.trace is not None:
+                    self.trace.turn(started_ns, time.monotonic_ns(), events, effects)
                 self._serve_log_reads()
                 self.disk.after_turn(elapsed, self.core.epoch)
                 if elapsed >= next_gauge:
@@ -209,6 +216,8 @@ class NodeRuntime:
                     self.pending += self.disk.retain(now.wall_ms)
             self._leave()
         finally:
+            if self.trace is not None:
+                self.trace.write()
             self.close()
 
     def _install_signals(self) -> None:

@@ -1,0 +1,44 @@
+"""A trace of the node's loop turns, for finding where a publish's time goes.
+
+How this works: with ``relay node --trace FILE`` each turn that handled input is recorded as
+(start, end) on the monotonic clock in nanoseconds (one clock for every process of the
+machine, so traces of several nodes line up) with the kinds of the events it took and of the
+effects it carried out. The last ``TURNS_MAX`` turns are kept in memory and written to FILE as
+JSON lines when the node stops. ``scripts/trace_publish.sh`` lines them up against a
+producer's publishes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, deque
+from pathlib import Path
+
+from relay.core.events import Effect, Event, MeshReceived
+
+TURNS_MAX = 200_000
+
+
+def kind_of(item: Event | Effect) -> str:
+    """An event's or effect's kind; a mesh message's by its message."""
+    if isinstance(item, MeshReceived):
+        return type(item.message).__name__
+    message = getattr(item, "message", None)
+    return f"{type(item).__name__}:{type(message).__name__}" if message else type(item).__name__
+
+
+class TurnTrace:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.turns: deque[tuple[int, int, dict[str, int], dict[str, int]]] = deque(maxlen=TURNS_MAX)
+
+    def turn(self, start_ns: int, end_ns: int, events: list[Event], effects: list[Effect]) -> None:
+        if events or effects:
+            took = Counter(kind_of(e) for e in events)
+            did = Counter(kind_of(e) for e in effects)
+            self.turns.append((start_ns, end_ns, dict(took), dict(did)))
+
+    def write(self) -> None:
+        with self.path.open("w") as out:
+            for start, end, took, did in self.turns:
+                out.write(json.dumps({"start": start, "end": end, "in": took, "out": did}) + "\n")

@@ -1,0 +1,103 @@
+"""Where one publish's time goes: a 3-node cluster whose nodes trace their loop turns
+(``relay node --trace``), a producer publishing one message at a time (``--pause-ms`` apart;
+a window may then also hold the previous publish's last acks), and the turns of every node lined up against each publish on the monotonic clock (one clock
+for all processes of the machine).
+
+Prints, for the publish of median latency, every turn in its window (node, start and end in
+us after the producer's send, what it took in and what it did), and over all publishes the
+median latency, the median turns per node, and the median busy time per node inside the window.
+Usage: scripts/trace_publish.sh [--fsync always|never] [--publishes N] [--pause-ms MS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from relay import Producer
+from relay.runtime.local_cluster import LocalCluster
+
+Turn = dict[str, Any]
+Windows = list[tuple[int, int]]  # (sent, acked) of each publish, monotonic ns
+
+
+def run(
+    fsync: str, publishes: int, pause_ms: int, folder: Path
+) -> tuple[Windows, dict[int, list[Turn]]]:
+    traces = {n: folder / f"node{n}.trace" for n in (1, 2, 3)}
+    args = {n: ["--trace", str(path)] for n, path in traces.items()}
+    windows: Windows = []
+    with LocalCluster(folder / "c", nodes=3, overrides={"fsync": fsync}, node_args=args) as c:
+        c.start()
+        c.wait_serving()
+        with Producer(config=c.config_path, window=1, batch_max=1, node=1) as producer:
+            producer.publish("trace", b"warm")
+            for _ in range(publishes):
+                time.sleep(pause_ms / 1000)
+                sent = time.monotonic_ns()
+                producer.publish("trace", b"x" * 100)
+                windows.append((sent, time.monotonic_ns()))
+        for n in traces:
+            c.stop(n)  # SIGTERM: each node writes its trace as it stops
+    turns = {n: [json.loads(line) for line in path.open()] for n, path in traces.items()}
+    return windows, turns
+
+
+def inside(turns: list[Turn], window: tuple[int, int]) -> list[Turn]:
+    start, end = window
+    return [t for t in turns if t["end"] >= start and t["start"] <= end]
+
+
+def describe(turn: Turn) -> str:
+    took = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(turn["in"].items()))
+    did = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(turn["out"].items()))
+    return f"in: {took or '-'}; out: {did or '-'}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fsync", default="never", choices=["always", "interval", "never"])
+    parser.add_argument("--publishes", type=int, default=300)
+    parser.add_argument(
+        "--pause-ms", type=int, default=0, help="between publishes (past promise_lead_ms: idle)"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        windows, turns = run(args.fsync, args.publishes, args.pause_ms, Path(tmp))
+    latencies = [(end - start) / 1000 for start, end in windows]
+    order = sorted(range(len(windows)), key=lambda i: latencies[i])
+    median_i = order[len(order) // 2]
+    print(
+        f"# one publish at a time, fsync = {args.fsync}, {len(windows)} publishes, "
+        f"{args.pause_ms} ms apart\n"
+    )
+    print(f"latency p50 {statistics.median(latencies):.0f} us; the median publish:\n")
+    start = windows[median_i][0]
+    rows = sorted(
+        (t["start"], n, t) for n, ts in turns.items() for t in inside(ts, windows[median_i])
+    )
+    print("| node | turn start (us) | end (us) | busy (us) | what |")
+    print("|---|---|---|---|---|")
+    for _, n, t in rows:
+        begin, end = (t["start"] - start) / 1000, (t["end"] - start) / 1000
+        print(f"| {n} | {begin:.0f} | {end:.0f} | {end - begin:.0f} | {describe(t)} |")
+    print(f"| producer | 0 | {latencies[median_i]:.0f} | | send, then the ack |\n")
+    print("Over all publishes (median per publish):\n")
+    print("| node | turns in the window | busy us in the window |")
+    print("|---|---|---|")
+    for n, ts in sorted(turns.items()):
+        counts, busy = [], []
+        for w in windows:
+            found = inside(ts, w)
+            counts.append(len(found))
+            busy.append(sum(t["end"] - t["start"] for t in found) / 1000)
+        print(f"| {n} | {statistics.median(counts):.0f} | {statistics.median(busy):.0f} |")
+
+
+if __name__ == "__main__":
+    main()
