@@ -1,7 +1,8 @@
 """Where one publish's time goes: a 3-node cluster whose nodes trace their loop turns
 (``relay node --trace``), a producer publishing one message at a time (``--pause-ms`` apart;
-a window may then also hold the previous publish's last acks), and the turns of every node lined up against each publish on the monotonic clock (one clock
-for all processes of the machine).
+a window may then also hold the previous publish's last acks), and the turns of every node
+lined up against each publish on the monotonic clock (one clock for all processes of the
+machine).
 
 Prints, for the publish of median latency, every turn in its window (node, start and end in
 us after the producer's send, what it took in and what it did), and over all publishes the
