@@ -363,10 +363,11 @@ class NodeCore(MeshIntake, LogEvents):
             claim = self.origin.last.get(name, 0)
             state.lanes[self.node_id].claim(claim, floor)
             state.stabilize(floors, elapsed)
-            persist = state.to_persist()
+            moved = state.verify(elapsed)
+            persist = state.to_persist()  # after verify: its mark goes out this turn
             if persist is not None:
                 self._effects.append(persist)
-            if state.verify(elapsed):
+            if moved:  # after to_persist: a trim never takes what the log is yet to be told
                 self._verified(name, state)
             if serving:  # a node that does not serve acknowledges nothing
                 self._effects.extend(self.publishes.resolve(elapsed, state))

@@ -55,6 +55,8 @@ class InvariantChecker:
     # (incarnation, stream) -> the verified seq last seen, and the last one announced
     verified_seen: dict[tuple[int, str], int] = field(default_factory=dict)
     announced: dict[tuple[int, str], int] = field(default_factory=dict)
+    # (origin, epoch, stream) -> the highest promise its acks made there
+    promises: dict[tuple[int, int, str], int] = field(default_factory=dict)
 
     def check_node(self, node: NodeCore, incarnation: int, names: Iterable[str]) -> None:
         """Check the verified prefixes of the streams ``names`` (the ones that can have
@@ -122,6 +124,20 @@ class InvariantChecker:
         if seq <= last:
             raise InvariantViolation(f"ids: node {origin} issued {seq} after {last} in {stream!r}")
         self.last_seq_by_origin[(origin, stream)] = seq
+
+    def note_promise(self, origin: int, epoch: int, stream: str, promise: int) -> None:
+        """An ack promised that ``origin`` originates nothing more in ``stream`` at or below
+        ``promise`` in ``epoch`` (a lead, or its floor)."""
+        key = (origin, epoch, stream)
+        self.promises[key] = max(self.promises.get(key, 0), promise)
+
+    def check_promise_kept(self, origin: int, epoch: int, stream: str, seq: int) -> None:
+        promised = self.promises.get((origin, epoch, stream), 0)
+        if seq <= promised:
+            raise InvariantViolation(
+                f"promises: node {origin} originated {seq} in {stream!r} at or below its "
+                f"promise {promised} (epoch {epoch})"
+            )
 
     def check_ack(
         self,

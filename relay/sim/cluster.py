@@ -33,7 +33,7 @@ from relay.core.events import (
     Verified,
 )
 from relay.core.flake import seq_unix_ms
-from relay.core.messages import Replicate
+from relay.core.messages import Replicate, StreamAck
 from relay.core.node import NodeCore
 from relay.core.origin import reservation
 from relay.core.params import CoreConfig
@@ -220,6 +220,9 @@ class SimCluster:
                 if isinstance(msg, Replicate):
                     for tx in msg.txs:
                         self.checker.check_origin_seq(tx.origin, msg.stream, tx.seq)
+                        self.checker.check_promise_kept(tx.origin, tx.epoch, msg.stream, tx.seq)
+                elif isinstance(msg, StreamAck):
+                    self.checker.note_promise(msg.sender, msg.epoch, msg.stream, msg.promise)
                 for dst in self.offsets:
                     if dst != n:
                         self.network.send(self.now_ms, n, dst, msg)
