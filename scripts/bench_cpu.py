@@ -1,8 +1,10 @@
 """CPU per transaction of each process: a 3-node cluster, one `relay bench` producer, and each
 process's utime + stime from /proc over the run (steadier than throughput on a shared VM, so
-two commits compare well when run alternately).
+two commits compare well when run alternately). Also, per tx and node, from its /metrics: loop
+turns that handled input, mesh messages sent by kind, and group commits.
 
 Usage: scripts/bench_cpu.sh [--fsync always] [--count 300000] [-- extra relay bench options]
+(one publish in flight: scripts/bench_cpu.sh --count 3000 -- --window 1 --batch 1)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from relay.runtime.local_cluster import LocalCluster
@@ -29,6 +32,20 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+COUNTED = ("relay_loop_turns_total", "relay_mesh_messages_sent_total", "relay_log_syncs_total")
+
+
+def counters(port: int) -> dict[str, float]:
+    """The node's counters of ``COUNTED``, by name and labels."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(COUNTED):
+            name, value = line.rsplit(" ", 1)
+            found[name.replace("relay_", "").replace("_total", "")] = float(value)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
@@ -42,16 +59,26 @@ def main() -> None:
         cluster.start()
         cluster.wait_serving()
         before = {n: cpu_seconds(p.pid) for n, p in cluster.procs.items()}
+        ports = {n: cluster.config.node(n).metrics_port for n in cluster.procs}
+        counted = {n: counters(port) for n, port in ports.items()}
         client_before = children_cpu()
         command = [sys.executable, "-m", "relay", "bench", "--config", str(cluster.config_path)]
         command += ["--json", "--stream", "bench", "--count", str(args.count), "--node", "1"]
         out = subprocess.run([*command, *args.extra], capture_output=True, text=True, check=True)
         client = children_cpu() - client_before
         used = {n: cpu_seconds(p.pid) - before[n] for n, p in cluster.procs.items()}
+        moved = {
+            n: {k: v - counted[n].get(k, 0.0) for k, v in counters(port).items()}
+            for n, port in ports.items()
+        }
     report = json.loads(out.stdout)
     per_tx = {f"node {n}": round(1e6 * s / args.count, 1) for n, s in used.items()}
     per_tx["producer"] = round(1e6 * client / args.count, 1)
     print(f"fsync={args.fsync} {report['tx_per_s']:,.0f} tx/s; CPU us per tx: {per_tx}")
+    print(f"p50 {report['p50_ms']:.2f} ms, p99 {report['p99_ms']:.2f} ms; per tx and node:")
+    for n, found in sorted(moved.items()):
+        shown = {k: round(v / args.count, 2) for k, v in sorted(found.items()) if v}
+        print(f"  node {n}: {shown}")
 
 
 if __name__ == "__main__":
