@@ -11,16 +11,18 @@ With ``votes_wait`` (``fsync = "always"``) a replica's vote is its durable head,
 head: it never tells a peer it holds what a power loss could take from it, so a quorum's
 agreement means a quorum's disks. Otherwise the vote is the stable head and the log trails it.
 
-Every ``Persist`` also records how far the timeline is verified (a *mark*); the cursor knows
-which mark is durable (``durable_mark``) and the replica reports it in its acks. A publish is
+Every ``Persist`` also records how far the timeline is verified (a *mark*); the disk reports
+which mark each sync covered, so the cursor knows which mark is durable (``durable_mark``) and
+the replica reports it in its acks. (It used to infer it from the head a sync covered, and a
+mark written, with no new records, while an earlier sync of that head was running counted as
+durable when that sync ended: a campaign found a reader served a seq that a power loss of
+every node then took back, seeds 3400540 and 3406079.) A publish is
 acknowledged only once a quorum's durable marks cover it: then, whatever crashes, every
 quorum that comes back holds a node that knows the tx is verified, and verified history is
 never given up (docs/design.md, invariant 8).
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 from relay.core.events import Persist
 from relay.core.timeline import Timeline
@@ -32,7 +34,6 @@ class LogCursor:
         "durable_mark",
         "durable_seq",
         "generation",
-        "marks",
         "reset",
         "rewound",
         "votes_wait",
@@ -50,7 +51,6 @@ class LogCursor:
         self.rewound = False  # the next Persist cuts below the verified mark
         self.base_seq = 0  # the log holds every seq after this (retention moves it up)
         self.durable_mark = 0  # the verified seq the log holds durably
-        self.marks: deque[tuple[int, int, int]] = deque()  # (generation, head, verified) written
 
     def restored(self, head_seq: int, verified_seq: int) -> None:
         """The timeline was rebuilt from the log itself: all of it is there."""
@@ -67,11 +67,13 @@ class LogCursor:
     def rewind(self, after_seq: int) -> None:
         """The timeline gave up verified txs after ``after_seq`` (peers vouched for a history
         without them, after a power loss of every node): the log cuts its mark too."""
+        generation = self.generation
         self.cut(after_seq)
+        if self.generation == generation:  # an answer from before the rewind never counts
+            self.generation += 1
         self.rewound = True
         self.written_verified = min(self.written_verified, after_seq)
         self.durable_mark = min(self.durable_mark, after_seq)
-        self.marks.clear()
 
     def restart(self, base_seq: int) -> None:
         """The timeline starts over at ``base_seq`` (a peer's snapshot)."""
@@ -104,28 +106,23 @@ class LogCursor:
         )
         self.written_seq, self.written_verified, self.reset = head, verified, False
         self.rewound = False
-        if self.votes_wait:  # otherwise no publish waits for a mark
-            self.marks.append((self.generation, head, verified))
         return persist
 
     def failed(self) -> None:
         """The disk refused a write: write again from what is durable, in a new generation."""
         self.generation += 1
         self.written_seq = self.durable_seq
-        self.marks.clear()
 
-    def persisted(self, generation: int, seq: int) -> bool:
-        """The shell's answer; True if the durable head or the durable mark moved."""
-        marks, mark = self.marks, self.durable_mark
-        while marks and (
-            marks[0][0] < generation or (marks[0][0] == generation and marks[0][1] <= seq)
-        ):
-            written_in, _, verified = marks.popleft()
-            if written_in == generation:
-                mark = max(mark, verified)
-        moved = mark > self.durable_mark
-        self.durable_mark = mark
-        if generation != self.generation or seq <= self.durable_seq:
+    def persisted(self, generation: int, seq: int, mark: int) -> bool:
+        """The shell's answer; True if the durable head or the durable mark moved. An answer
+        about an older generation (a log since cut, rewound or started over) counts for
+        neither."""
+        if generation != self.generation:
+            return False
+        durable_mark = max(self.durable_mark, min(mark, self.written_verified))
+        moved = durable_mark > self.durable_mark
+        self.durable_mark = durable_mark
+        if seq <= self.durable_seq:
             return moved
         self.durable_seq = min(seq, self.written_seq)
         return True

@@ -50,11 +50,14 @@ class ShutdownRequested:
 
 @dataclass(frozen=True, slots=True)
 class Persisted:
-    """The stream's log holds write generation ``generation`` up to ``seq`` on disk."""
+    """The stream's log holds write generation ``generation`` up to ``seq`` on disk, and the
+    verified mark ``mark``: the disk says which mark its sync covered (a mark written while an
+    earlier sync was running is not covered by it, though it names the same head)."""
 
     stream: str
     generation: int
     seq: int
+    mark: int = 0
 
 
 @dataclass(frozen=True, slots=True)

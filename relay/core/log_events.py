@@ -31,7 +31,7 @@ class LogEvents:
     def _on_persisted(self, event: Persisted) -> None:
         state = self.streams.get(event.stream)
         if state is not None:
-            state.persisted(event.generation, event.seq)
+            state.persisted(event.generation, event.seq, event.mark)
             self._touch(event.stream)
         if self.storage_error:
             self._effects.append(Notice("storage", "the disk takes writes again"))

@@ -206,8 +206,8 @@ class StreamReplica(TimelineRebuild):
         """What the log on disk has yet to be told (the node's flush asks after folding)."""
         return self.log.pending(self.stream, self.timeline)
 
-    def persisted(self, generation: int, seq: int) -> None:
-        if self.log.persisted(generation, seq):
+    def persisted(self, generation: int, seq: int, mark: int) -> None:
+        if self.log.persisted(generation, seq, mark):
             self.needs_ack = True
 
     def trim(self, keep_from: int) -> None:

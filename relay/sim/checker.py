@@ -13,12 +13,15 @@ A node never acknowledges a write while fenced.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from relay.core.digest import genesis
-from relay.core.messages import Item, fold_tx
+from relay.core.messages import Item, Tx, fold_tx
 from relay.core.node import NodeCore
+from relay.sim.disk import LogState
+
+LogOf = Callable[[str], LogState | None]  # a node's log of a stream, as its disk holds it
 
 
 class InvariantViolation(AssertionError):
@@ -31,6 +34,21 @@ class StreamReference:
     digests: list[bytes] = field(default_factory=list)
     keys: set[tuple[str, int]] = field(default_factory=set)
     last_digest: bytes = b""
+
+    def extend(self, name: str, tx: Tx, digest: bytes) -> None:
+        """Append the next verified tx: it must ascend, chain, and carry a new key."""
+        if self.seqs and tx.seq <= self.seqs[-1]:
+            raise InvariantViolation(f"ascending seqs broken in {name!r} at {tx.seq}")
+        if fold_tx(self.last_digest, tx) != digest:
+            raise InvariantViolation(f"digest chain broken in {name!r} at {tx.seq}")
+        if tx.producer_id:
+            k = (tx.producer_id, tx.msg_id)
+            if k in self.keys:
+                raise InvariantViolation(f"duplicate {k} verified in {name!r}")
+            self.keys.add(k)
+        self.seqs.append(tx.seq)
+        self.digests.append(digest)
+        self.last_digest = digest
 
     def index_of(self, seq: int, digest: bytes, where: str) -> int:
         i = bisect_left(self.seqs, seq)
@@ -58,9 +76,13 @@ class InvariantChecker:
     # (origin, epoch, stream) -> the highest promise its acks made there
     promises: dict[tuple[int, int, str], int] = field(default_factory=dict)
 
-    def check_node(self, node: NodeCore, incarnation: int, names: Iterable[str]) -> None:
+    def check_node(
+        self, node: NodeCore, incarnation: int, names: Iterable[str], log_of: LogOf
+    ) -> None:
         """Check the verified prefixes of the streams ``names`` (the ones that can have
-        changed) against the references, and every advance was announced."""
+        changed) against the references, and every advance was announced. A timeline that
+        starts past the reference (restored from a log, every replica alike) extends the
+        reference from its log (``log_of``) first: consumers read those txs from disk."""
         for name in names:
             state = node.streams[name]
             timeline = state.timeline
@@ -74,7 +96,10 @@ class InvariantChecker:
                 if timeline.trimmed_seq == 0:
                     last = (0, -1)
                 elif not ref.seqs or timeline.trimmed_seq > ref.seqs[-1]:
-                    continue  # it starts where no replica has made readable yet: check later
+                    if not self._extend_from_log(ref, name, log_of(name), timeline.trimmed_seq):
+                        continue  # it starts where no replica has made readable yet: later
+                    base = ref.index_of(timeline.trimmed_seq, timeline.trimmed_digest, where)
+                    last = (timeline.trimmed_seq, base)
                 else:
                     base = ref.index_of(timeline.trimmed_seq, timeline.trimmed_digest, where)
                     last = (timeline.trimmed_seq, base)
@@ -91,18 +116,7 @@ class InvariantChecker:
                             f"the reference has seq {ref.seqs[pos]}"
                         )
                 else:
-                    if ref.seqs and seq <= ref.seqs[-1]:
-                        raise InvariantViolation(f"ascending seqs broken in {name!r} at {seq}")
-                    if fold_tx(ref.last_digest, tx) != digest:
-                        raise InvariantViolation(f"digest chain broken in {name!r} at {seq}")
-                    if tx.producer_id:
-                        k = (tx.producer_id, tx.msg_id)
-                        if k in ref.keys:
-                            raise InvariantViolation(f"duplicate {k} verified in {name!r}")
-                        ref.keys.add(k)
-                    ref.seqs.append(seq)
-                    ref.digests.append(digest)
-                    ref.last_digest = digest
+                    ref.extend(name, tx, digest)
                 last_seq = seq
                 i += 1
             self.checked[key] = (last_seq, pos)
@@ -114,6 +128,21 @@ class InvariantChecker:
                     f"without announcing it (announced {self.announced.get(key)})"
                 )
             self.verified_seen[key] = readable
+
+    @staticmethod
+    def _extend_from_log(
+        ref: StreamReference, name: str, log: LogState | None, upto_seq: int
+    ) -> bool:
+        """Extend ``ref`` with what ``log`` holds verified after it, up to ``upto_seq``; True
+        if the reference then reaches ``upto_seq``."""
+        end = ref.seqs[-1] if ref.seqs else 0
+        if log is None or log.base_seq > end or log.verified < upto_seq:
+            return False
+        if log.base_seq < end and end not in log.seqs:
+            return False  # the log continues another chain: the index check will say so
+        for i in range(bisect_right(log.seqs, end), bisect_right(log.seqs, upto_seq)):
+            ref.extend(name, log.txs[i], log.digests[i])
+        return bool(ref.seqs) and ref.seqs[-1] == upto_seq
 
     def note_announced(self, incarnation: int, stream: str, seq: int) -> None:
         """A node announced its verified seq (parked reads wait for it)."""

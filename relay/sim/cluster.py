@@ -208,7 +208,7 @@ class SimCluster:
         # a stream can only change while active (the core's design); every 64th turn all
         self.turns += 1
         changed = list(node.streams) if self.turns % 64 == 0 else list(node.active)
-        self.checker.check_node(node, incarnation, changed)
+        self.checker.check_node(node, incarnation, changed, self.disks[n].log_state)
         if self.delivery is not None and self.turns % 64 == 0:
             self.delivery.check(node, incarnation, final=False)
         fenced = node.state_name() == "fenced"

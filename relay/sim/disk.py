@@ -115,6 +115,11 @@ class SimDisk:
         log.unsynced.append(op)
         self.touched[op.stream] = (op.generation, log.cached.head_seq)
 
+    def log_state(self, stream: str) -> LogState | None:
+        """What the log of ``stream`` holds, as the node itself reads it."""
+        log = self.logs.get(stream)
+        return log.cached if log is not None else None
+
     def start_syncs(self, now_ms: int) -> None:
         """One fsync per log written this turn (group commit)."""
         for stream, (generation, seq) in self.touched.items():
@@ -146,7 +151,7 @@ class SimDisk:
             for later in self.syncing:
                 if later.stream == sync.stream:
                     later.writes -= sync.writes
-            events.append(Persisted(sync.stream, sync.generation, sync.seq))
+            events.append(Persisted(sync.stream, sync.generation, sync.seq, log.durable.verified))
         return events
 
     def crash(self, power_loss: bool) -> None:

@@ -49,6 +49,7 @@ class Unsynced:
     active: bool = False  # fds holds a duplicate of the current append descriptor
     generation: int = 0
     head_seq: int = 0
+    mark: int = 0  # the last verified mark written before the sync took this
 
 
 class StreamLog:
@@ -127,6 +128,7 @@ class StreamLog:
             raise StorageError(f"{self.stream}: {exc.strerror or exc}") from exc
         self.generation = p.generation
         self.unsynced.generation, self.unsynced.head_seq = p.generation, self.head_seq
+        self.unsynced.mark = self.mark
 
     def _drop_partial(self) -> None:
         """A write failed part way: cut the active file back to its last whole frame."""
@@ -137,7 +139,7 @@ class StreamLog:
     def take_unsynced(self) -> Unsynced:
         """What the next sync covers: the descriptors written and the head they hold."""
         found = self.unsynced
-        self.unsynced = Unsynced(generation=self.generation, head_seq=self.head_seq)
+        self.unsynced = Unsynced(generation=self.generation, head_seq=self.head_seq, mark=self.mark)
         return found
 
     def close(self) -> None:

@@ -132,7 +132,9 @@ class Syncer:
                     os.fdatasync(fd)
                 if unsynced.directory:
                     fsync_dir(log.directory)
-                job.done.append(Persisted(log.stream, unsynced.generation, unsynced.head_seq))
+                job.done.append(
+                    Persisted(log.stream, unsynced.generation, unsynced.head_seq, unsynced.mark)
+                )
             except OSError as exc:
                 job.failed.append((log.stream, f"sync failed: {exc.strerror or exc}"))
             finally:
