@@ -95,6 +95,25 @@ def test_a_cut_settled_on_a_head_that_a_refold_gave_up_is_repaired() -> None:
     assert run_seed(3004037, 3).acked > 0
 
 
+def test_a_mark_counts_as_durable_only_once_a_sync_covered_it() -> None:
+    """Seed 3406079 (5 nodes, from a campaign over 3,400,000-3,409,999, once the flush wrote a
+    newly verified mark in the turn it was learnt): a mark written with no new records while
+    an earlier sync of the same head was running counted as durable when that sync ended, so
+    acks claimed marks the disks did not hold; after a power loss of every node a replica
+    restarted from a seq no verified timeline held. The disk now reports which mark each sync
+    covered."""
+    assert run_seed(3406079, 5).acked > 0
+
+
+def test_replicas_restored_past_the_reference_extend_it_from_their_logs() -> None:
+    """Seed 3400540 (3 nodes, the same campaign): marks reached every disk before any replica
+    made a tx readable, and after a power loss of every node each restored only its log's
+    tail in memory, past the checker's empty reference; a consumer then read the first txs
+    from a log, which the checker could not place. The three logs agreed; the checker now
+    extends its reference from a node's log."""
+    assert run_seed(3400540, 3).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and
