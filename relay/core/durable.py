@@ -34,6 +34,7 @@ class LogCursor:
         "durable_mark",
         "durable_seq",
         "generation",
+        "marks_from",
         "reset",
         "rewound",
         "votes_wait",
@@ -51,6 +52,8 @@ class LogCursor:
         self.rewound = False  # the next Persist cuts below the verified mark
         self.base_seq = 0  # the log holds every seq after this (retention moves it up)
         self.durable_mark = 0  # the verified seq the log holds durably
+        self.marks_from = 0  # the first generation whose reported marks count (after a rewind
+        # or a new log, an older report names a mark the log no longer holds)
 
     def restored(self, head_seq: int, verified_seq: int) -> None:
         """The timeline was rebuilt from the log itself: all of it is there."""
@@ -69,8 +72,9 @@ class LogCursor:
         without them, after a power loss of every node): the log cuts its mark too."""
         generation = self.generation
         self.cut(after_seq)
-        if self.generation == generation:  # an answer from before the rewind never counts
+        if self.generation == generation:
             self.generation += 1
+        self.marks_from = self.generation  # a mark reported from before the rewind never counts
         self.rewound = True
         self.written_verified = min(self.written_verified, after_seq)
         self.durable_mark = min(self.durable_mark, after_seq)
@@ -78,6 +82,7 @@ class LogCursor:
     def restart(self, base_seq: int) -> None:
         """The timeline starts over at ``base_seq`` (a peer's snapshot)."""
         self.generation += 1
+        self.marks_from = self.generation
         self.reset = True
         self.written_seq = self.durable_seq = self.base_seq = base_seq
         self.durable_mark = 0  # the old log goes: nothing is claimed until the new one is synced
@@ -115,14 +120,14 @@ class LogCursor:
 
     def persisted(self, generation: int, seq: int, mark: int) -> bool:
         """The shell's answer; True if the durable head or the durable mark moved. An answer
-        about an older generation (a log since cut, rewound or started over) counts for
-        neither."""
-        if generation != self.generation:
-            return False
-        durable_mark = max(self.durable_mark, min(mark, self.written_verified))
-        moved = durable_mark > self.durable_mark
-        self.durable_mark = durable_mark
-        if seq <= self.durable_seq:
+        about an older generation still tells a durable mark (verified history is never cut),
+        unless the log was rewound or started over since; its head counts for nothing."""
+        moved = False
+        if generation >= self.marks_from:
+            durable_mark = max(self.durable_mark, min(mark, self.written_verified))
+            moved = durable_mark > self.durable_mark
+            self.durable_mark = durable_mark
+        if generation != self.generation or seq <= self.durable_seq:
             return moved
         self.durable_seq = min(seq, self.written_seq)
         return True

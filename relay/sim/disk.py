@@ -150,7 +150,7 @@ class SimDisk:
             del log.unsynced[: sync.writes]
             for later in self.syncing:
                 if later.stream == sync.stream:
-                    later.writes -= sync.writes
+                    later.writes = max(0, later.writes - sync.writes)  # it covered these
             events.append(Persisted(sync.stream, sync.generation, sync.seq, log.durable.verified))
         return events
 
