@@ -205,7 +205,7 @@ def _txs_reply(body: bytes) -> TxsReply | None:
     formed (the field readers then read it again and say what is wrong)."""
     try:
         _, _, req_id, stream, prev, verified, earliest, lost, rows = _TXS_REPLY.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
     if min(req_id, verified, earliest) < 0:
         return None
