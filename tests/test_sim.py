@@ -114,6 +114,15 @@ def test_replicas_restored_past_the_reference_extend_it_from_their_logs() -> Non
     assert run_seed(3400540, 3).acked > 0
 
 
+def test_a_diverged_replica_asks_past_a_log_slice_that_ends_at_its_verified_seq() -> None:
+    """Seed 3602757 (3 nodes, from a campaign over 3,600,000-3,609,999): after a power loss
+    of every node, with one node stopped for good, a diverged replica that had verified but
+    never acknowledged asked the other for its history from the start; the answer, read from
+    the other's log, ended exactly at the asker's verified seq, so the asker found nothing
+    new and asked from the start again, forever. It now asks on from where the slice ended."""
+    assert run_seed(3602757, 3).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and

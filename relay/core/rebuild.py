@@ -119,10 +119,9 @@ class TimelineRebuild:
             joint_seq = txs[agree - 1].seq if agree else base_seq
             joint = digests[agree - 1] if agree else base_digest
             txs, digests = txs[agree:], digests[agree:]
-            if not txs:
-                if joint_seq < anchor:  # all we hold, as far as it goes: the next sync asks
-                    self.vouchers.ask_after = joint_seq  # on from there (a diverged replica
-                return ""  # walks a peer's log up to where the histories part)
+            if not txs:  # all we hold, as far as it goes: the next sync asks on from there
+                self.vouchers.ask_after = joint_seq  # (a diverged replica walks a peer's log
+                return ""  # up to where the histories part, or past its own verified seq)
             if joint_seq != anchor:  # the slice leaves our verified history after joint_seq
                 if joint_seq < timeline.readable_seq:
                     return "refused a sync slice that contradicts this replica's verified timeline"
