@@ -77,7 +77,7 @@ def main() -> None:
     print(f"fsync={args.fsync} {report['tx_per_s']:,.0f} tx/s; CPU us per tx: {per_tx}")
     print(f"p50 {report['p50_ms']:.2f} ms, p99 {report['p99_ms']:.2f} ms; per tx and node:")
     for n, found in sorted(moved.items()):
-        shown = {k: round(v / args.count, 2) for k, v in sorted(found.items()) if v}
+        shown = {k: float(f"{v / args.count:.3g}") for k, v in sorted(found.items()) if v}
         print(f"  node {n}: {shown}")
 
 

@@ -323,7 +323,7 @@ def test_two_copies_of_a_key_in_one_request_follow_the_first() -> None:
     assert [item.payload for item in fresh] == [b"A", b"C"]
     origin = Origin(1, 7, BASE)
     txs = origin.originate("s", Now(1_800_000_000_000, 0), "p", fresh)
-    r.take_own(txs)
+    r.take_chain(1, txs)
     pending.originated(txs, copies)
     assert pending.seqs == [txs[0].seq, txs[0].seq, txs[0].seq, txs[1].seq]
     third = pending.results[2]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import zlib
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Iterable
 from struct import Struct
 
 from relay.core.flake import TIME_SHIFT
@@ -63,9 +64,8 @@ class DedupIndex:
         """Keys held: kept copies, pending txs and skipped later copies."""
         return len(self.stable) + len(self.pending) + len(self.skipped)
 
-    def note_pending(self, tx: Tx) -> None:
-        if tx.producer_id:
-            self.pending[(tx.producer_id, tx.msg_id)] = tx
+    def note_pending(self, txs: Iterable[Tx]) -> None:
+        self.pending.update([((tx.producer_id, tx.msg_id), tx) for tx in txs if tx.producer_id])
 
     def lookup(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
         """(seq, content tag) of the tx that already carries the key, stable or pending."""
@@ -76,35 +76,54 @@ class DedupIndex:
         held = self.pending.get(key)
         return (held.seq, content_tag(held)) if held is not None else None
 
-    def fold(self, tx: Tx, previous: bytes) -> bytes | None:
-        """Fold ``tx`` after ``previous``: its digest, or None when it is a later copy of a
-        key already stable (a retry, or a conflict when its content differs), which is
-        skipped. The window is moved first, measured from this tx's own seq, so what the
-        index holds at every tx depends on the timeline alone, never on how a replica's loop
-        turns cut it into batches: every replica skips the same copies."""
-        order = self.order
-        if order:
-            horizon = ((tx.seq >> TIME_SHIFT) - self.window_ms) << TIME_SHIFT
-            if order[0][0] < horizon:
-                self._forget_before(horizon)
-        if not tx.producer_id:
-            return fold_tx(previous, tx)
-        key = (tx.producer_id, tx.msg_id)
-        self.pending.pop(key, None)
-        tag = content_tag(tx)
-        kept = self.stable.get(key)
-        if kept is not None:
-            if len(self.skipped) >= self.keys_max:  # what a coordinator answers with: local
-                for seq in sorted(self.skipped)[: len(self.skipped) // 2]:
-                    del self.skipped[seq]
-            self.skipped[tx.seq] = (tx, kept[0], kept[1] != tag)
-            return None
-        while len(order) >= self.keys_max:
-            self._forget_oldest()
-        digest = fold_tx(previous, tx)
-        self.stable[key] = (tx.seq, tag, digest)
-        order.append((tx.seq, key))
-        return digest
+    def fold(
+        self, txs: list[Tx], head_seq: int, previous: bytes
+    ) -> tuple[list[Tx], list[bytes], int]:
+        """Fold ``txs`` (in seq order) onto a timeline ending at ``head_seq`` with digest
+        ``previous``: the txs kept, the digest after each, and how many were late (at or
+        below the head by then: an origin broke its promise; the past is never reordered).
+        A later copy of a key already stable (a retry, or a conflict when its content
+        differs) is skipped. Before each tx the window moves, measured from that tx's own
+        seq, so what the index holds at every tx depends on the timeline alone, never on how
+        a replica's loop turns cut it into batches: every replica skips the same copies."""
+        order, stable, keys_max = self.order, self.stable, self.keys_max
+        pending_pop, window_ms = self.pending.pop, self.window_ms
+        kept_txs: list[Tx] = []
+        digests: list[bytes] = []
+        digest, late = previous, 0
+        for tx in txs:
+            seq = tx.seq
+            if seq <= head_seq:
+                late += 1
+                continue
+            if order and order[0][0] < ((seq >> TIME_SHIFT) - window_ms) << TIME_SHIFT:
+                self._forget_before(((seq >> TIME_SHIFT) - window_ms) << TIME_SHIFT)
+            if tx.producer_id:
+                key = (tx.producer_id, tx.msg_id)
+                pending_pop(key, None)
+                tag = content_tag(tx)
+                kept = stable.get(key)
+                if kept is not None:
+                    self._skip(tx, kept[0], kept[1] != tag)
+                    continue
+                while len(order) >= keys_max:
+                    self._forget_oldest()
+                digest = fold_tx(digest, tx)
+                stable[key] = (seq, tag, digest)
+                order.append((seq, key))
+            else:
+                digest = fold_tx(digest, tx)
+            kept_txs.append(tx)
+            digests.append(digest)
+            head_seq = seq
+        return kept_txs, digests, late
+
+    def _skip(self, tx: Tx, original: int, differs: bool) -> None:
+        """Remember a skipped later copy (what its coordinator answers with: local)."""
+        if len(self.skipped) >= self.keys_max:
+            for seq in sorted(self.skipped)[: len(self.skipped) // 2]:
+                del self.skipped[seq]
+        self.skipped[tx.seq] = (tx, original, differs)
 
     def _forget_before(self, horizon: int) -> None:
         order = self.order

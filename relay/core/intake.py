@@ -109,8 +109,7 @@ class MeshIntake:
         if any(tx.origin != msg.origin or tx.epoch != msg.epoch for tx in msg.txs):
             self._peer_fault(msg.origin, f"sent txs of another origin or epoch in {msg.stream}")
             return
-        for tx in msg.txs:
-            state.take(tx)
+        state.take_chain(msg.origin, msg.txs)
         last = max(tx.seq for tx in msg.txs)
         self.origin.clock.observe(last)
         state.lanes[msg.origin].claim(last, msg.floor)

@@ -23,7 +23,9 @@ last cut epoch ended.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from enum import Enum
+from itertools import pairwise
 
 from relay.core.messages import Tx
 from relay.core.timer import Timeout
@@ -210,16 +212,23 @@ class Lane:
             self.early = {p: t for p, t in self.early.items() if t.seq > self.contig}
         return True
 
-    def accept_chain(self, txs: list[Tx], stable_head: int) -> bool:
-        """Take a chain of txs (each one's ``prev`` the one before), as ``accept`` would one
-        by one: the node's own new txs."""
-        if not self.accept(txs[0], stable_head):
-            return False
-        if self.cut_at is not None or self.early:
-            return all([self.accept(tx, stable_head) for tx in txs[1:]])
-        self.queue.extend(txs[1:])
-        self.contig = txs[-1].seq
-        return True
+    def accept_chain(self, txs: Sequence[Tx], stable_head: int) -> list[Tx]:
+        """Take txs of this lane's epoch in seq order, as ``accept`` would one by one: the
+        txs taken. A chain that extends the lane (each one's ``prev`` the one before) is
+        taken in one step."""
+        first = self.accept(txs[0], stable_head)
+        if (
+            first
+            and self.contig == txs[0].seq
+            and self.cut_at is None
+            and not self.early
+            and all([tx.prev == before.seq for before, tx in pairwise(txs)])
+        ):
+            self.queue.extend(txs[1:])
+            self.contig = txs[-1].seq
+            return list(txs)
+        rest = [tx for tx in txs[1:] if self.accept(tx, stable_head)]
+        return [txs[0], *rest] if first else rest
 
     def missing_range(self, head: int) -> tuple[int, int] | None:
         """(after, upto) of txs we know exist but do not hold, or None; nothing at or below

@@ -221,7 +221,7 @@ class NodeCore(MeshIntake, LogEvents):
         fresh, copies = attach_retries(state, req, pending)
         if fresh:
             txs = self.origin.originate(req.stream, now, req.producer_id, fresh)
-            state.take_own(txs)
+            state.take_chain(self.node_id, txs)
             pending.originated(txs, copies)
         self.publishes.wait(req.stream, pending)
         self._touch(req.stream)

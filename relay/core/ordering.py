@@ -59,33 +59,24 @@ def fold_stable(
     """Fold every tx at or below the watermark into the timeline: (head moved, late txs)."""
     mark, late = watermark(lanes, timeline.head_seq, floors)
     ready: list[Tx] = []
+    merging = False  # more than one lane gave txs: they interleave
     for lane in lanes.values():
-        if lane.state is LaneState.WAITING:
-            continue
         queue = lane.queue
-        while queue and queue[0].seq <= mark:
-            ready.append(queue.popleft())
+        if lane.state is LaneState.WAITING or not queue or queue[0].seq > mark:
+            continue
+        merging = bool(ready)
+        if queue[-1].seq <= mark:  # the usual case: the whole queue is stable
+            ready.extend(queue)
+            queue.clear()
+        else:
+            while queue and queue[0].seq <= mark:
+                ready.append(queue.popleft())
     if not ready:
         return False, late
-    if len(ready) > 1:
+    if merging:
         ready.sort(key=seq_of)
-    head_seq = timeline.head_seq
-    digest = timeline.head_digest
-    folded: list[Tx] = []
-    digests: list[bytes] = []
-    fold = dedup.fold
-    for tx in ready:
-        seq = tx.seq
-        if seq <= head_seq:
-            late += 1  # an origin broke its promise; never reorder the past
-            continue
-        kept = fold(tx, digest)
-        if kept is None:
-            continue  # a later copy of a key already stable
-        digest = kept
-        folded.append(tx)
-        digests.append(digest)
-        head_seq = seq
+    folded, digests, broken = dedup.fold(ready, timeline.head_seq, timeline.head_digest)
+    late += broken
     if folded:
         timeline.extend(folded, digests)
     return bool(folded), late

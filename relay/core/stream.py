@@ -9,7 +9,7 @@ them together and answers the node's questions; each rule lives in its own modul
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from relay.core import cut, ordering, repair
@@ -103,16 +103,14 @@ class StreamReplica(TimelineRebuild):
         put back after the timeline changed (``restoring``)."""
         if not self.lanes[tx.origin].accept(tx, self.timeline.head_seq, restoring):
             return False
-        self.dedup.note_pending(tx)
+        self.dedup.note_pending((tx,))
         return True
 
-    def take_own(self, txs: list[Tx]) -> None:
-        """This node's new txs for the stream, chained in seq order."""
-        taken = self.lanes[self.self_id].accept_chain(txs, self.timeline.head_seq)
-        assert taken, "a node's own txs always extend its lane"
-        note_pending = self.dedup.note_pending
-        for tx in txs:
-            note_pending(tx)
+    def take_chain(self, origin: int, txs: Sequence[Tx]) -> None:
+        """An origin's txs of its current epoch in seq order (a ``Replicate``, or this
+        node's own new txs)."""
+        taken = self.lanes[origin].accept_chain(txs, self.timeline.head_seq)
+        self.dedup.note_pending(taken)
 
     def lookup_key(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
         """(seq, content tag) of the tx that already carries the key, if any."""

@@ -153,6 +153,12 @@ class StreamLog:
         """Append records as batch frames of about ``BATCH_BYTES``, one write per segment
         they fill (a large batch rolls mid-way at ``segment_bytes``)."""
         records = list(zip(txs, digests, strict=True))
+        active = self._active(wall_ms)
+        whole = txs_frame(records)  # the usual turn: one frame, sized without a walk
+        if len(whole) <= min(BATCH_BYTES, self.settings.segment_bytes - active.size):
+            self._write(whole)
+            active.noted(records, active.size - len(whole))
+            return
         i = 0
         while i < len(records):
             active = self._active(wall_ms)

@@ -28,14 +28,12 @@ Address = tuple[int, str, int, str]  # (node id, host, client port, public key o
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class AckRow:
+class AckRow(NamedTuple):  # one per published message: cheap to make
     seq: int
     digest: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorRow:
+class ErrorRow(NamedTuple):
     code: str
     message: str
 
