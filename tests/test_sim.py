@@ -7,12 +7,14 @@ import dataclasses
 import pytest
 
 from relay.core.durable import LogCursor
+from relay.core.messages import Heartbeat, MeshMessage
 from relay.core.routing import Subscription
 from relay.core.stream import StreamReplica
 from relay.sim.campaign import run_campaign
 from relay.sim.checker import InvariantViolation
 from relay.sim.cluster import SimCluster, run_seed
 from relay.sim.faults import CrashKind, Fault, FaultKind
+from relay.sim.network import SimNetwork
 from relay.sim.plan import SimPlan
 
 CHUNK = 50
@@ -283,6 +285,40 @@ def test_idle_streams_cost_no_messages() -> None:
     heartbeats = 3 * 2 * 2000 // heartbeat_ms
     assert sent <= heartbeats + 6, f"{sent} messages in 2 s for {heartbeats} heartbeats"
     assert all(not node.active for node in cluster.nodes.values())
+
+
+def test_a_replica_that_lost_an_origins_only_tx_hears_of_it_at_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 3700116 (5 nodes): a replica lost an origin's only tx in a stream, every ack that
+    spoke of it and the ten heartbeats that repeated the claim (a one-way partition, then
+    loss), and once the stream was at rest everywhere else nothing told it again. An origin
+    now repeats its claim while a live replica votes below it; a replica at rest answers a
+    claim it holds with its vote, so the repetition ends even if its vote was lost."""
+    quiet = dataclasses.replace(plan(3), publishes=0, consumers=0, retry_rate=0.0, delivery=False)
+    cluster = SimCluster(0, quiet)
+    cluster.clients.node_ids = [1]
+    send, lost = SimNetwork.send, range(0)
+
+    def lossy(net: SimNetwork, now_ms: int, src: int, dst: int, message: MeshMessage) -> None:
+        if dst == 3 and now_ms in lost:  # node 3 hears of stream s from nobody
+            if getattr(message, "stream", "") == "s":
+                return
+            if isinstance(message, Heartbeat):
+                message = dataclasses.replace(message, origin_last=())
+        send(net, now_ms, src, dst, message)
+
+    monkeypatch.setattr(SimNetwork, "send", lossy)
+    cluster.idle(300)
+    cluster.clients.publish(cluster.now_ms, "s")  # every replica holds the stream
+    cluster.idle(500)
+    lost = range(cluster.now_ms, cluster.now_ms + 12 * quiet.params.heartbeat_ms)
+    cluster.clients.publish(cluster.now_ms, "s")
+    cluster.idle(4000)
+    assert cluster.clients.acked == 2
+    heads = {node.streams["s"].timeline.head_seq for node in cluster.nodes.values()}
+    assert len(heads) == 1
+    assert all(not node.active and not node.origin.unheard for node in cluster.nodes.values())
 
 
 def _power_loss_seeds(count: int) -> list[int]:

@@ -87,9 +87,15 @@ class MeshIntake:
         for name, last in hb.origin_last:  # the claims first, then the promise they cover
             state = self._stream(name)
             lane = state.lanes.get(hb.sender) if state else None
-            if lane is not None and lane.epoch == hb.epoch and last > lane.claimed_last:
+            if state is None or lane is None or lane.epoch != hb.epoch:
+                continue
+            if last > lane.claimed_last:
                 lane.claim(last, 0)
-                self._touch(name)
+            elif name in self.stream_set.active:
+                continue  # it says where it is at our next heartbeat anyway
+            else:  # at rest: the origin may never have heard our vote past its claim
+                state.needs_ack = True
+            self._touch(name)
         theirs = next((d for n, d in hb.shared if n == self.node_id), 0)
         self.stream_set.compare(hb.sender, theirs, self.elapsed_ms, self.params.suspect_after_ms)
         self.peers.promise(hb.sender, hb.floor)
@@ -124,6 +130,9 @@ class MeshIntake:
             return
         self.origin.clock.observe(ack.floor)
         state.take_ack(ack, self.elapsed_ms)
+        claim = self.origin.last.get(ack.stream, 0)
+        if ack.head_seq < min(claim, state.timeline.head_seq):  # it may lack our last tx
+            self.origin.unheard[ack.stream] = None  # our heartbeats repeat the claim
         self._touch(ack.stream)
 
     def _on_ask(self, ask: RepairRequest | SyncRequest) -> None:

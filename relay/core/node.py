@@ -8,10 +8,8 @@ producers whose txs a quorum verified and wakes parked fetches. Batching by what
 together is what keeps the wire cost per transaction low under load. This class is the only
 builder of effects, and it checks its invariants at the end of every ``handle``.
 
-Cost follows activity, not the number of streams: a stream *at rest* (everything folded and
-verified, every lane following its origin) leaves the active set, and ticks and heartbeats
-visit only active streams. Only rare events (a peer restarts, comes back or is suspected, or
-this node's epoch ends) touch every stream.
+Cost follows activity, not the number of streams: a stream *at rest* leaves the active set,
+and ticks and heartbeats visit only active streams (docs/design.md, "Cost follows activity").
 """
 
 from __future__ import annotations
@@ -335,7 +333,7 @@ class NodeCore(MeshIntake, LogEvents):
             sender=self.node_id,
             epoch=self.epoch,
             floor=self.origin.promise_now(now.wall_ms),
-            origin_last=self.origin.recent_claims(),
+            origin_last=self.origin.claims(self.stream_set.unheard(self.peers.states)),
             accepts=tuple(accepts),
             leaving=self.state is NodeState.LEAVING,
             epochs=tuple((n, p.epoch) for n, p in self.peers.by_id.items() if p.epoch),

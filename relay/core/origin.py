@@ -3,8 +3,9 @@
 How this works: a publish gives each new message a seq from the flake clock, chained in its
 stream by ``prev`` (the node's previous seq there), and queues it in the outbox that the
 flush sends as one ``Replicate`` per stream. The node's last seq per stream is its *claim*;
-a heartbeat repeats the claims that changed in its last ``CLAIM_HEARTBEATS`` heartbeats so a
-peer that lost the last ``Replicate`` of a stream sees the gap. When the node's epoch ends
+a heartbeat repeats a stream's claim while a live replica of the stream may not hold it (its
+vote is below it), so a peer that lost the last ``Replicate`` of a stream, and every ack and
+heartbeat after it, still sees the gap once it hears this node again. When the node's epoch ends
 (peers cut it, or a previous incarnation had a higher one) everything of the old epoch that
 was not sent is dropped: it can never commit.
 
@@ -26,6 +27,8 @@ no chain of leads moves the stamps further ahead than ``lead_ms``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from relay.core.flake import (
     COUNTER_MAX,
     NODE_ID_MAX,
@@ -39,7 +42,6 @@ from relay.core.messages import ANSWER_BYTES_MAX, Item, Replicate, Tx, within_by
 from relay.core.timer import Now
 
 _new_tx = tuple.__new__  # a Tx straight from its fields, without the named tuple's checks
-CLAIM_HEARTBEATS = 10  # heartbeats that repeat a stream's last originated seq after it changed
 RESERVE_AHEAD_MS = 2000  # how far ahead of the clock a seq reservation reaches
 
 
@@ -57,9 +59,8 @@ class Origin:
         self.reserving = False  # a Reserve is on its way to the disk
         self.short = False  # a publish found no room: reserve at once
         self.last: dict[str, int] = {}  # stream -> last seq originated in this epoch
-        self.claimed_at: dict[str, int] = {}  # stream -> heartbeat count when last changed
+        self.unheard: dict[str, None] = {}  # streams whose claim a live replica may lack
         self.outbox: dict[str, list[Tx]] = {}
-        self.heartbeats = 0
 
     def originate(self, stream: str, now: Now, producer_id: str, items: list[Item]) -> list[Tx]:
         """New txs for ``items``, chained in seq order after the stream's last one (and
@@ -75,7 +76,7 @@ class Origin:
             txs.append(_new_tx(Tx, (seq, prev, node_id, epoch, producer_id, *item)))
             prev = seq
         self.last[stream] = prev
-        self.claimed_at[stream] = self.heartbeats
+        self.unheard[stream] = None
         self.outbox.setdefault(stream, []).extend(txs)
         return txs
 
@@ -133,13 +134,13 @@ class Origin:
         self.outbox.clear()
         return sent
 
-    def recent_claims(self) -> tuple[tuple[str, int], ...]:
-        """The claims a heartbeat repeats; counts the heartbeat."""
-        recent = self.heartbeats - CLAIM_HEARTBEATS
-        for stream in [s for s, at in self.claimed_at.items() if at < recent]:
-            del self.claimed_at[stream]
-        self.heartbeats += 1
-        return tuple(sorted((s, self.last[s]) for s in self.claimed_at))
+    def claims(self, unheard: Callable[[str, int], bool]) -> tuple[tuple[str, int], ...]:
+        """The claims a heartbeat repeats: those that ``unheard(stream, claim)`` says a live
+        replica may still lack. The others leave the set until a new tx or a peer's vote
+        below the claim (``NodeCore``) puts them back."""
+        for stream in [s for s in self.unheard if not unheard(s, self.last[s])]:
+            del self.unheard[stream]
+        return tuple(sorted((s, self.last[s]) for s in self.unheard))
 
     def restart(self, epoch: int) -> None:
         """Start ``epoch``: nothing of the old one is claimed or sent any more."""
@@ -147,7 +148,7 @@ class Origin:
         self.promised.clear()  # a lead binds its epoch; the next one starts above the head
         self.originated_at.clear()
         self.last.clear()
-        self.claimed_at.clear()
+        self.unheard.clear()
         self.outbox.clear()
 
 

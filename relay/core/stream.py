@@ -305,6 +305,16 @@ class StreamReplica(TimelineRebuild):
 
         return not any(self.votes.pending.values())
 
+    def unheard(self, claim: int, peers: PeerStates) -> bool:
+        """Whether a live peer may not hold this node's last tx here (``claim``): it is not
+        folded here yet, or a live peer votes below it (below our head, if the fold skipped
+        it as a retry). A peer that lost it and is at rest learns of it from nothing else."""
+        if self.lanes[self.self_id].queue:
+            return True
+        target = min(claim, self.timeline.head_seq)
+        heads = self.votes.heads
+        return any(peers.get(r, (False, 0))[0] and heads.get(r, 0) < target for r in self.peers)
+
     # --- answering peers -----------------------------------------------------------------
 
     def answer(

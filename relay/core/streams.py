@@ -16,7 +16,7 @@ the peer learns the ones it lacks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from blake3 import blake3
 
@@ -126,6 +126,11 @@ class StreamSet:
             for s in self.active_streams()
             if origin in s.lanes
         )
+
+    def unheard(self, peers: PeerStates) -> Callable[[str, int], bool]:
+        """Whether a live replica of a stream may lack this node's claim there (the claims
+        a heartbeat repeats, ``Origin.claims``)."""
+        return lambda name, claim: self.by_name[name].unheard(claim, peers)
 
     def rest(self, name: str, peers: PeerStates) -> None:
         """Leave the active set if nothing is left to do."""
