@@ -125,6 +125,13 @@ def test_a_diverged_replica_asks_past_a_log_slice_that_ends_at_its_verified_seq(
     assert run_seed(3602757, 3).acked > 0
 
 
+def test_a_replica_that_lost_an_origins_only_tx_learns_of_it() -> None:
+    """Seed 3700116 (5 nodes, from a campaign over 3,700,000-3,709,999), the run that
+    ``test_a_replica_that_lost_an_origins_only_tx_hears_of_it_at_rest`` reduces: it never went
+    quiet (4 publishes open)."""
+    assert run_seed(3700116, 5).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and
