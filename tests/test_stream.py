@@ -7,7 +7,7 @@ from relay.core.digest import fold, genesis
 from relay.core.events import PublishRequested, Rejected
 from relay.core.flake import SEQ_MAX, make_seq
 from relay.core.lane import LaneInput
-from relay.core.messages import Item, StreamAck, SyncData, Tx, fold_tx
+from relay.core.messages import Item, RepairData, StreamAck, SyncData, Tx, fold_tx
 from relay.core.origin import Origin
 from relay.core.publish import Publishes, attach_retries
 from relay.core.stream import StreamLimits, StreamReplica
@@ -356,3 +356,24 @@ def test_a_sync_slice_the_replica_already_holds_keeps_the_paging_going() -> None
     assert outcome.startswith("verified 3 held txs") and behind.verified_seq == BASE + 5
     assert ask is not None and ask.after_seq == BASE + 5
     assert behind.timeline.head_seq == BASE + 8  # its own tail stayed
+
+
+def test_a_repair_speaks_only_for_the_asked_epoch() -> None:
+    """After a power loss an origin's restored, never verified tail of an older epoch can lie
+    above where its new epoch starts (a campaign seed, perturbed, found it). An answer for the
+    new epoch carried that tx, the asker's lane refused it, so the answer never counted as
+    whole and a cut there never settled. The answer now holds the asked epoch only, and an
+    asker judges an answer by the txs of the epoch it asked about."""
+    r = replica()
+    old = Tx(BASE + 3, 0, 2, 6, "", 0, b"old")  # epoch 6, restored above epoch 7's start
+    r.timeline.extend([old], [fold_tx(genesis("s"), old)])
+    new = Tx(BASE + 5, 0, 2, 7, "", 0, b"new")
+    r.take(new)
+    assert r.txs_of(2, 7, 0, BASE + 9, 100) == ([new], BASE + 5)
+
+    asker = replica()
+    asker.lanes[2] = asker.lanes[2].apply(LaneInput.SUSPECTED)
+    asker.lanes[2].cut_at = BASE + 5
+    answer = RepairData("s", 3, 2, 7, (old, new), after_seq=0, complete_upto=BASE + 5)
+    assert asker.take_repair(answer) == BASE + 5
+    assert asker.lanes[2].contig == BASE + 5

@@ -69,11 +69,17 @@ def txs_held(
     lane = lanes.get(origin)
     if lane is None or upto_seq <= after_seq:
         return [], 0
-    found = [tx for tx in timeline.txs_between(after_seq, upto_seq) if tx.origin == origin]
+    # only the asked epoch: after a power loss an older epoch's restored tail can lie above
+    # where the asked one starts, and an answer carrying it would never count as whole
+    found = [
+        tx
+        for tx in timeline.txs_between(after_seq, upto_seq)
+        if tx.origin == origin and tx.epoch == epoch
+    ]
     found.extend(
         tx
         for tx, _, _ in dedup.skipped.values()
-        if tx.origin == origin and after_seq < tx.seq <= upto_seq
+        if tx.origin == origin and tx.epoch == epoch and after_seq < tx.seq <= upto_seq
     )
     if lane.epoch == epoch:
         found.extend(tx for tx in lane.queue if after_seq < tx.seq <= upto_seq)

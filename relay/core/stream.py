@@ -367,13 +367,12 @@ class StreamReplica(TimelineRebuild):
             return 0
         head = self.timeline.head_seq
         held_from = max(lane.contig, head)
-        taken = [tx.seq for tx in data.txs if tx.origin == data.origin and self.take(tx)]
+        ours = [tx for tx in data.txs if tx.origin == data.origin and tx.epoch == lane.epoch]
+        taken = [tx.seq for tx in ours if self.take(tx)]
         if taken:
             self.needs_ack = True
         lane = self.lanes[data.origin]
-        whole = held_from >= data.after_seq and all(
-            tx.seq <= max(lane.contig, head) for tx in data.txs
-        )
+        whole = held_from >= data.after_seq and all(tx.seq <= max(lane.contig, head) for tx in ours)
         if whole and data.complete_upto and lane.cut_at is not None:
             # every tx of the epoch up to complete_upto is held now: a cut up to there needs
             # no more repair (nobody may hold a tx there; the cut can be above the last one)
