@@ -1,6 +1,5 @@
 """A cut epoch's last txs and a newer epoch of the same origin."""
 
-import pytest
 from test_stream import BASE, replica, stabilize
 
 from relay.core.digest import genesis
@@ -8,29 +7,35 @@ from relay.core.lane import LaneState
 from relay.core.messages import OriginReport, StreamAck, Tx
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, found by review 2026-11-25: a newer epoch's suspicion (from a peer's "
-    "cut report) drops a CUT lane's unfolded queue, and the replica then answers a repair for "
-    "the cut epoch as complete without those txs; follow() guards this step, suspect() not",
-)
-def test_a_newer_epochs_report_keeps_a_cut_epochs_unfolded_txs() -> None:
+def test_a_newer_epochs_report_waits_for_a_cut_epochs_last_txs() -> None:
     """Replica 1 holds origin 2's epoch-7 tx in its CUT lane, not folded yet (origin 3's
-    claim holds the watermark). A peer reports origin 2's epoch 8 being cut. Whatever replica
-    1 then answers about epoch 7 must carry the tx, or not claim the epoch whole past it:
-    else an asker cutting epoch 7 raises its contig over a tx it never gets."""
+    claim holds the watermark), when a peer reports origin 2's epoch 8 being cut. The lane
+    used to move to epoch 8 at once and drop the tx, then answer repairs of epoch 7 as whole
+    without it (an asker cutting epoch 7 raised its contig over a tx it never got; a review
+    found it). The suspicion now waits, as following a newer epoch does, until the cut
+    epoch's last txs are folded, and is taken at the next tick after that."""
     r = replica()
-    tx = Tx(BASE + 5, 0, 2, 7, "", 0, b"t")
-    assert r.take(tx)
+    t = Tx(BASE + 5, 0, 2, 7, "", 0, b"t")
+    assert r.take(t)
     r.lanes[3].claim(BASE + 9, BASE + 9)  # origin 3 claims a tx replica 1 lacks
+    r.lanes[1].claim(0, BASE + 9)  # and replica 1 itself promised past it
     r.suspect(2, 7)
     r.lanes[2].cut_at = BASE + 5
-    r.on_tick(0, {2: (False, 7), 3: (True, 7)})
+    peers = {2: (False, 7), 3: (True, 7)}
+    r.on_tick(0, peers)
     stabilize(r)
-    assert r.lanes[2].state is LaneState.CUT and list(r.lanes[2].queue) == [tx]
+    assert r.lanes[2].state is LaneState.CUT and list(r.lanes[2].queue) == [t]
 
     report = OriginReport(2, 8, BASE + 20)
     r.take_ack(StreamAck("s", 3, 7, 0, 0, 0, genesis("s"), 0, (report,)), 0)
+    assert r.lanes[2].epoch == 7 and list(r.lanes[2].queue) == [t]
+    assert r.txs_of(2, 7, 0, BASE + 9, 100) == ([t], BASE + 5)
+    assert not r.at_rest(peers)
 
-    found, complete_upto = r.txs_of(2, 7, 0, BASE + 9, 100)
-    assert tx in found or complete_upto < tx.seq
+    assert r.take(Tx(BASE + 9, 0, 3, 7, "", 0, b"u"))  # origin 3's tx: the watermark passes
+    stabilize(r)
+    assert r.timeline.head_seq == BASE + 9 and not r.lanes[2].queue
+    r.on_tick(0, peers)
+    lane = r.lanes[2]
+    assert (lane.epoch, lane.state, lane.closed) == (8, LaneState.CUTTING, (7, BASE + 5))
+    assert r.txs_of(2, 7, 0, BASE + 9, 100) == ([t], BASE + 5)

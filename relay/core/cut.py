@@ -22,6 +22,9 @@ def suspect(lanes: dict[int, Lane], origin: int, epoch: int) -> bool:
     """Freeze ``origin``'s ``epoch`` and start agreeing where it ends; True if it changed."""
     lane = lanes[origin]
     if epoch > lane.epoch:
+        if holds_cut_txs(lane):  # they fold first: a successor would drop them, and this
+            lane.newer_cut = max(lane.newer_cut, epoch)  # replica still claims the epoch whole
+            return False
         lanes[origin] = lane.apply(LaneInput.NEWER_SUSPECTED, epoch)
         return True
     if epoch < lane.epoch:
@@ -29,6 +32,11 @@ def suspect(lanes: dict[int, Lane], origin: int, epoch: int) -> bool:
     before = lane.state
     lanes[origin] = lane.apply(LaneInput.SUSPECTED)
     return lanes[origin].state is not before
+
+
+def holds_cut_txs(lane: Lane) -> bool:
+    """A cut epoch's last txs are still queued here, below the watermark's reach."""
+    return lane.state is LaneState.CUT and bool(lane.queue)
 
 
 def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> bool:

@@ -104,6 +104,7 @@ class Lane:
         "early",
         "epoch",
         "gap",
+        "newer_cut",
         "origin",
         "promise",
         "queue",
@@ -132,6 +133,7 @@ class Lane:
         self.cut_grace = Timeout(cut_grace_ms)  # runs while CUTTING
         self.gap = Timeout(repair_after_ms)  # runs while a gap is open
         self.closed = closed  # (epoch, cut) of the last closed epoch
+        self.newer_cut = 0  # a newer epoch reported cut while this cut one still held txs
 
     def apply(self, event: LaneInput, epoch: int = 0) -> Lane:
         """The lane after ``event``: this one, or a successor following ``epoch``."""

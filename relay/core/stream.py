@@ -222,7 +222,7 @@ class StreamReplica(TimelineRebuild):
     def follow(self, origin: int, epoch: int) -> None:
         """The origin announced ``epoch`` and is up: make its lane follow it."""
         lane = self.lanes[origin]
-        if epoch <= lane.epoch or (lane.state is LaneState.CUT and lane.queue):
+        if epoch <= lane.epoch or cut.holds_cut_txs(lane):
             return  # a cut epoch's last txs fold first
         self.lanes[origin] = lane.apply(LaneInput.NEWER_EPOCH, epoch)
         self.needs_ack = True
@@ -242,6 +242,10 @@ class StreamReplica(TimelineRebuild):
 
     def on_tick(self, elapsed_ms: int, peers: PeerStates) -> Upkeep:
         """Timers of this stream: cuts, gap repair, catching up."""
+        for origin, deferring in list(self.lanes.items()):  # suspicions it deferred
+            if deferring.newer_cut and not cut.holds_cut_txs(deferring):
+                newer, deferring.newer_cut = deferring.newer_cut, 0
+                self.suspect(origin, newer)
         for origin, (up, epoch) in peers.items():
             lane = self.lanes.get(origin)
             if lane is not None and up and epoch > lane.epoch:
@@ -289,7 +293,7 @@ class StreamReplica(TimelineRebuild):
         if self.log.vote_seq(timeline) != head or self.log.written_seq != head:
             return False
         for origin, lane in self.lanes.items():
-            if lane.queue or lane.early or lane.claimed_last > lane.contig:
+            if lane.queue or lane.early or lane.newer_cut or lane.claimed_last > lane.contig:
                 return False
             if origin == self.self_id:
                 if lane.state is not LaneState.ACTIVE:
