@@ -1,6 +1,7 @@
 """Mesh and client frames: round trips, and garbage refused with MalformedFrame."""
 
 import contextlib
+from dataclasses import replace
 
 import msgpack
 import pytest
@@ -120,7 +121,13 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
         msgpack.packb(
             [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [[1, b""]]]]]
         ),
-        msgpack.packb([mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a negative id
+        msgpack.packb([mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a short ack
+        msgpack.packb(  # an ack with a negative sender
+            [mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", 0, [], 0, 0, b"", 0]
+        ),
+        msgpack.packb(  # an ack whose report is not a bool where one is asked
+            [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [[1, 1, 1, 1, 0]], 0, 0, b"", 0]
+        ),
         msgpack.packb([1, 3]),  # another version
         msgpack.packb({"kind": "replicate"}),
         b"\x93\x03\x03\xa2\xff\xfe",  # a string that is not UTF-8
@@ -141,6 +148,40 @@ def test_the_refused_shapes_differ_from_good_frames_only_where_they_say() -> Non
     tx = [2, 1, 3, 4, "p", 4, b"", None, [["h", b""]]]
     assert mesh.decode(msgpack.packb([mesh.VERSION, 1, "s", 1, 1, 1, [tx]]))
     assert mesh.decode(msgpack.packb([mesh.VERSION, 3, 1, 1, 1, [], [[1, 0]], False, [], []]))
+    ack = [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [[1, 1, 1, True, False]], 0, 0, b"", 0]
+    assert mesh.decode(msgpack.packb(ack))
+
+
+@given(st.lists(messages, max_size=12), st.sampled_from(["a", "b"]))
+def test_frames_carry_messages_in_order_and_bundle_runs_of_one_stream(
+    found: list[object], stream: str
+) -> None:
+    same = [m for m in found if not isinstance(m, Heartbeat)]
+    same = [replace(m, stream=stream) for m in same]  # type: ignore[type-var]
+    for sent in (found, same):
+        frames = mesh.frames(sent)  # type: ignore[arg-type]
+        assert [m for _, body in frames for m in mesh.decode_frame(body)] == sent
+        if sent is same and same:
+            assert len(frames) == -(-len(same) // mesh.BUNDLE_MAX)  # runs of one stream: bundled
+
+
+def _bundle(bodies: list[bytes]) -> bytes:
+    return msgpack.packb([mesh.VERSION, 8, [msgpack.unpackb(b) for b in bodies]])
+
+
+def test_hostile_bundles_are_refused_whole() -> None:
+    ack = mesh.encode(StreamAck("s", 1, 1, 1, 1, 1, bytes(32), 1, ()))[1]
+    assert mesh.decode_frame(_bundle([ack, ack])) == [mesh.decode(ack)] * 2
+    for body in (
+        _bundle([ack]),  # a bundle of one is not how a node sends
+        _bundle([ack] * (mesh.BUNDLE_MAX + 1)),
+        _bundle([ack, _bundle([ack, ack])]),  # a bundle inside a bundle
+        _bundle([ack, msgpack.packb([mesh.VERSION, 2, "s"])]),  # one bad message spoils all
+        msgpack.packb([mesh.VERSION, 8, 7]),
+        b"\x93" + bytes([mesh.VERSION, 8]) + b"\xdd\xff\xff\xff\xff",  # claims 4 billion
+    ):
+        with pytest.raises(mesh.MalformedFrame):
+            mesh.decode_frame(body)
 
 
 def test_client_requests_decode_and_bad_ones_keep_their_req_id() -> None:

@@ -205,7 +205,10 @@ class StreamReplica(TimelineRebuild):
         return self.log.pending(self.stream, self.timeline)
 
     def persisted(self, generation: int, seq: int, mark: int) -> None:
-        if self.log.persisted(generation, seq, mark):
+        """The disk's answer. Only with ``votes_wait`` does it move what an ack tells: the
+        vote (the durable head) and the durable mark that acknowledgements wait for; otherwise
+        the vote is the stable head and no peer counts marks, so nothing is said again."""
+        if self.log.persisted(generation, seq, mark) and self.log.votes_wait:
             self.needs_ack = True
 
     def trim(self, keep_from: int) -> None:

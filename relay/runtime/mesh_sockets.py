@@ -17,7 +17,7 @@ from relay.auth.keys import KeyPair
 from relay.auth.sockets import MESH_DOMAIN, connect_to, serve
 from relay.config import ClusterConfig, NodeSpec
 from relay.core.events import Event, MeshReceived
-from relay.core.messages import sender_of
+from relay.core.messages import MeshMessage, sender_of
 from relay.runtime.faults import FaultHooks
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
@@ -62,8 +62,10 @@ class MeshSockets:
         for sub in self.peers:
             poller.register(sub, zmq.POLLIN)
 
-    def send(self, frames: tuple[bytes, bytes]) -> None:
-        self.pub.send_multipart(frames)
+    def send(self, messages: list[MeshMessage]) -> None:
+        """Broadcast ``messages`` in order (a run about one stream in one frame)."""
+        for frames in mesh.frames(messages):
+            self.pub.send_multipart(frames)
 
     def drain(
         self,
@@ -107,22 +109,25 @@ class MeshSockets:
         metrics: NodeMetrics,
         events: list[Event],
     ) -> None:
-        """One frame from ``peer``: decoded, checked and admitted into ``events``."""
+        """One frame from ``peer``: decoded, checked and admitted into ``events``; a frame
+        with one message claiming another sender counts for none of them."""
         try:
             if len(frames) != 2:
                 raise mesh.MalformedFrame(f"{len(frames)} parts, not topic and body")
-            message = mesh.decode(frames[1])
+            messages = mesh.decode_frame(frames[1])
         except mesh.MalformedFrame as exc:
             self.fault(peer, elapsed_ms, metrics, str(exc), "malformed_mesh_frame")
             return
-        claimed = sender_of(message)
-        if claimed != peer:
-            why = f"a {type(message).__name__} claiming to come from node {claimed}"
-            self.fault(peer, elapsed_ms, metrics, why)
-            return
-        admitted = hooks.admit(elapsed_ms, message)
-        if admitted is not None:
-            events.append(MeshReceived(admitted))
+        for message in messages:
+            claimed = sender_of(message)
+            if claimed != peer:
+                why = f"a {type(message).__name__} claiming to come from node {claimed}"
+                self.fault(peer, elapsed_ms, metrics, why)
+                return
+        for message in messages:
+            admitted = hooks.admit(elapsed_ms, message)
+            if admitted is not None:
+                events.append(MeshReceived(admitted))
 
     def fault(
         self,

@@ -39,6 +39,7 @@ from relay.core.events import (
     Tick,
     Verified,
 )
+from relay.core.messages import MeshMessage
 from relay.core.node import NodeCore
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
@@ -52,7 +53,6 @@ from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
 from relay.runtime.turn_trace import TurnTrace
 from relay.storage.stream_log import StorageError
-from relay.wire import mesh
 
 log = logging.getLogger("relay.node")
 
@@ -287,13 +287,23 @@ class NodeRuntime:
     # --- output -------------------------------------------------------------------------
 
     def _carry_out(self, effects: list[Effect]) -> None:
+        """The mesh first, so peers start on this turn's messages while the rest is done:
+        nothing a broadcast says depends on this turn's writes (a vote or a mark is only
+        what the disk already confirmed). A log-backed sync answer is read where the core
+        asked for it, before this turn's writes, as it always was."""
+        outgoing: list[MeshMessage] = []
         for effect in effects:
             if isinstance(effect, Broadcast):
-                if not self.hooks.keep_outgoing():
-                    continue
-                self.mesh.send(mesh.encode(effect.message))
-                self.metrics.sent(effect.message)
-            elif isinstance(effect, Reply):
+                if self.hooks.keep_outgoing():
+                    outgoing.append(effect.message)
+                    self.metrics.sent(effect.message)
+            elif isinstance(effect, LogSync):
+                sync = self.disk.sync_data(effect, self.spec.id)
+                if sync is not None and self.hooks.keep_outgoing():
+                    outgoing.append(sync)
+        self.mesh.send(outgoing)
+        for effect in effects:
+            if isinstance(effect, Reply):
                 self.clients.reply(effect)
             elif isinstance(effect, ReadReply):
                 read = effect.body
@@ -301,10 +311,6 @@ class NodeRuntime:
                     self.log_reads.append((effect.client, effect.req_id, read))
                 else:
                     self.clients.read_done(effect.client, effect.req_id, read)
-            elif isinstance(effect, LogSync):
-                sync = self.disk.sync_data(effect, self.spec.id)
-                if sync is not None and self.hooks.keep_outgoing():
-                    self.mesh.send(mesh.encode(sync))
             elif isinstance(effect, Persist | Reserve):
                 answer = self.disk.carry_out(
                     effect, int(time.time() * 1000), int(time.monotonic() * 1000)
