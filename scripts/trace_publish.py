@@ -4,10 +4,13 @@ a window may then also hold the previous publish's last acks), and the turns of 
 lined up against each publish on the monotonic clock (one clock for all processes of the
 machine).
 
-Prints, for the publish of median latency, every turn in its window (node, start and end in
-us after the producer's send, what it took in and what it did), and over all publishes the
-median latency, the median turns per node, and the median busy time per node inside the window.
-Usage: scripts/trace_publish.sh [--fsync always|never] [--publishes N] [--pause-ms MS]
+Prints, for the publish of median latency (or of ``--quantile``), every turn in its window
+(node, start and end in us after the producer's send, what it took in and what it did), and
+over all publishes the median latency, the median turns per node, and the median busy time per
+node inside the window; then what the longest turn in each of the slowest 1% of windows was
+doing (the tail's causes).
+Usage: scripts/trace_publish.sh [--fsync always|interval|never] [--publishes N] [--pause-ms MS]
+[--quantile Q]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -67,17 +71,21 @@ def main() -> None:
     parser.add_argument(
         "--pause-ms", type=int, default=0, help="between publishes (past promise_lead_ms: idle)"
     )
+    parser.add_argument("--quantile", type=float, default=0.5, help="which publish to show")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         windows, turns = run(args.fsync, args.publishes, args.pause_ms, Path(tmp))
     latencies = [(end - start) / 1000 for start, end in windows]
     order = sorted(range(len(windows)), key=lambda i: latencies[i])
-    median_i = order[len(order) // 2]
+    median_i = order[min(len(order) - 1, int(len(order) * args.quantile))]
     print(
         f"# one publish at a time, fsync = {args.fsync}, {len(windows)} publishes, "
         f"{args.pause_ms} ms apart\n"
     )
-    print(f"latency p50 {statistics.median(latencies):.0f} us; the median publish:\n")
+    print(
+        f"latency p50 {statistics.median(latencies):.0f} us; the publish at quantile "
+        f"{args.quantile}:\n"
+    )
     start = windows[median_i][0]
     rows = sorted(
         (t["start"], n, t) for n, ts in turns.items() for t in inside(ts, windows[median_i])
@@ -98,6 +106,22 @@ def main() -> None:
             counts.append(len(found))
             busy.append(sum(t["end"] - t["start"] for t in found) / 1000)
         print(f"| {n} | {statistics.median(counts):.0f} | {statistics.median(busy):.0f} |")
+    print(tail(windows, turns, order[-max(1, len(order) // 100) :]))
+
+
+def tail(windows: Windows, turns: dict[int, list[Turn]], slowest: list[int]) -> str:
+    """What the longest turn inside each of the ``slowest`` windows was doing, counted."""
+    found: Counter[str] = Counter()
+    for i in slowest:
+        inner = [
+            (t["end"] - t["start"], n, t) for n, ts in turns.items() for t in inside(ts, windows[i])
+        ]
+        if inner:
+            busy, n, t = max(inner, key=lambda x: x[0])
+            found[f"node {n}, {busy // 1000 // 100 * 100}+ us, {describe(t)}"] += 1
+    lines = [f"\nThe longest turn in each of the slowest {len(slowest)} publishes:\n"]
+    lines += [f"- {count} x {what}" for what, count in found.most_common(12)]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ descriptor (the GIL is released meanwhile, so the loop goes on receiving), fsync
 that gained or lost files, and reports through a pipe the loop polls: per stream, the write
 generation and head now durable (``Persisted``). With ``fsync = "interval"`` a sync starts at
 most every ``fsync_interval_ms``; with ``"never"`` the kernel decides when data reaches the disk.
+
+A turn that wrote only a few txs (``INLINE_TXS_MAX``: one publish in flight, a light load) is
+synced by the loop itself, the same job, reported through the same pipe: handing a 0.25 ms
+fdatasync to the thread and back cost two wake-ups, 100-200 us each on two busy cores, on every
+publish's path; a larger turn still goes to the thread, which syncs while the loop receives.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from relay.core.events import Persisted, Reserved
 from relay.storage.segment import fsync_dir
 from relay.storage.store import NodeStore
 from relay.storage.stream_log import StreamLog, Unsynced
+
+INLINE_TXS_MAX = 16  # a turn that wrote at most this many txs syncs in the loop
 
 
 @dataclass(slots=True)
@@ -36,6 +43,7 @@ class Syncer:
         self.mode = store.settings.fsync
         self.interval_ms = store.settings.fsync_interval_ms
         self.touched: dict[str, StreamLog] = {}
+        self.touched_txs = 0  # txs written since the last sync started
         self.reserving = 0  # a seq reservation waiting for the next sync
         self.wake_fd, self._signal_fd = os.pipe()
         os.set_blocking(self.wake_fd, False)
@@ -48,8 +56,9 @@ class Syncer:
         self._thread = threading.Thread(target=self._run, name="relay-syncer", daemon=True)
         self._thread.start()
 
-    def wrote(self, stream: str) -> None:
+    def wrote(self, stream: str, txs: int) -> None:
         self.touched[stream] = self.store.logs[stream]
+        self.touched_txs += txs
 
     def reserve(self, seq: int) -> None:
         """Make a seq reservation durable with the next sync (``Reserved`` when it is): an
@@ -66,6 +75,7 @@ class Syncer:
                 for fd in log.take_unsynced().fds:
                     os.close(fd)
             self.touched.clear()
+            self.touched_txs = 0
             if not self.reserving:
                 return
         if (
@@ -78,11 +88,19 @@ class Syncer:
             if self._job is not None or self._finished is not None:
                 return
             work = [(log, log.take_unsynced()) for log in self.touched.values()]
+            job = _Job(work, self.reserving, [], [])
+            inline = self.touched_txs <= INLINE_TXS_MAX
             self.touched.clear()
-            self._job = _Job(work, self.reserving, [], [])
-            self.reserving = 0
+            self.touched_txs = self.reserving = 0
             self._last_ms = elapsed_ms
-            self._cond.notify()
+            if not inline:
+                self._job = job
+                self._cond.notify()
+                return
+        self._sync(job)
+        with self._cond:
+            self._finished = job
+        os.write(self._signal_fd, b"s")
 
     def completed(self) -> tuple[list[Persisted | Reserved], list[tuple[str, str]]]:
         """What the last sync made durable, and the streams whose sync failed (call when
