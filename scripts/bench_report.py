@@ -4,8 +4,10 @@ For a 3-node cluster with each ``fsync`` setting (always, the default; interval;
 default once more without CURVE (what encryption costs), and a 5-node cluster with the
 default: pipelined acked tx/s from one producer (100-byte payloads), ack latency with one
 publish in flight and at half the measured peak, each node's peak RSS and the log's bytes per
-tx. Then, if nats-server and the peer venv are there, ../shared/peers' JetStream R3 benchmark
-(memory and file storage) in the same run.
+tx. Then scripts/ceiling.py, the least Python program doing relay's hot path (no disk, no
+deduplication, no encryption: what any Python design of relay could reach at most here), and,
+if nats-server and the peer venv are there, ../shared/peers' JetStream R3 benchmark (memory and
+file storage) in the same run.
 Every measure is taken --rounds times (default 3), relay and JetStream alternating, so each
 round's ratio compares figures taken minutes apart; the median ratio is the one to read.
 Usage: scripts/bench.sh [--count N] [--rounds N] [--skip-nats] [--charts DIR] [--spark]
@@ -129,6 +131,18 @@ def fresh_peak(nodes: int, count: int, overrides: dict[str, str], stream: str) -
         return bench(cluster.config_path, "--stream", stream, "--count", str(count), "--node", "1")
 
 
+def measure_ceiling(count: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "ceiling.py"), "--count", str(count), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    found: dict[str, Any] = json.loads(out.stdout)
+    return found
+
+
 def measure_nats() -> str | None:
     if not PEER.exists() or not PEER_PYTHON.exists():
         return None
@@ -188,6 +202,14 @@ def main() -> None:
             )
             print(f"## round {round_no}: {nodes} nodes, fsync = {fsync}, security = {security}\n")
             print(describe(found), flush=True)
+        ceiling = measure_ceiling(args.count)
+        print(
+            f"## round {round_no}: the ceiling (scripts/ceiling.py)\n\n"
+            f"- pipelined: {ceiling['pipelined']['tx_per_s']:,.0f} acked tx/s\n"
+            f"- one in flight: p50 {ceiling['single']['p50_ms']:.3f} ms, "
+            f"p99 {ceiling['single']['p99_ms']:.3f} ms\n",
+            flush=True,
+        )
         if args.skip_nats:
             rounds.append((results, None))
             continue
@@ -197,7 +219,7 @@ def main() -> None:
         print(f"## round {round_no}: NATS JetStream R3 (../shared/peers)\n")
         print("```\n" + (nats or missing) + "\n```\n", flush=True)
         if nats:
-            per_round.append(ratios(results, nats))
+            per_round.append(ratios(results, ceiling, nats))
     if per_round:
         print(ratio_table(per_round))
     if args.spark:
@@ -270,7 +292,9 @@ def parse_nats(nats: str) -> tuple[dict[str, float], dict[str, tuple[float, floa
     return best, sync
 
 
-def ratios(results: dict[tuple[int, str, str], dict[str, Any]], nats: str) -> dict[str, float]:
+def ratios(
+    results: dict[tuple[int, str, str], dict[str, Any]], ceiling: dict[str, Any], nats: str
+) -> dict[str, float]:
     """The targets' ratios against the peer measured in the same round ({} if it failed)."""
     best, sync = parse_nats(nats)
     if len(best) < 2 or len(sync) < 2:
@@ -299,6 +323,15 @@ def ratios(results: dict[tuple[int, str, str], dict[str, Any]], nats: str) -> di
         ),
         "CURVE on / off, always, pipelined": always["peak"]["tx_per_s"] / plain["peak"]["tx_per_s"],
         "CURVE on / off, one in flight p50": always["single"]["p50_ms"] / plain["single"]["p50_ms"],
+        # the least Python program doing the hot path: how far relay is from it, and whether a
+        # target lies above what Python reaches on this machine at all
+        "ceiling / JetStream memory, pipelined": ceiling["pipelined"]["tx_per_s"] / best["memory"],
+        "one in flight p99, ceiling / JetStream memory": (
+            ceiling["single"]["p99_ms"] * 1000 / sync["memory"][1]
+        ),
+        "3 nodes never / ceiling, pipelined": (
+            never["peak"]["tx_per_s"] / ceiling["pipelined"]["tx_per_s"]
+        ),
     }
 
 
