@@ -28,6 +28,10 @@ def test_every_reply_round_trips() -> None:
     )
     rows = (replies.AckRow(5, b"d"), replies.ErrorRow("timeout", "slow"))
     assert acks == replies.AcksReply(3, rows)
+    only_acks = PublishResults((Acked(5, b"d"), Acked(6, b"e")))  # the typed decoder's case
+    assert replies.decode_reply(replies.encode_acks(3, only_acks)) == replies.AcksReply(
+        3, (replies.AckRow(5, b"d"), replies.AckRow(6, b"e"))
+    )
     txs = replies.decode_reply(
         replies.encode_txs(4, ReadResult("s", (_TX,), (b"d",), b"p", 5, 5, False))
     )
@@ -62,6 +66,7 @@ def test_every_reply_round_trips() -> None:
         (pack("acks", -1, []), "acks reply: req_id"),
         (pack("acks", 1, [[0, 5]]), "acks reply: rows: [0] is not a list of 3"),
         (pack("acks", 1, [[2, 5, b"d"]]), "rows: [0]: outcome must be 0"),
+        (pack("acks", 1, [[0, 5, b"d"], [0, -5, b"d"]]), "rows: [1]: expected a non-negative"),
         (pack("txs", 1, "s", "notbytes", 5, 5, False, []), "txs reply: prev_digest"),
         (pack("txs", 1, "s", b"p", 5, 5, 0, []), "txs reply: lost"),
         (

@@ -162,6 +162,10 @@ def decode_reply(body: bytes) -> Reply:
         fast = _txs_reply(body)
         if fast is not None:
             return fast
+    if body[:7] == _ACKS_PREFIX:  # a producer's: one row per message
+        acks = _acks_reply(body)
+        if acks is not None:
+            return acks
     try:
         f = msgpack.unpackb(body, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
@@ -196,6 +200,22 @@ _TXS_REPLY = msgspec.msgpack.Decoder(
         tuple[tuple[int, int, str, int, bytes, bytes | None, Headers, bytes], ...],
     ]
 )  # fmt: skip
+
+
+_ACKS_PREFIX = b"\x94" + bytes((VERSION,)) + b"\xa4acks"  # [v, "acks", req_id, rows]
+_ACKS_REPLY = msgspec.msgpack.Decoder(tuple[int, str, int, list[tuple[int, int, bytes]]])
+
+
+def _acks_reply(body: bytes) -> AcksReply | None:
+    """An ``acks`` reply whose every row is an ack, read by a typed decoder; None otherwise
+    (a reply with an error row, or not well formed: the field readers read it again)."""
+    try:
+        _, _, req_id, rows = _ACKS_REPLY.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    if req_id < 0 or any(outcome != 0 or seq < 0 for outcome, seq, _ in rows):
+        return None
+    return AcksReply(req_id, tuple([AckRow(seq, digest) for _, seq, digest in rows]))
 
 
 def _txs_reply(body: bytes) -> TxsReply | None:
