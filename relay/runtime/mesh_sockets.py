@@ -25,7 +25,7 @@ from relay.wire import mesh
 
 log = logging.getLogger("relay.node")
 
-DRAIN_FRAMES_MAX = 2000  # frames taken from one socket per loop turn
+DRAIN_FRAMES_MAX = 2000  # messages taken from one socket per loop turn
 DRAIN_BYTES_MAX = 8 << 20  # and their bytes: a turn with large payloads stays short, so
 # ticks and heartbeats keep their pace (a turn of many 16 MiB frames got peers cut)
 HWM_FRAMES = 200_000
@@ -89,13 +89,13 @@ class MeshSockets:
         metrics: NodeMetrics,
         events: list[Event],
     ) -> None:
-        taken = count = 0
-        try:
-            while count < DRAIN_FRAMES_MAX and taken <= DRAIN_BYTES_MAX:
+        taken = count = messages = 0
+        try:  # a bundle's messages count toward the bound one by one
+            while messages < DRAIN_FRAMES_MAX and taken <= DRAIN_BYTES_MAX:
                 frames = sub.recv_multipart(zmq.NOBLOCK)
                 taken += sum(map(len, frames))
                 count += 1
-                self._take(frames, peer, elapsed_ms, hooks, metrics, events)
+                messages += self._take(frames, peer, elapsed_ms, hooks, metrics, events)
         except zmq.Again:
             pass
         metrics.frames_in.inc(count)
@@ -108,26 +108,28 @@ class MeshSockets:
         hooks: FaultHooks,
         metrics: NodeMetrics,
         events: list[Event],
-    ) -> None:
+    ) -> int:
         """One frame from ``peer``: decoded, checked and admitted into ``events``; a frame
-        with one message claiming another sender counts for none of them."""
+        with one message claiming another sender counts for none of them. How many messages
+        it held (1 if none could be read)."""
         try:
             if len(frames) != 2:
                 raise mesh.MalformedFrame(f"{len(frames)} parts, not topic and body")
             messages = mesh.decode_frame(frames[1])
         except mesh.MalformedFrame as exc:
             self.fault(peer, elapsed_ms, metrics, str(exc), "malformed_mesh_frame")
-            return
+            return 1
         for message in messages:
             claimed = sender_of(message)
             if claimed != peer:
                 why = f"a {type(message).__name__} claiming to come from node {claimed}"
                 self.fault(peer, elapsed_ms, metrics, why)
-                return
+                return len(messages)
         for message in messages:
             admitted = hooks.admit(elapsed_ms, message)
             if admitted is not None:
                 events.append(MeshReceived(admitted))
+        return len(messages)
 
     def fault(
         self,

@@ -82,6 +82,7 @@ class NodeRuntime:
         self.spec = config.node(node_id)
         self.hooks = FaultHooks(clock_offset_ms=clock_offset_ms)
         self.disk = NodeDisk(config, node_id)
+        self.sends_first = config.storage.votes_wait  # see _carry_out
         try:
             restored, (epoch, floor, reserved) = self.disk.open(self.now().wall_ms)
         except (StorageError, OSError) as exc:
@@ -287,21 +288,26 @@ class NodeRuntime:
     # --- output -------------------------------------------------------------------------
 
     def _carry_out(self, effects: list[Effect]) -> None:
-        """The mesh first, so peers start on this turn's messages while the rest is done:
-        nothing a broadcast says depends on this turn's writes (a vote or a mark is only
-        what the disk already confirmed). A log-backed sync answer is read where the core
-        asked for it, before this turn's writes, as it always was."""
+        """With ``fsync = "always"`` the mesh first, so peers start on this turn's messages
+        while the rest is done: nothing a broadcast says then depends on this turn's writes
+        (a vote or a mark is only what the disk already confirmed). Otherwise a vote is the
+        stable head, and the turn's records reach the page cache before a peer may count it,
+        so a killed process never leaves an acknowledged tx on fewer than a quorum."""
+        if not self.sends_first:
+            self._carry_out_writes(effects)
         outgoing: list[MeshMessage] = []
         for effect in effects:
             if isinstance(effect, Broadcast):
                 if self.hooks.keep_outgoing():
                     outgoing.append(effect.message)
                     self.metrics.sent(effect.message)
-            elif isinstance(effect, LogSync):
+            elif isinstance(effect, LogSync):  # read before this turn's writes, as asked
                 sync = self.disk.sync_data(effect, self.spec.id)
                 if sync is not None and self.hooks.keep_outgoing():
                     outgoing.append(sync)
         self.mesh.send(outgoing)
+        if self.sends_first:
+            self._carry_out_writes(effects)
         for effect in effects:
             if isinstance(effect, Reply):
                 self.clients.reply(effect)
@@ -311,12 +317,6 @@ class NodeRuntime:
                     self.log_reads.append((effect.client, effect.req_id, read))
                 else:
                     self.clients.read_done(effect.client, effect.req_id, read)
-            elif isinstance(effect, Persist | Reserve):
-                answer = self.disk.carry_out(
-                    effect, int(time.time() * 1000), int(time.monotonic() * 1000)
-                )
-                if answer is not None:
-                    self.pending.append(answer)
             elif isinstance(effect, Verified):
                 self.gauges.verified(self.core, effect)
             elif isinstance(effect, Notice) and effect.kind == "peer_fault":
@@ -324,3 +324,12 @@ class NodeRuntime:
             elif isinstance(effect, Notice):
                 self.metrics.events.labels(effect.kind).inc()
                 log.info("%s: %s", effect.kind, effect.text)
+
+    def _carry_out_writes(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Persist | Reserve):
+                answer = self.disk.carry_out(
+                    effect, int(time.time() * 1000), int(time.monotonic() * 1000)
+                )
+                if answer is not None:
+                    self.pending.append(answer)

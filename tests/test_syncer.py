@@ -1,0 +1,62 @@
+"""Group commit: a small sync of one log runs in the loop, anything else in the thread; both
+report through the same pipe. Real files in a temporary directory."""
+
+import select
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from relay.core.events import Persisted, Reserved
+from relay.storage.settings import StorageSettings
+from relay.storage.store import NodeStore
+from relay.storage.syncer import INLINE_TXS_MAX, Syncer
+from tests.test_storage import T0, WINDOW, chain, persist
+
+
+def completed(syncer: Syncer) -> list[Persisted | Reserved]:
+    """What the next sync reports, waiting (bounded) for its byte on the pipe."""
+    ready, _, _ = select.select([syncer.wake_fd], [], [], 10)
+    assert ready, "the syncer never reported"
+    done, failed = syncer.completed()
+    assert not failed
+    return done
+
+
+def test_small_syncs_run_in_the_loop_and_others_in_the_thread(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "d", "east", 1, StorageSettings())
+    store.open(WINDOW, T0)
+    store.start(T0)
+    syncer = Syncer(store)
+    synced_by: list[str] = []
+    sync = syncer._sync
+
+    def spy(job: object) -> None:
+        synced_by.append(threading.current_thread().name)
+        sync(job)  # type: ignore[arg-type]
+
+    syncer._sync = spy  # type: ignore[method-assign]
+    try:
+        txs, digests = chain("s", INLINE_TXS_MAX + 3)  # the last write: one tx too many
+        store.apply(persist("s", txs[:1], digests[:1]), T0)  # a new log: its directory too
+        syncer.wrote("s", 1, len(txs[0].payload))
+        syncer.after_turn(0)
+        assert completed(syncer) == [Persisted("s", 0, txs[0].seq, 0)]
+        second = persist("s", txs[1:2], digests[1:2])
+        store.apply(replace(second, base_seq=txs[0].seq, base_digest=digests[0]), T0)
+        syncer.wrote("s", 1, len(txs[1].payload))
+        syncer.after_turn(1)
+        assert completed(syncer) == [Persisted("s", 0, txs[1].seq, 0)]
+        rest = persist("s", txs[2:], digests[2:])
+        store.apply(replace(rest, base_seq=txs[1].seq, base_digest=digests[1]), T0)
+        syncer.wrote("s", len(txs) - 2, sum(len(tx.payload) for tx in txs[2:]))
+        syncer.after_turn(2)
+        assert completed(syncer) == [Persisted("s", 0, txs[-1].seq, 0)]
+        syncer.reserve(txs[-1].seq + 1000)
+        syncer.after_turn(3)
+        assert completed(syncer) == [Reserved(txs[-1].seq + 1000)]
+    finally:
+        syncer.close()
+        store.close()
+    loop = threading.current_thread().name
+    # the new log's directory, then one small write in the loop, more txs and node.json not
+    assert synced_by == ["relay-syncer", loop, "relay-syncer", "relay-syncer"]
