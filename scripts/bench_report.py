@@ -37,16 +37,17 @@ PEER = ROOT.parent / "shared" / "peers" / "nats_jetstream_bench.py"
 PEER_PYTHON = Path("/tmp/peer-venv/bin/python")
 
 
-def bench(config: Path, *args: str) -> dict[str, Any]:
+def run_json(*args: str) -> dict[str, Any]:
+    """What a Python program of ours prints as JSON (``--json``)."""
     out = subprocess.run(
-        [sys.executable, "-m", "relay", "bench", "--config", str(config), "--json", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=900,
+        [sys.executable, *args, "--json"], capture_output=True, text=True, check=True, timeout=900
     )
     report: dict[str, Any] = json.loads(out.stdout)
     return report
+
+
+def bench(config: Path, *args: str) -> dict[str, Any]:
+    return run_json("-m", "relay", "bench", "--config", str(config), *args)
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -132,15 +133,7 @@ def fresh_peak(nodes: int, count: int, overrides: dict[str, str], stream: str) -
 
 
 def measure_ceiling(count: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "ceiling.py"), "--count", str(count), "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    found: dict[str, Any] = json.loads(out.stdout)
-    return found
+    return run_json(str(ROOT / "scripts" / "ceiling.py"), "--count", str(count))
 
 
 def measure_nats() -> str | None:

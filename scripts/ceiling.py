@@ -57,18 +57,24 @@ def at(digests: deque[bytes], head: int, seq: int) -> bytes | None:
     return digests[-1 - back] if 0 <= back < len(digests) else None
 
 
+def mesh(ctx: zmq.Context[Any], own: int, peers: list[int]) -> tuple[Any, Any]:
+    """A PUB bound on port ``own`` and a SUB connected to ``peers``, neither dropping."""
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    pub.bind(f"tcp://127.0.0.1:{own}")
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    for port in peers:
+        sub.connect(f"tcp://127.0.0.1:{port}")
+    return pub, sub
+
+
 def coordinator(ports: dict[str, int], stop: Any) -> None:
     ctx = zmq.Context()
     client = ctx.socket(zmq.ROUTER)
     client.bind(f"tcp://127.0.0.1:{ports['client']}")
-    pub = ctx.socket(zmq.PUB)
-    pub.setsockopt(zmq.SNDHWM, 0)
-    pub.bind(f"tcp://127.0.0.1:{ports['node0']}")
-    votes = ctx.socket(zmq.SUB)
-    votes.setsockopt(zmq.RCVHWM, 0)
-    votes.setsockopt(zmq.SUBSCRIBE, b"")
-    for peer in (1, 2):
-        votes.connect(f"tcp://127.0.0.1:{ports[f'node{peer}']}")
+    pub, votes = mesh(ctx, ports["node0"], [ports["node1"], ports["node2"]])
     poller = zmq.Poller()
     poller.register(client, zmq.POLLIN)
     poller.register(votes, zmq.POLLIN)
@@ -116,13 +122,7 @@ def coordinator(ports: dict[str, int], stop: Any) -> None:
 
 def replica(node: int, ports: dict[str, int], stop: Any) -> None:
     ctx = zmq.Context()
-    pub = ctx.socket(zmq.PUB)
-    pub.setsockopt(zmq.SNDHWM, 0)
-    pub.bind(f"tcp://127.0.0.1:{ports[f'node{node}']}")
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.RCVHWM, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(f"tcp://127.0.0.1:{ports['node0']}")
+    pub, sub = mesh(ctx, ports[f"node{node}"], [ports["node0"]])
     seq, digest = 0, bytes(32)
     while not stop.is_set():
         if not sub.poll(100):
