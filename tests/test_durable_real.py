@@ -194,9 +194,13 @@ def test_a_full_disk_acknowledges_nothing_and_recovers_when_space_returns(
     cluster = LocalCluster(tmp_path / "c", 3, overrides={"publish_timeout_ms": 2000})
     full = cluster.config.data_dir(3)
     full.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(full)])
-    if mounted.returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(full)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:  # not root, or no mount(8): say which
+        pytest.skip(f"a small tmpfs is needed (root): mount said {mounted.stderr.strip()!r:.200}")
     try:
         with cluster:
             cluster.start()

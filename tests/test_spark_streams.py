@@ -74,7 +74,10 @@ def test_several_streams_by_list_with_offsets_per_stream(
     )
     got = sorted((r.stream, r.seq) for r in df.select("stream", "seq").collect())
     assert got == sorted([("multi.eu", s) for s in eu[10:20]] + [("multi.us", s) for s in us])
-    time.sleep(0.01)
+    deadline = time.monotonic() + 5  # the second wave starts in a later millisecond
+    while time.time() * 1000 <= seq_unix_ms(max(us)) + 1:
+        assert time.monotonic() < deadline, "the clock never passed the first wave's last seq"
+        time.sleep(0.001)
     us += publish(cluster, "multi.us", 10)
     upto = seq_unix_ms(us[30])  # every tx before the second wave's first millisecond
     before = relay_read(spark, cluster, "multi.us", endingTimestamp=upto).collect()

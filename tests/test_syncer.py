@@ -38,17 +38,17 @@ def test_small_syncs_run_in_the_loop_and_others_in_the_thread(tmp_path: Path) ->
     try:
         txs, digests = chain("s", INLINE_TXS_MAX + 3)  # the last write: one tx too many
         store.apply(persist("s", txs[:1], digests[:1]), T0)  # a new log: its directory too
-        syncer.wrote("s", 1, len(txs[0].payload))
+        syncer.wrote("s", 1)
         syncer.after_turn(0)
         assert completed(syncer) == [Persisted("s", 0, txs[0].seq, 0)]
         second = persist("s", txs[1:2], digests[1:2])
         store.apply(replace(second, base_seq=txs[0].seq, base_digest=digests[0]), T0)
-        syncer.wrote("s", 1, len(txs[1].payload))
+        syncer.wrote("s", 1)
         syncer.after_turn(1)
         assert completed(syncer) == [Persisted("s", 0, txs[1].seq, 0)]
         rest = persist("s", txs[2:], digests[2:])
         store.apply(replace(rest, base_seq=txs[1].seq, base_digest=digests[1]), T0)
-        syncer.wrote("s", len(txs) - 2, sum(len(tx.payload) for tx in txs[2:]))
+        syncer.wrote("s", len(txs) - 2)
         syncer.after_turn(2)
         assert completed(syncer) == [Persisted("s", 0, txs[-1].seq, 0)]
         syncer.reserve(txs[-1].seq + 1000)

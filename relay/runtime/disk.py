@@ -100,9 +100,7 @@ class NodeDisk:
                 self.syncer.reserve(effect.seq)
                 return None
             self.store.apply(effect, wall_ms)
-            self.syncer.wrote(
-                effect.stream, len(effect.txs), sum(len(tx.payload) for tx in effect.txs)
-            )
+            self.syncer.wrote(effect.stream, len(effect.txs))
         except (StorageError, OSError) as exc:
             self._refused(str(exc), elapsed_ms)
             return PersistFailed(effect.stream, self.error) if isinstance(effect, Persist) else None

@@ -47,6 +47,7 @@ class Unsynced:
     fds: list[int] = field(default_factory=list)  # duplicates, closed by the syncer
     directory: bool = False  # files were created, renamed or removed
     active: bool = False  # fds holds a duplicate of the current append descriptor
+    written: int = 0  # bytes written since the last sync took this
     generation: int = 0
     head_seq: int = 0
     mark: int = 0  # the last verified mark written before the sync took this
@@ -186,6 +187,7 @@ class StreamLog:
             raise OSError(28, "short write (disk full?)")
         self.segments[-1].size += written
         self.written += written
+        self.unsynced.written += written
         self._track()
 
     def _track(self) -> None:

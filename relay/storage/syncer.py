@@ -8,12 +8,13 @@ that gained or lost files, and reports through a pipe the loop polls: per stream
 generation and head now durable (``Persisted``). With ``fsync = "interval"`` a sync starts at
 most every ``fsync_interval_ms``; with ``"never"`` the kernel decides when data reaches the disk.
 
-A sync of one log that gained only a few txs (``INLINE_TXS_MAX``: one publish in flight, a
-light load), with no reservation and no directory to sync, is done by the loop itself, the
-same job, reported through the same pipe: handing a 0.25 ms fdatasync to the thread and back
-cost two wake-ups, 100-200 us each on two busy cores, on every publish's path. Every other
-sync (many logs, more txs, node.json) goes to the thread, which syncs while the loop receives,
-so a slow disk never holds the loop for more than one small fdatasync.
+A sync of one log that gained only a few txs and bytes (``INLINE_TXS_MAX``,
+``INLINE_BYTES_MAX``: one publish in flight, a light load), with no reservation and no
+directory to sync, is done by the loop itself, the same job, reported through the same pipe:
+handing a 0.25 ms fdatasync to the thread and back cost two wake-ups, 100-200 us each on two
+busy cores, on every publish's path. Every other sync (many logs, more txs, node.json) goes to
+the thread, which syncs while the loop receives, so a slow disk never holds the loop for more
+than one small fdatasync.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from relay.storage.store import NodeStore
 from relay.storage.stream_log import StreamLog, Unsynced
 
 INLINE_TXS_MAX = 16  # a sync covering at most this many txs of one log
-INLINE_BYTES_MAX = 64 << 10  # and at most this many payload bytes runs in the loop
+INLINE_BYTES_MAX = 64 << 10  # and at most this many bytes written runs in the loop
 
 
 @dataclass(slots=True)
@@ -46,7 +47,7 @@ class Syncer:
         self.mode = store.settings.fsync
         self.interval_ms = store.settings.fsync_interval_ms
         self.touched: dict[str, StreamLog] = {}
-        self.touched_txs = self.touched_bytes = 0  # written since the last sync started
+        self.touched_txs = 0  # txs written since the last sync started
         self.reserving = 0  # a seq reservation waiting for the next sync
         self.wake_fd, self._signal_fd = os.pipe()
         os.set_blocking(self.wake_fd, False)
@@ -59,10 +60,9 @@ class Syncer:
         self._thread = threading.Thread(target=self._run, name="relay-syncer", daemon=True)
         self._thread.start()
 
-    def wrote(self, stream: str, txs: int, payload_bytes: int) -> None:
+    def wrote(self, stream: str, txs: int) -> None:
         self.touched[stream] = self.store.logs[stream]
         self.touched_txs += txs
-        self.touched_bytes += payload_bytes
 
     def reserve(self, seq: int) -> None:
         """Make a seq reservation durable with the next sync (``Reserved`` when it is): an
@@ -79,7 +79,7 @@ class Syncer:
                 for fd in log.take_unsynced().fds:
                     os.close(fd)
             self.touched.clear()
-            self.touched_txs = self.touched_bytes = 0
+            self.touched_txs = 0
             if not self.reserving:
                 return
         if (
@@ -93,16 +93,17 @@ class Syncer:
                 return
             work = [(log, log.take_unsynced()) for log in self.touched.values()]
             job = _Job(work, self.reserving, [], [])
+            unsynced = work[0][1] if len(work) == 1 else None
             inline = (
-                len(work) == 1
+                unsynced is not None
                 and not self.reserving
                 and self.touched_txs <= INLINE_TXS_MAX
-                and self.touched_bytes <= INLINE_BYTES_MAX
-                and len(work[0][1].fds) == 1
-                and not work[0][1].directory
+                and unsynced.written <= INLINE_BYTES_MAX
+                and len(unsynced.fds) == 1
+                and not unsynced.directory
             )
             self.touched.clear()
-            self.touched_txs = self.touched_bytes = self.reserving = 0
+            self.touched_txs = self.reserving = 0
             self._last_ms = elapsed_ms
             if not inline:
                 self._job = job
