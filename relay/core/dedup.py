@@ -23,7 +23,7 @@ from __future__ import annotations
 import zlib
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Sequence
 from struct import Struct
 
 from relay.core.flake import TIME_SHIFT
@@ -48,7 +48,7 @@ def content_tag(message: Tx | Item) -> int:
 
 
 class DedupIndex:
-    __slots__ = ("keys_max", "order", "pending", "skipped", "stable", "window_ms")
+    __slots__ = ("keys_max", "order", "pending", "skipped", "stable", "unindexed", "window_ms")
 
     def __init__(self, window_ms: int, keys_max: int) -> None:
         self.window_ms = window_ms
@@ -56,23 +56,44 @@ class DedupIndex:
         # key -> (seq, content tag, digest) of the kept copy, over the stable timeline
         self.stable: dict[Key, tuple[int, int, bytes]] = {}
         self.order: deque[tuple[int, Key]] = deque()  # (seq, key) in fold order
-        self.pending: dict[Key, Tx] = {}  # key -> the tx held but not yet stable
+        self.pending: dict[Key, Tx] = {}  # key -> a tx held but not yet stable, once indexed
+        # txs held but not yet stable, in the batches they came in; indexed into ``pending``
+        # only when a lookup needs them (most txs are folded before any lookup asks)
+        self.unindexed: list[Sequence[Tx]] = []
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
 
     def size(self) -> int:
         """Keys held: kept copies, pending txs and skipped later copies."""
-        return len(self.stable) + len(self.pending) + len(self.skipped)
+        unindexed = sum(len(batch) for batch in self.unindexed)
+        return len(self.stable) + len(self.pending) + unindexed + len(self.skipped)
 
-    def note_pending(self, txs: Iterable[Tx]) -> None:
-        self.pending.update([((tx.producer_id, tx.msg_id), tx) for tx in txs if tx.producer_id])
+    def note_pending(self, txs: Sequence[Tx]) -> None:
+        """Txs held but not yet stable (a batch in seq order)."""
+        if txs:
+            self.unindexed.append(txs)
 
-    def lookup(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
-        """(seq, content tag) of the tx that already carries the key, stable or pending."""
+    def forget_pending(self) -> None:
+        self.pending.clear()
+        self.unindexed.clear()
+
+    def lookup(self, producer_id: str, msg_id: int, head_seq: int) -> tuple[int, int] | None:
+        """(seq, content tag) of the tx that already carries the key, stable or pending
+        (above the stable head ``head_seq``)."""
         key = (producer_id, msg_id)
         kept = self.stable.get(key)
         if kept is not None:
             return kept[0], kept[1]
+        if self.unindexed:
+            self.pending.update(
+                [
+                    ((tx.producer_id, tx.msg_id), tx)
+                    for batch in self.unindexed
+                    for tx in batch
+                    if tx.producer_id and tx.seq > head_seq
+                ]
+            )
+            self.unindexed.clear()
         held = self.pending.get(key)
         return (held.seq, content_tag(held)) if held is not None else None
 
@@ -86,8 +107,11 @@ class DedupIndex:
         differs) is skipped. Before each tx the window moves, measured from that tx's own
         seq, so what the index holds at every tx depends on the timeline alone, never on how
         a replica's loop turns cut it into batches: every replica skips the same copies."""
-        order, stable, keys_max = self.order, self.stable, self.keys_max
-        pending_pop, window_ms = self.pending.pop, self.window_ms
+        order, stable, keys_max, pending = self.order, self.stable, self.keys_max, self.pending
+        forget_oldest = self._forget_oldest
+        window, shift = self.window_ms + 1, TIME_SHIFT
+        # the first seq whose window no longer covers the oldest key (see _window_end)
+        window_end = ((order[0][0] >> shift) + window) << shift if order else 0
         kept_txs: list[Tx] = []
         digests: list[bytes] = []
         digest, late = previous, 0
@@ -96,26 +120,34 @@ class DedupIndex:
             if seq <= head_seq:
                 late += 1
                 continue
-            if order and order[0][0] < ((seq >> TIME_SHIFT) - window_ms) << TIME_SHIFT:
-                self._forget_before(((seq >> TIME_SHIFT) - window_ms) << TIME_SHIFT)
+            if window_end and seq >= window_end:
+                self._forget_before(((seq >> shift) - self.window_ms) << shift)
+                window_end = ((order[0][0] >> shift) + window) << shift if order else 0
             if tx.producer_id:
                 key = (tx.producer_id, tx.msg_id)
-                pending_pop(key, None)
+                if pending:
+                    pending.pop(key, None)
                 tag = content_tag(tx)
                 kept = stable.get(key)
                 if kept is not None:
                     self._skip(tx, kept[0], kept[1] != tag)
                     continue
-                while len(order) >= keys_max:
-                    self._forget_oldest()
+                if len(order) >= keys_max:
+                    while len(order) >= keys_max:
+                        forget_oldest()
+                    window_end = ((order[0][0] >> shift) + window) << shift if order else 0
                 digest = fold_tx(digest, tx)
                 stable[key] = (seq, tag, digest)
+                if not order:
+                    window_end = ((seq >> shift) + window) << shift
                 order.append((seq, key))
             else:
                 digest = fold_tx(digest, tx)
             kept_txs.append(tx)
             digests.append(digest)
             head_seq = seq
+        if self.unindexed:  # what the stable head passed needs no index any more
+            self.unindexed = [batch for batch in self.unindexed if batch[-1].seq > head_seq]
         return kept_txs, digests, late
 
     def _skip(self, tx: Tx, original: int, differs: bool) -> None:
@@ -164,7 +196,7 @@ class DedupIndex:
             if kept is not None and kept[0] == seq:
                 del stable[key]
         dropped = [self.skipped.pop(seq)[0] for seq in [s for s in self.skipped if s > keep_upto]]
-        self.pending.clear()
+        self.forget_pending()
         return dropped
 
     def restore(self, keys: tuple[KeyRecord, ...]) -> None:

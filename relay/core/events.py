@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from relay.core.messages import Item, KeyRecord, MeshMessage, Tx
 
@@ -115,8 +116,10 @@ Event = (
 # --- outcomes the core returns to clients ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Acked:
+class Acked(NamedTuple):
+    """A tx stored at ``seq``; the stream's digest after it. A named tuple: one is made per
+    acknowledged tx."""
+
     seq: int
     digest: bytes
 

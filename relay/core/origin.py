@@ -28,6 +28,7 @@ no chain of leads moves the stamps further ahead than ``lead_ms``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import repeat
 
 from relay.core.flake import (
     COUNTER_MAX,
@@ -69,13 +70,21 @@ class Origin:
         if self.lead_ms:
             self.originated_at[stream] = now.elapsed_ms
         seqs = self.clock.next_seqs(now.wall_ms, len(items))
-        prev = self.last.get(stream, 0)
-        node_id, epoch = self.node_id, self.epoch
-        txs = []
-        for seq, item in zip(seqs, items, strict=True):
-            txs.append(_new_tx(Tx, (seq, prev, node_id, epoch, producer_id, *item)))
-            prev = seq
-        self.last[stream] = prev
+        prevs = [self.last.get(stream, 0), *seqs[:-1]]
+        msg_ids, payloads, keys, headers = zip(*items, strict=True)
+        fields = zip(
+            seqs,
+            prevs,
+            repeat(self.node_id),
+            repeat(self.epoch),
+            repeat(producer_id),
+            msg_ids,
+            payloads,
+            keys,
+            headers,
+        )
+        txs: list[Tx] = list(map(_new_tx, repeat(Tx), fields))
+        self.last[stream] = seqs[-1]
         self.unheard[stream] = None
         self.outbox.setdefault(stream, []).extend(txs)
         return txs
@@ -128,7 +137,7 @@ class Origin:
         sent = []
         for stream, txs in self.outbox.items():
             while txs:  # a message stays far below a mesh frame's size limit
-                count = within_bytes(txs, ANSWER_BYTES_MAX) if len(txs) > 1 else 1
+                count = within_bytes(txs, ANSWER_BYTES_MAX)
                 sent.append(Replicate(stream, self.node_id, self.epoch, floor, tuple(txs[:count])))
                 txs = txs[count:]
         self.outbox.clear()

@@ -188,6 +188,12 @@ class Publishes:
             results = pending.results
             waiting = False
             j = bisect_left(seqs, min(pending.seqs))
+            count = len(results)
+            if results.count(None) == count and seqs[j : j + count] == pending.seqs:
+                # the usual request: new txs, in the timeline in a row
+                pending.results[:] = map(Acked, pending.seqs, timeline.digests[j : j + count])
+                replies.append(self._finish(elapsed_ms, pending))
+                continue
             for i, seq in enumerate(pending.seqs):
                 if results[i] is not None:
                     continue

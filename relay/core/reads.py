@@ -91,7 +91,7 @@ def read(
             return LogRead(stream, log_base, trimmed, limit, timeline.readable_seq)
     start, indexes = timeline.read_verified(after_seq, limit)
     held = timeline.txs
-    indexes = indexes[: within_bytes((held[i] for i in indexes), FETCH_BYTES_MAX)]
+    indexes = indexes[: within_bytes([held[i] for i in indexes], FETCH_BYTES_MAX)]
     return ReadResult(
         stream=stream,
         txs=tuple(timeline.txs[i] for i in indexes),

@@ -77,7 +77,7 @@ class TimelineRebuild:
         base_seq, base_digest, indexes, snapshot = found
         timeline = self.timeline
         held = timeline.txs
-        indexes = indexes[: within_bytes((held[i] for i in indexes), ANSWER_BYTES_MAX)]
+        indexes = indexes[: within_bytes([held[i] for i in indexes], ANSWER_BYTES_MAX)]
         return (
             base_seq,
             base_digest,
@@ -226,7 +226,7 @@ class TimelineRebuild:
                 # head: that is gone from here, so the epoch now ends at the head, and the
                 # settled report says so (replicas still cutting it settle on the lowest)
                 lane.closed = (lane.closed[0], head)
-        self.dedup.pending.clear()
+        self.dedup.forget_pending()
         for tx in sorted(held, key=seq_of):
             if tx.seq > head:
                 self.take(tx, restoring=True)

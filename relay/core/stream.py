@@ -114,7 +114,7 @@ class StreamReplica(TimelineRebuild):
 
     def lookup_key(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
         """(seq, content tag) of the tx that already carries the key, if any."""
-        return self.dedup.lookup(producer_id, msg_id)
+        return self.dedup.lookup(producer_id, msg_id, self.timeline.head_seq)
 
     def stabilize(self, floors: Floors, elapsed_ms: int) -> bool:
         """Fold every tx at or below the watermark into the timeline; True if the head moved."""

@@ -16,7 +16,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from relay.core.digest import genesis
-from relay.core.messages import Tx, tx_bytes
+from relay.core.messages import Tx, tx_bytes, txs_bytes
 
 
 class Timeline:
@@ -61,7 +61,7 @@ class Timeline:
         self.seqs.extend([tx.seq for tx in txs])
         self.digests.extend(digests)
         self.txs.extend(txs)
-        self.bytes += sum(map(tx_bytes, txs))
+        self.bytes += txs_bytes(txs)
 
     def digest_at(self, seq: int) -> bytes | None:
         """The digest at ``seq`` if ``seq`` is a held entry (or the trimmed boundary)."""
@@ -125,7 +125,7 @@ class Timeline:
         cut = bisect_right(self.seqs, seq)
         dropped = self.txs[cut:]
         del self.seqs[cut:], self.digests[cut:], self.txs[cut:]
-        self.bytes -= sum(map(tx_bytes, dropped))
+        self.bytes -= txs_bytes(dropped)
         return dropped
 
     def restart_at(self, base_seq: int, base_digest: bytes) -> list[Tx]:
@@ -151,7 +151,7 @@ class Timeline:
         )
         txs = self.txs
         cut = min(limit, max(0, len(self.seqs) - self.capacity))
-        freed = sum(map(tx_bytes, txs[:cut]))
+        freed = txs_bytes(txs[:cut])
         while cut < limit and self.bytes - freed > self.bytes_max:  # the fewest for both bounds
             freed += tx_bytes(txs[cut])
             cut += 1

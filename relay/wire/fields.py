@@ -4,7 +4,11 @@ type raises ValueError, which each codec turns into its own malformed-frame erro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from itertools import repeat
+from operator import gt, itemgetter
+from typing import Annotated, Any
+
+import msgspec
 
 from relay.core.messages import Tx
 
@@ -75,20 +79,22 @@ def as_headers(v: Any) -> tuple[tuple[str, bytes], ...]:
     return tuple(pairs)
 
 
+# Values a typed decoder checks while it reads (msgpack integers stop at 2^64 - 1).
+U64 = Annotated[int, msgspec.Meta(ge=0)]
+HeaderName = Annotated[str, msgspec.Meta(min_length=1)]
+HeaderRows = tuple[tuple[HeaderName, bytes], ...]
 # A tx as a typed decoder reads it: exactly these nine fields (``Tx`` itself would let the
-# trailing key and headers be left out).
-TxRow = tuple[int, int, int, int, str, int, bytes, bytes | None, tuple[tuple[str, bytes], ...]]
+# trailing key and headers be left out), each in range but for ``seq > prev``.
+TxRow = tuple[
+    U64, U64, Annotated[int, msgspec.Meta(le=1023)], U64, str, U64, bytes, bytes | None, HeaderRows
+]
+_SEQ, _PREV = itemgetter(0), itemgetter(1)
 
 
 def checked_txs(rows: Sequence[TxRow]) -> tuple[Tx, ...]:
-    """Txs from rows a typed decoder read (types already checked), their values in range."""
-    for row in rows:
-        seq, prev, origin, epoch, _, msg_id, _, _, headers = row
-        if not (
-            seq > prev >= 0 and 0 <= origin <= 1023 and epoch >= 0 and msg_id >= 0 and seq < 1 << 64
-        ):
-            raise ValueError(f"bad tx {row!r:.80}")
-        if headers and not all(name for name, _ in headers):
-            raise ValueError("a header name is never empty")
-    new = tuple.__new__
-    return tuple([new(Tx, row) for row in rows])
+    """Txs from rows a typed decoder read (types and ranges already checked), each one's seq
+    above its ``prev``."""
+    if not all(map(gt, map(_SEQ, rows), map(_PREV, rows))):
+        bad = next(row for row in rows if row[0] <= row[1])
+        raise ValueError(f"a tx's seq must be above its prev: {bad!r:.80}")
+    return tuple(map(tuple.__new__, repeat(Tx), rows))
