@@ -47,32 +47,38 @@ class Ack:
 
 
 class PublishFuture:
-    __slots__ = ("_error", "_result", "done_at", "msg_id", "stream")
+    """One message's publish. Its ``Ack`` is made when ``result`` asks for it: a pipelined
+    producer resolves thousands of futures a second that nobody asks."""
+
+    __slots__ = ("_error", "_node", "_row", "done_at", "msg_id", "stream")
 
     def __init__(self, stream: str, msg_id: int) -> None:
         self.stream = stream
         self.msg_id = msg_id
-        self._result: Ack | None = None
+        self._row: AckRow | None = None
+        self._node: int | None = None
         self._error: errors.RelayError | None = None
         self.done_at = 0.0  # time.perf_counter() when it resolved
 
     def done(self) -> bool:
-        return self._result is not None or self._error is not None
+        return self._row is not None or self._error is not None
 
     def failed(self) -> bool:
         return self._error is not None
 
-    def _resolve(self, result: Ack | None, error: errors.RelayError | None) -> None:
-        self._result, self._error = result, error
-        self.done_at = time.perf_counter()
+    def _acked(self, row: AckRow, node: int | None, at: float) -> None:
+        self._row, self._node, self.done_at = row, node, at
+
+    def _failed(self, error: errors.RelayError) -> None:
+        self._error, self.done_at = error, time.perf_counter()
 
     def result(self) -> Ack:
         """The ack; raises the ``RelayError`` the publish failed with. Call after ``flush``."""
         if self._error is not None:
             raise self._error
-        if self._result is None:
+        if self._row is None:
             raise RuntimeError("the publish is still in flight; call Producer.flush() first")
-        return self._result
+        return Ack(self.stream, self._row.seq, self._row.digest, self.msg_id, self._node)
 
 
 @dataclass(slots=True, eq=False)
@@ -315,19 +321,18 @@ class Producer:
             return  # a late answer to a request already retried elsewhere
         now = time.monotonic()
         if isinstance(reply, AcksReply) and len(reply.rows) == len(request.items):
-            done = []  # acknowledged: the journal lets them go (``_fail`` lets failures go)
+            at, node = time.perf_counter(), address.node_id
             for item, row in zip(request.items, reply.rows, strict=True):
                 if isinstance(row, AckRow):
-                    ack = Ack(item.stream, row.seq, row.digest, item.msg_id, address.node_id)
-                    item.future._resolve(ack, None)
-                    done.append(item.msg_id)
+                    item.future._acked(row, node, at)
                 elif row.code in errors.RETRYABLE:
                     item.last_error = f"{row.code}: {row.message}"
                     self._queue.appendleft(item)
                 else:
                     self._fail(item, errors.RelayError(row.code, row.message))
-            if self._journal is not None:
-                self._journal.acked(done)
+            if self._journal is not None:  # acknowledged: the journal lets them go
+                rows = zip(request.items, reply.rows, strict=True)
+                self._journal.acked([i.msg_id for i, row in rows if isinstance(row, AckRow)])
         elif isinstance(reply, RedirectReply):
             self._routes.prefer(request.stream, addresses_of(reply.nodes))
             self._requeue(request, f"redirected from {address}")
@@ -360,7 +365,7 @@ class Producer:
     def _fail(self, item: _Item, error: errors.RelayError) -> None:
         """The message failed (refused, or not acknowledged in time): its caller has the
         error, and the journal lets it go."""
-        item.future._resolve(None, error)
+        item.future._failed(error)
         if self._journal is not None:
             self._journal.acked([item.msg_id])
 
