@@ -358,10 +358,11 @@ def test_the_checker_catches_acks_that_do_not_wait_for_the_disk(
     acknowledged txs, and the checker says so."""
     monkeypatch.setattr(LogCursor, "vote_seq", lambda self, timeline: timeline.head_seq)
     monkeypatch.setattr(StreamReplica, "acked_seq", property(lambda self: self.verified_seq))
-    failures = 0
-    for seed in _power_loss_seeds(30):
+    caught = False
+    for seed in _power_loss_seeds(80):  # a few in a hundred lose an acknowledged tx
         try:
             run_seed(seed, 3)
         except InvariantViolation:
-            failures += 1
-    assert failures > 0
+            caught = True
+            break
+    assert caught
