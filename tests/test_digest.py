@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.core.digest import fold, genesis
+from relay.core.digest import Folder, fold, genesis
 
 txs = st.lists(
     st.tuples(st.integers(1, 2**62), st.integers(0, 1023), st.binary(max_size=64)), max_size=30
@@ -80,3 +80,28 @@ def test_the_record_encoding_is_pinned() -> None:
     ).digest()
     assert fold(genesis("s"), 5, 1, "p", 9, b"payload", b"k", (("h", b"v"),)) == expected
     assert genesis("s") == blake3(b"relay/v2 genesis s").digest()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 2**62),
+            st.text(max_size=8),
+            st.binary(max_size=64),
+            st.none() | st.binary(max_size=8),
+            st.lists(st.tuples(st.text(min_size=1, max_size=4), st.binary(max_size=4)), max_size=2),
+        ),
+        max_size=20,
+    )
+)
+def test_a_folder_folds_the_same_chain_as_fold(
+    timeline: list[tuple[int, str, bytes, bytes | None, list[tuple[str, bytes]]]],
+) -> None:
+    """A folder reuses one hasher: each tx's digest must not depend on the txs before it
+    other than through ``previous``."""
+    folder = Folder()
+    one_shot = reused = genesis("s")
+    for seq, pid, payload, key, headers in timeline:
+        one_shot = fold(one_shot, seq, 3, pid, 7, payload, key, tuple(headers))
+        reused = folder.fold(reused, seq, 3, pid, 7, payload, key, tuple(headers))
+        assert reused == one_shot

@@ -24,7 +24,7 @@ from relay.client.directory import NodeAddress, identity, resolve
 from relay.client.fetcher import Fetcher
 from relay.client.groups import commit_payload, group_stream, read_committed
 from relay.client.producer import Producer
-from relay.core.digest import Headers, fold
+from relay.core.digest import Folder, Headers
 from relay.core.flake import SEQ_MAX, make_seq, seq_unix_ms
 
 Start = str | int | datetime
@@ -73,6 +73,7 @@ class Consumer:
         self.wait_ms = wait_ms
         self.reply_timeout_s = reply_timeout_s
         self.verify = verify
+        self._folder = Folder()  # re-folds each fetched tx's digest
         order = resolve(config, nodes, node)
         pair = identity(config, client_key)
         self._fetcher = Fetcher(stream, order, reply_timeout_s, pair=pair)
@@ -242,6 +243,7 @@ class Consumer:
         else:
             chain = reply.prev_digest
         batch = []
+        fold = self._folder.fold
         for seq, origin, pid, mid, payload, key, headers, digest in reply.rows:
             if self.verify and fold(chain, seq, origin, pid, mid, payload, key, headers) != digest:
                 raise errors.DigestMismatchError(

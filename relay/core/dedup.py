@@ -27,8 +27,9 @@ from bisect import bisect_left
 from collections import deque
 from struct import Struct
 
+from relay.core.digest import Folder
 from relay.core.flake import TIME_SHIFT
-from relay.core.messages import Item, KeyRecord, Tx, fold_tx
+from relay.core.messages import Item, KeyRecord, Tx
 
 Key = tuple[str, int]
 _LENGTH = Struct(">I").pack
@@ -49,11 +50,12 @@ def content_tag(message: Tx | Item) -> int:
 
 
 class DedupIndex:
-    __slots__ = ("keys_max", "order", "skipped", "stable", "window_ms")
+    __slots__ = ("folder", "keys_max", "order", "skipped", "stable", "window_ms")
 
     def __init__(self, window_ms: int, keys_max: int) -> None:
         self.window_ms = window_ms
         self.keys_max = keys_max
+        self.folder = Folder()  # folds the digest of each kept tx
         # key -> (seq, content tag, digest) of the kept copy, over the stable timeline
         self.stable: dict[Key, tuple[int, int, bytes]] = {}
         self.order: deque[tuple[int, Key]] = deque()  # (seq, key) in fold order
@@ -82,21 +84,22 @@ class DedupIndex:
         order, stable, keys_max = self.order, self.stable, self.keys_max
         forget_oldest = self._forget_oldest
         window, shift = self.window_ms + 1, TIME_SHIFT
-        # the first seq whose window no longer covers the oldest key (see _window_end)
+        # the first seq whose window no longer covers the oldest key
         window_end = ((order[0][0] >> shift) + window) << shift if order else 0
         kept_txs: list[Tx] = []
         digests: list[bytes] = []
         digest, late = previous, 0
+        fold = self.folder.fold
         for tx in txs:
-            seq = tx.seq
+            seq, _, origin, _, producer_id, msg_id, payload, tx_key, headers = tx
             if seq <= head_seq:
                 late += 1
                 continue
             if window_end and seq >= window_end:
                 self._forget_before(((seq >> shift) - self.window_ms) << shift)
                 window_end = ((order[0][0] >> shift) + window) << shift if order else 0
-            if tx.producer_id:
-                key = (tx.producer_id, tx.msg_id)
+            if producer_id:
+                key = (producer_id, msg_id)
                 tag = content_tag(tx)
                 kept = stable.get(key)
                 if kept is not None:
@@ -106,13 +109,13 @@ class DedupIndex:
                     while len(order) >= keys_max:
                         forget_oldest()
                     window_end = ((order[0][0] >> shift) + window) << shift if order else 0
-                digest = fold_tx(digest, tx)
+                digest = fold(digest, seq, origin, producer_id, msg_id, payload, tx_key, headers)
                 stable[key] = (seq, tag, digest)
                 if not order:
                     window_end = ((seq >> shift) + window) << shift
                 order.append((seq, key))
             else:
-                digest = fold_tx(digest, tx)
+                digest = fold(digest, seq, origin, producer_id, msg_id, payload, tx_key, headers)
             kept_txs.append(tx)
             digests.append(digest)
             head_seq = seq

@@ -35,6 +35,22 @@ def genesis(stream: str) -> bytes:
     return blake3(f"relay/v{DIGEST_VERSION} genesis {stream}".encode()).digest()
 
 
+def record(
+    previous: bytes,
+    seq: int,
+    origin: int,
+    producer_id: str,
+    msg_id: int,
+    payload: bytes,
+    key: bytes | None = None,
+    headers: Headers = (),
+) -> bytes:
+    """What the digest after one transaction hashes: ``previous`` and the tx's record."""
+    pid = producer_id.encode()
+    extras = _NO_KEY_NO_HEADERS if key is None and not headers else _extras(key, headers)
+    return b"".join((previous, _FIXED(seq, origin, msg_id, len(pid)), pid, extras, payload))
+
+
 def fold(
     previous: bytes,
     seq: int,
@@ -46,10 +62,36 @@ def fold(
     headers: Headers = (),
 ) -> bytes:
     """The digest after appending one transaction to a timeline ending in ``previous``."""
-    pid = producer_id.encode()
-    extras = _NO_KEY_NO_HEADERS if key is None and not headers else _extras(key, headers)
-    fixed = _FIXED(seq, origin, msg_id, len(pid))
-    return blake3(b"".join((previous, fixed, pid, extras, payload))).digest()
+    return blake3(
+        record(previous, seq, origin, producer_id, msg_id, payload, key, headers)
+    ).digest()
+
+
+class Folder:
+    """``fold`` with one hasher, reset for each tx: about a third cheaper than a new hasher per
+    tx, for whoever folds many (each replica's stream, a consumer). Not for sharing between
+    threads."""
+
+    __slots__ = ("_hasher",)
+
+    def __init__(self) -> None:
+        self._hasher = blake3()
+
+    def fold(
+        self,
+        previous: bytes,
+        seq: int,
+        origin: int,
+        producer_id: str,
+        msg_id: int,
+        payload: bytes,
+        key: bytes | None = None,
+        headers: Headers = (),
+    ) -> bytes:
+        hasher = self._hasher
+        hasher.reset()
+        hasher.update(record(previous, seq, origin, producer_id, msg_id, payload, key, headers))
+        return hasher.digest()
 
 
 def _extras(key: bytes | None, headers: Headers) -> bytes:

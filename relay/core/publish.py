@@ -16,6 +16,7 @@ import heapq
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from relay import errors
 from relay.core.dedup import content_tag
@@ -30,6 +31,7 @@ from relay.core.timer import Timeout
 Result = Acked | Rejected | None
 
 HEADERS_MAX = 64  # headers per message
+_new_tuple = tuple.__new__  # a named tuple straight from its fields
 HEADER_NAME_MAX = 255  # characters in a header name
 
 
@@ -191,7 +193,8 @@ class Publishes:
             count = len(results)
             if results.count(None) == count and seqs[j : j + count] == pending.seqs:
                 # the usual request: new txs, in the timeline in a row
-                pending.results[:] = map(Acked, pending.seqs, timeline.digests[j : j + count])
+                answers = zip(pending.seqs, timeline.digests[j : j + count], strict=True)
+                pending.results[:] = map(_new_tuple, repeat(Acked), answers)
                 replies.append(self._finish(elapsed_ms, pending))
                 continue
             for i, seq in enumerate(pending.seqs):
