@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from relay import errors
@@ -91,6 +92,9 @@ class _Item:
     future: PublishFuture
     deadline: float
     last_error: str = ""
+
+
+_ROW = attrgetter("msg_id", "payload", "key", "headers")  # an item as a request carries it
 
 
 @dataclass(slots=True, eq=False)
@@ -185,14 +189,20 @@ class Producer:
         if msg_id is None:
             msg_id = self._next_msg_id
         future = PublishFuture(stream, msg_id)
-        deadline = time.monotonic() + self.timeout_s
         item = _Item(
-            stream, msg_id, key_of(key), headers_of(headers), bytes(payload), future, deadline
+            stream,
+            msg_id,
+            None if key is None else key_of(key),
+            headers_of(headers) if headers else (),
+            payload if type(payload) is bytes else bytes(payload),
+            future,
+            time.monotonic() + self.timeout_s,
         )
         if self._journal is not None:
             self._journaled(item)
         self._queue.append(item)  # taken: only now may the numbering move on
-        self._next_msg_id = max(self._next_msg_id, msg_id + 1)
+        if msg_id >= self._next_msg_id:
+            self._next_msg_id = msg_id + 1
         if batch is not None:
             self._batches[batch] += 1
         queued = len(self._queue)
@@ -308,7 +318,7 @@ class Producer:
             address = self._routes.pick(first.stream, now)
             req_id = self._next_req_id
             self._next_req_id += 1
-            rows = [[i.msg_id, i.payload, i.key, i.headers] for i in items]
+            rows = list(map(_ROW, items))
             body = publish_request(req_id, first.stream, self.producer_id, rows)
             if self._journal is not None:
                 self._journal.sync()  # nothing reaches the cluster before it is on our disk

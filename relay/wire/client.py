@@ -9,6 +9,7 @@ and with req_id 0 when it cannot.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -136,7 +137,9 @@ def _items(raw: Any) -> tuple[Item, ...]:
 # --- requests, as clients build them -----------------------------------------------------
 
 
-def publish_request(req_id: int, stream: str, producer_id: str, items: list[list[Any]]) -> bytes:
+def publish_request(
+    req_id: int, stream: str, producer_id: str, items: Sequence[Sequence[Any]]
+) -> bytes:
     return pack("pub", req_id, stream, producer_id, items)
 
 
