@@ -25,6 +25,7 @@ from __future__ import annotations
 import zlib
 from bisect import bisect_left
 from collections import deque
+from itertools import repeat
 from struct import Struct
 
 from relay.core.digest import Folder
@@ -70,6 +71,10 @@ class DedupIndex:
         """(seq, content tag) of the stable tx that already carries the key."""
         kept = self.stable.get((producer_id, msg_id))
         return (kept[0], kept[1]) if kept is not None else None
+
+    def holds_any(self, producer_id: str, msg_ids: list[int]) -> bool:
+        """Whether a stable tx carries any of these keys (one pass at C speed)."""
+        return any(map(self.stable.__contains__, zip(repeat(producer_id), msg_ids)))
 
     def fold(
         self, txs: list[Tx], head_seq: int, previous: bytes

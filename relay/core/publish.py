@@ -17,6 +17,7 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import itemgetter
 
 from relay import errors
 from relay.core.dedup import content_tag
@@ -32,6 +33,8 @@ Result = Acked | Rejected | None
 
 HEADERS_MAX = 64  # headers per message
 _new_tuple = tuple.__new__  # a named tuple straight from its fields
+# an Item's fields
+_MSG_ID, _PAYLOAD, _KEY, _HEADERS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 HEADER_NAME_MAX = 255  # characters in a header name
 
 
@@ -70,7 +73,10 @@ def attach_retries(
     when it carries other content); (the items left to originate, whose seqs stay 0 in
     ``pending.seqs`` until ``originated``, and the copies of an earlier item of the same
     request, which follow that item)."""
-    if not req.producer_id:
+    msg_ids = list(map(_MSG_ID, req.items))
+    if not req.producer_id or (
+        len(set(msg_ids)) == len(msg_ids) and not state.dedup.holds_any(req.producer_id, msg_ids)
+    ):  # the usual request: every item new
         pending.seqs.extend([0] * len(req.items))
         return list(req.items), []
     fresh: list[Item] = []
@@ -101,7 +107,11 @@ def request_problem(req: PublishRequested, params: CoreParams) -> str | None:
         return "a publish needs at least one message"
     if len(req.items) > params.publish_items_max:
         return f"at most {params.publish_items_max} messages per publish request"
-    for item in req.items:
+    items = req.items
+    plain = list(map(_KEY, items)).count(None) == len(items) and not any(map(_HEADERS, items))
+    if plain and max(map(len, map(_PAYLOAD, items))) <= params.payload_bytes_max:
+        return None  # the usual request: payloads alone, none too large
+    for item in items:
         problem = item_problem(item, params.payload_bytes_max)
         if problem:
             return problem

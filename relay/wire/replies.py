@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
 
 import msgpack
@@ -104,10 +105,11 @@ Reply = AcksReply | TxsReply | SpanReply | StatusReply | RedirectReply | ErrorRe
 
 
 def encode_acks(req_id: int, results: PublishResults) -> bytes:
-    rows = [
-        [0, r.seq, r.digest] if isinstance(r, Acked) else [1, r.code, r.message]
-        for r in results.results
-    ]
+    found = results.results
+    if found and list(map(type, found)).count(Acked) == len(found):  # the usual: all acked
+        seqs, digests = zip(*found, strict=True)
+        return pack("acks", req_id, list(zip(repeat(0), seqs, digests)))
+    rows = [[0, r.seq, r.digest] if isinstance(r, Acked) else [1, r.code, r.message] for r in found]
     return pack("acks", req_id, rows)
 
 
