@@ -2,6 +2,7 @@
 report through the same pipe. Real files in a temporary directory."""
 
 import select
+import shutil
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from relay.core.events import Persisted, Reserved
 from relay.storage.settings import StorageSettings
 from relay.storage.store import NodeStore
-from relay.storage.syncer import INLINE_TXS_MAX, Syncer
+from relay.storage.syncer import INLINE_TXS_MAX, RETRY_MS, Syncer
 from tests.test_storage import T0, WINDOW, chain, persist
 
 
@@ -60,3 +61,29 @@ def test_small_syncs_run_in_the_loop_and_others_in_the_thread(tmp_path: Path) ->
     loop = threading.current_thread().name
     # the new log's directory, then one small write in the loop, more txs and node.json not
     assert synced_by == ["relay-syncer", loop, "relay-syncer", "relay-syncer"]
+
+
+def test_a_sync_the_disk_refused_is_retried_at_a_pace(tmp_path: Path) -> None:
+    """A node whose data directory went away used a whole core retrying node.json in a
+    loop: the next try waits RETRY_MS of elapsed time."""
+    store = NodeStore(tmp_path / "d", "east", 1, StorageSettings())
+    store.open(WINDOW, T0)
+    store.start(T0)
+    syncer = Syncer(store)
+    try:
+        shutil.rmtree(tmp_path / "d")  # node.json can no longer be written
+        syncer.reserve(T0 + 1000)
+        syncer.after_turn(0)
+        ready, _, _ = select.select([syncer.wake_fd], [], [], 10)
+        assert ready
+        done, failed = syncer.completed()
+        assert not done and [stream for stream, _ in failed] == ["node.json"]
+        syncer.after_turn(1)  # the turn that heard it: too soon, nothing starts
+        syncer.after_turn(RETRY_MS)  # still too soon
+        assert select.select([syncer.wake_fd], [], [], 0.2)[0] == []
+        syncer.after_turn(1 + RETRY_MS)
+        assert select.select([syncer.wake_fd], [], [], 10)[0]
+        assert [stream for stream, _ in syncer.completed()[1]] == ["node.json"]
+    finally:
+        syncer.close()
+        store.close()

@@ -14,7 +14,8 @@ directory to sync, is done by the loop itself, the same job, reported through th
 handing a 0.25 ms fdatasync to the thread and back cost two wake-ups, 100-200 us each on two
 busy cores, on every publish's path. Every other sync (many logs, more txs, node.json) goes to
 the thread, which syncs while the loop receives, so a slow disk never holds the loop for more
-than one small fdatasync.
+than one small fdatasync. A sync the disk refused is tried again ``RETRY_MS`` later, not at
+once: a node whose data directory went away used a whole core retrying node.json.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from relay.storage.stream_log import StreamLog, Unsynced
 
 INLINE_TXS_MAX = 16  # a sync covering at most this many txs of one log
 INLINE_BYTES_MAX = 64 << 10  # and at most this many bytes written runs in the loop
+RETRY_MS = 100  # after a sync the disk refused, the next starts no sooner than this
 
 
 @dataclass(slots=True)
@@ -56,6 +58,8 @@ class Syncer:
         self._cond = threading.Condition()
         self._stop = False
         self._last_ms = 0
+        self._refused = False  # the last sync failed: the next waits RETRY_MS
+        self._retry_ms = 0  # elapsed time before which no sync starts
         self.syncs = 0
         self._thread = threading.Thread(target=self._run, name="relay-syncer", daemon=True)
         self._thread.start()
@@ -73,6 +77,10 @@ class Syncer:
         """Start a sync of what was written, if none is running (and, for ``interval``,
         if it is time)."""
         if not self.touched and not self.reserving:
+            return
+        if self._refused:  # a failing disk is retried at a pace, not in a loop
+            self._refused, self._retry_ms = False, elapsed_ms + RETRY_MS
+        if elapsed_ms < self._retry_ms:
             return
         if self.mode == "never":
             for log in self.touched.values():
@@ -123,6 +131,7 @@ class Syncer:
             job, self._finished = self._finished, None
         if job is None:
             return [], []
+        self._refused = bool(job.failed)
         if job.reserve and not any(isinstance(e, Reserved) for e in job.done):
             self.reserving = max(self.reserving, job.reserve)  # the next sync tries again
         return job.done, job.failed
