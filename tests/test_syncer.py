@@ -18,7 +18,7 @@ def completed(syncer: Syncer) -> list[Persisted | Reserved]:
     """What the next sync reports, waiting (bounded) for its byte on the pipe."""
     ready, _, _ = select.select([syncer.wake_fd], [], [], 10)
     assert ready, "the syncer never reported"
-    done, failed = syncer.completed()
+    done, failed = syncer.completed(0)
     assert not failed
     return done
 
@@ -76,14 +76,13 @@ def test_a_sync_the_disk_refused_is_retried_at_a_pace(tmp_path: Path) -> None:
         syncer.after_turn(0)
         ready, _, _ = select.select([syncer.wake_fd], [], [], 10)
         assert ready
-        done, failed = syncer.completed()
+        done, failed = syncer.completed(5)  # heard in the turn at 5 ms
         assert not done and [stream for stream, _ in failed] == ["node.json"]
-        syncer.after_turn(1)  # the turn that heard it: too soon, nothing starts
-        syncer.after_turn(RETRY_MS)  # still too soon
+        syncer.after_turn(5 + RETRY_MS - 1)  # too soon: nothing starts
         assert select.select([syncer.wake_fd], [], [], 0.2)[0] == []
-        syncer.after_turn(1 + RETRY_MS)
+        syncer.after_turn(5 + RETRY_MS)
         assert select.select([syncer.wake_fd], [], [], 10)[0]
-        assert [stream for stream, _ in syncer.completed()[1]] == ["node.json"]
+        assert [stream for stream, _ in syncer.completed(5 + RETRY_MS)[1]] == ["node.json"]
     finally:
         syncer.close()
         store.close()

@@ -121,6 +121,18 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
         msgpack.packb(
             [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [[1, b""]]]]]
         ),
+        msgpack.packb(  # a tx of a negative origin (struct.pack of the digest raised on it)
+            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, -1, 4, "p", 4, b"", None, []]]]
+        ),
+        msgpack.packb(  # a tx of an origin past 1023
+            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 1024, 4, "p", 4, b"", None, []]]]
+        ),
+        msgpack.packb(  # a tx whose seq is not above its prev
+            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 2, 3, 4, "p", 4, b"", None, []]]]
+        ),
+        msgpack.packb(  # a negative msg id
+            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", -4, b"", None, []]]]
+        ),
         msgpack.packb([mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a short ack
         msgpack.packb(  # an ack with a negative sender
             [mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", 0, [], 0, 0, b"", 0]

@@ -1,17 +1,17 @@
 """Idempotent retries: which (producer id, msg id) a stream already holds.
 
-How this works: a coordinator whose stable timeline already holds a key attaches a retry to it
-(``lookup``). A retry of a tx not yet stable there, or sent to another coordinator, gets a
-second seq, and the duplicate is removed deterministically when it is folded: every replica
-folds the same txs in the same order, so every replica keeps the first copy and skips the same
-later one (``fold``), remembering the skipped seq's original so its coordinator can answer with
-it. Txs not yet stable are not indexed: a retry arriving while its first copy is in flight is
-rare, and an index of every pending tx cost every replica a dictionary entry per tx. The index
-covers ``window_ms`` of seq time and at most ``keys_max`` keys, and keeps each kept copy's
-digest, so a retry is answered even when the original left the memory ring. The window moves as
-each tx is folded, measured from that tx's seq, so what the index holds at any point of the
-timeline is a function of the timeline alone: replicas that fold it in different batches skip
-the same copies.
+How this works: a coordinator that already holds a key, stable or still in flight, attaches a
+retry to it (``lookup``). A retry sent to another coordinator before the first copy reached it
+gets a second seq, and the duplicate is removed deterministically when it is folded: every
+replica folds the same txs in the same order, so every replica keeps the first copy and skips
+the same later one (``fold``), remembering the skipped seq's original so its coordinator can
+answer with it. Txs in flight are indexed only when a lookup needs them (``note_pending`` keeps
+their batches; a node that coordinates nothing never indexes them): an index of every pending
+tx cost each replica a dictionary entry per tx. The index covers ``window_ms`` of seq time and
+at most ``keys_max`` keys, and keeps each kept copy's digest, so a retry is answered even when
+the original left the memory ring. The window moves as each tx is folded, measured from that
+tx's seq, so what the index holds at any point of the timeline is a function of the timeline
+alone: replicas that fold it in different batches skip the same copies.
 
 A retry carries what the original carried. A *new* message that reuses a producer id and
 message id (a producer restarted with a fixed id that numbers from 1 again) does not: each
@@ -25,6 +25,7 @@ from __future__ import annotations
 import zlib
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Sequence
 from itertools import repeat
 from struct import Struct
 
@@ -51,7 +52,16 @@ def content_tag(message: Tx | Item) -> int:
 
 
 class DedupIndex:
-    __slots__ = ("folder", "keys_max", "order", "skipped", "stable", "window_ms")
+    __slots__ = (
+        "folder",
+        "keys_max",
+        "order",
+        "pending",
+        "skipped",
+        "stable",
+        "unindexed",
+        "window_ms",
+    )
 
     def __init__(self, window_ms: int, keys_max: int) -> None:
         self.window_ms = window_ms
@@ -60,21 +70,56 @@ class DedupIndex:
         # key -> (seq, content tag, digest) of the kept copy, over the stable timeline
         self.stable: dict[Key, tuple[int, int, bytes]] = {}
         self.order: deque[tuple[int, Key]] = deque()  # (seq, key) in fold order
+        self.pending: dict[Key, Tx] = {}  # key -> a tx held but not yet stable, once indexed
+        self.unindexed: list[Sequence[Tx]] = []  # batches of txs in flight, not indexed yet
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
 
     def size(self) -> int:
-        """Keys held: kept copies and skipped later copies."""
-        return len(self.stable) + len(self.skipped)
+        """Keys held: kept copies, txs in flight and skipped later copies."""
+        unindexed = sum(len(batch) for batch in self.unindexed)
+        return len(self.stable) + len(self.pending) + unindexed + len(self.skipped)
 
-    def lookup(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
-        """(seq, content tag) of the stable tx that already carries the key."""
-        kept = self.stable.get((producer_id, msg_id))
-        return (kept[0], kept[1]) if kept is not None else None
+    def note_pending(self, txs: Sequence[Tx]) -> None:
+        """Txs held but not yet stable (a batch in seq order)."""
+        if txs:
+            self.unindexed.append(txs)
 
-    def holds_any(self, producer_id: str, msg_ids: list[int]) -> bool:
-        """Whether a stable tx carries any of these keys (one pass at C speed)."""
-        return any(map(self.stable.__contains__, zip(repeat(producer_id), msg_ids)))
+    def forget_pending(self) -> None:
+        self.pending.clear()
+        self.unindexed.clear()
+
+    def lookup(self, producer_id: str, msg_id: int, head_seq: int) -> tuple[int, int] | None:
+        """(seq, content tag) of the tx that already carries the key, stable or in flight
+        (above the stable head ``head_seq``)."""
+        key = (producer_id, msg_id)
+        kept = self.stable.get(key)
+        if kept is not None:
+            return kept[0], kept[1]
+        self._index(head_seq)
+        held = self.pending.get(key)
+        return (held.seq, content_tag(held)) if held is not None else None
+
+    def holds_any(self, producer_id: str, msg_ids: list[int], head_seq: int) -> bool:
+        """Whether a tx, stable or in flight, carries any of these keys (C-speed passes)."""
+        keys = list(zip(repeat(producer_id), msg_ids))
+        if any(map(self.stable.__contains__, keys)):
+            return True
+        self._index(head_seq)
+        return any(map(self.pending.__contains__, keys))
+
+    def _index(self, head_seq: int) -> None:
+        """Index the txs in flight that arrived since the last lookup."""
+        if self.unindexed:
+            self.pending.update(
+                [
+                    ((tx.producer_id, tx.msg_id), tx)
+                    for batch in self.unindexed
+                    for tx in batch
+                    if tx.producer_id and tx.seq > head_seq
+                ]
+            )
+            self.unindexed.clear()
 
     def fold(
         self, txs: list[Tx], head_seq: int, previous: bytes
@@ -86,7 +131,7 @@ class DedupIndex:
         differs) is skipped. Before each tx the window moves, measured from that tx's own
         seq, so what the index holds at every tx depends on the timeline alone, never on how
         a replica's loop turns cut it into batches: every replica skips the same copies."""
-        order, stable, keys_max = self.order, self.stable, self.keys_max
+        order, stable, keys_max, pending = self.order, self.stable, self.keys_max, self.pending
         forget_oldest = self._forget_oldest
         window, shift = self.window_ms + 1, TIME_SHIFT
         # the first seq whose window no longer covers the oldest key
@@ -105,6 +150,8 @@ class DedupIndex:
                 window_end = ((order[0][0] >> shift) + window) << shift if order else 0
             if producer_id:
                 key = (producer_id, msg_id)
+                if pending:
+                    pending.pop(key, None)
                 tag = content_tag(tx)
                 kept = stable.get(key)
                 if kept is not None:
@@ -124,6 +171,8 @@ class DedupIndex:
             kept_txs.append(tx)
             digests.append(digest)
             head_seq = seq
+        if self.unindexed:  # what the stable head passed needs no index any more
+            self.unindexed = [batch for batch in self.unindexed if batch[-1].seq > head_seq]
         return kept_txs, digests, late
 
     def _skip(self, tx: Tx, original: int, differs: bool) -> None:
@@ -171,7 +220,9 @@ class DedupIndex:
             kept = stable.get(key)
             if kept is not None and kept[0] == seq:
                 del stable[key]
-        return [self.skipped.pop(seq)[0] for seq in [s for s in self.skipped if s > keep_upto]]
+        dropped = [self.skipped.pop(seq)[0] for seq in [s for s in self.skipped if s > keep_upto]]
+        self.forget_pending()
+        return dropped
 
     def restore(self, keys: tuple[KeyRecord, ...]) -> None:
         """Start over from a snapshot's (or the log's) keys."""

@@ -214,9 +214,10 @@ class Lane:
             self.early = {p: t for p, t in self.early.items() if t.seq > self.contig}
         return True
 
-    def accept_chain(self, txs: Sequence[Tx], stable_head: int) -> None:
-        """Take txs of this lane's epoch in seq order, as ``accept`` would one by one. A chain
-        that extends the lane (each one's ``prev`` the one before) is taken in one step."""
+    def accept_chain(self, txs: Sequence[Tx], stable_head: int) -> Sequence[Tx]:
+        """Take txs of this lane's epoch in seq order, as ``accept`` would one by one: the
+        txs taken. A chain that extends the lane (each one's ``prev`` the one before) is
+        taken in one step."""
         first = self.accept(txs[0], stable_head)
         if (
             first
@@ -227,9 +228,9 @@ class Lane:
         ):
             self.queue.extend(txs[1:])
             self.contig = txs[-1].seq
-            return
-        for tx in txs[1:]:
-            self.accept(tx, stable_head)
+            return txs
+        rest = [tx for tx in txs[1:] if self.accept(tx, stable_head)]
+        return [txs[0], *rest] if first else rest
 
     def missing_range(self, head: int) -> tuple[int, int] | None:
         """(after, upto) of txs we know exist but do not hold, or None; nothing at or below

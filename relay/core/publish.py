@@ -32,10 +32,10 @@ from relay.core.timer import Timeout
 Result = Acked | Rejected | None
 
 HEADERS_MAX = 64  # headers per message
+HEADER_NAME_MAX = 255  # characters in a header name
 _new_tuple = tuple.__new__  # a named tuple straight from its fields
 # an Item's fields
 _MSG_ID, _PAYLOAD, _KEY, _HEADERS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
-HEADER_NAME_MAX = 255  # characters in a header name
 
 
 @dataclass(slots=True, eq=False)
@@ -74,8 +74,10 @@ def attach_retries(
     ``pending.seqs`` until ``originated``, and the copies of an earlier item of the same
     request, which follow that item)."""
     msg_ids = list(map(_MSG_ID, req.items))
+    head = state.timeline.head_seq
     if not req.producer_id or (
-        len(set(msg_ids)) == len(msg_ids) and not state.dedup.holds_any(req.producer_id, msg_ids)
+        len(set(msg_ids)) == len(msg_ids)
+        and not state.dedup.holds_any(req.producer_id, msg_ids, head)
     ):  # the usual request: every item new
         pending.seqs.extend([0] * len(req.items))
         return list(req.items), []

@@ -226,6 +226,7 @@ class TimelineRebuild:
                 # head: that is gone from here, so the epoch now ends at the head, and the
                 # settled report says so (replicas still cutting it settle on the lowest)
                 lane.closed = (lane.closed[0], head)
+        self.dedup.forget_pending()
         for tx in sorted(held, key=seq_of):
             if tx.seq > head:
                 self.take(tx, restoring=True)

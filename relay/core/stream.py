@@ -101,16 +101,20 @@ class StreamReplica(TimelineRebuild):
     def take(self, tx: Tx, restoring: bool = False) -> bool:
         """A tx of the origin's current epoch arrived (from the origin or a repair), or is
         put back after the timeline changed (``restoring``)."""
-        return self.lanes[tx.origin].accept(tx, self.timeline.head_seq, restoring)
+        if not self.lanes[tx.origin].accept(tx, self.timeline.head_seq, restoring):
+            return False
+        self.dedup.note_pending((tx,))
+        return True
 
     def take_chain(self, origin: int, txs: Sequence[Tx]) -> None:
         """An origin's txs of its current epoch in seq order (a ``Replicate``, or this
         node's own new txs)."""
-        self.lanes[origin].accept_chain(txs, self.timeline.head_seq)
+        taken = self.lanes[origin].accept_chain(txs, self.timeline.head_seq)
+        self.dedup.note_pending(taken)
 
     def lookup_key(self, producer_id: str, msg_id: int) -> tuple[int, int] | None:
-        """(seq, content tag) of the stable tx that already carries the key, if any."""
-        return self.dedup.lookup(producer_id, msg_id)
+        """(seq, content tag) of the tx that already carries the key, if any."""
+        return self.dedup.lookup(producer_id, msg_id, self.timeline.head_seq)
 
     def stabilize(self, floors: Floors, elapsed_ms: int) -> bool:
         """Fold every tx at or below the watermark into the timeline; True if the head moved."""

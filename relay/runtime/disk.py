@@ -131,7 +131,7 @@ class NodeDisk:
 
     def completed(self, elapsed_ms: int) -> list[Event]:
         assert self.syncer is not None
-        done, failed = self.syncer.completed()
+        done, failed = self.syncer.completed(elapsed_ms)
         events: list[Event] = list(done)
         for stream, why in failed:
             self._refused(f"{stream}: {why}", elapsed_ms)

@@ -58,8 +58,7 @@ class Syncer:
         self._cond = threading.Condition()
         self._stop = False
         self._last_ms = 0
-        self._refused = False  # the last sync failed: the next waits RETRY_MS
-        self._retry_ms = 0  # elapsed time before which no sync starts
+        self._retry_ms = 0  # elapsed time before which no sync starts (after a refused one)
         self.syncs = 0
         self._thread = threading.Thread(target=self._run, name="relay-syncer", daemon=True)
         self._thread.start()
@@ -78,9 +77,7 @@ class Syncer:
         if it is time)."""
         if not self.touched and not self.reserving:
             return
-        if self._refused:  # a failing disk is retried at a pace, not in a loop
-            self._refused, self._retry_ms = False, elapsed_ms + RETRY_MS
-        if elapsed_ms < self._retry_ms:
+        if elapsed_ms < self._retry_ms:  # a failing disk is retried at a pace, not in a loop
             return
         if self.mode == "never":
             for log in self.touched.values():
@@ -122,16 +119,19 @@ class Syncer:
             self._finished = job
         os.write(self._signal_fd, b"s")
 
-    def completed(self) -> tuple[list[Persisted | Reserved], list[tuple[str, str]]]:
+    def completed(
+        self, elapsed_ms: int
+    ) -> tuple[list[Persisted | Reserved], list[tuple[str, str]]]:
         """What the last sync made durable, and the streams whose sync failed (call when
-        ``wake_fd`` is readable)."""
+        ``wake_fd`` is readable); after a failure no sync starts for ``RETRY_MS``."""
         with contextlib.suppress(BlockingIOError):
             os.read(self.wake_fd, 4096)
         with self._cond:
             job, self._finished = self._finished, None
         if job is None:
             return [], []
-        self._refused = bool(job.failed)
+        if job.failed:
+            self._retry_ms = elapsed_ms + RETRY_MS
         if job.reserve and not any(isinstance(e, Reserved) for e in job.done):
             self.reserving = max(self.reserving, job.reserve)  # the next sync tries again
         return job.done, job.failed
