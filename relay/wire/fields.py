@@ -85,17 +85,8 @@ HeaderName = Annotated[str, msgspec.Meta(min_length=1)]
 HeaderRows = tuple[tuple[HeaderName, bytes], ...]
 # A tx as a typed decoder reads it: exactly these nine fields (``Tx`` itself would let the
 # trailing key and headers be left out), each in range but for ``seq > prev``.
-TxRow = tuple[
-    U64,
-    U64,
-    Annotated[int, msgspec.Meta(ge=0, le=1023)],
-    U64,
-    str,
-    U64,
-    bytes,
-    bytes | None,
-    HeaderRows,
-]
+NodeId = Annotated[int, msgspec.Meta(ge=0, le=1023)]
+TxRow = tuple[U64, U64, NodeId, U64, str, U64, bytes, bytes | None, HeaderRows]
 _SEQ, _PREV = itemgetter(0), itemgetter(1)
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, NamedTuple, TypeVar
+from operator import itemgetter
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import msgpack
 import msgspec
@@ -23,7 +24,17 @@ from relay.core.events import Acked, PublishResults, ReadResult, Rejected, SpanR
 from relay.core.status import NodeStatus, StatusFormatError
 from relay.errors import ProtocolError
 from relay.wire.client import VERSION, pack
-from relay.wire.fields import as_bytes, as_headers, as_int, as_key, as_list, as_str
+from relay.wire.fields import (
+    U64,
+    HeaderRows,
+    NodeId,
+    as_bytes,
+    as_headers,
+    as_int,
+    as_key,
+    as_list,
+    as_str,
+)
 
 Address = tuple[int, str, int, str]  # (node id, host, client port, public key or "")
 T = TypeVar("T")
@@ -198,14 +209,23 @@ def decode_reply(body: bytes) -> Reply:
 _TXS_PREFIX = b"\x99" + bytes((VERSION,)) + b"\xa3txs"  # [v, "txs", 7 fields more]
 _TXS_REPLY = msgspec.msgpack.Decoder(
     tuple[
-        int, str, int, str, bytes, int, int, bool,
-        tuple[tuple[int, int, str, int, bytes, bytes | None, Headers, bytes], ...],
+        int,
+        str,
+        U64,
+        str,
+        bytes,
+        U64,
+        U64,
+        bool,
+        tuple[tuple[U64, NodeId, str, U64, bytes, bytes | None, HeaderRows, bytes], ...],
     ]
-)  # fmt: skip
+)  # fmt: skip  (the ranges are checked while decoding)
 
 
 _ACKS_PREFIX = b"\x94" + bytes((VERSION,)) + b"\xa4acks"  # [v, "acks", req_id, rows]
-_ACKS_REPLY = msgspec.msgpack.Decoder(tuple[int, str, int, list[tuple[int, int, bytes]]])
+_ACKS_REPLY = msgspec.msgpack.Decoder(tuple[int, str, U64, list[tuple[Literal[0], U64, bytes]]])
+_SECOND, _THIRD = itemgetter(1), itemgetter(2)
+_new_row = tuple.__new__  # a named tuple straight from its fields
 
 
 def _acks_reply(body: bytes) -> AcksReply | None:
@@ -215,9 +235,8 @@ def _acks_reply(body: bytes) -> AcksReply | None:
         _, _, req_id, rows = _ACKS_REPLY.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
-    if req_id < 0 or any(outcome != 0 or seq < 0 for outcome, seq, _ in rows):
-        return None
-    return AcksReply(req_id, tuple([AckRow(seq, digest) for _, seq, digest in rows]))
+    acks = zip(map(_SECOND, rows), map(_THIRD, rows), strict=True)  # of [0, seq, digest]
+    return AcksReply(req_id, tuple(map(_new_row, repeat(AckRow), acks)))
 
 
 def _txs_reply(body: bytes) -> TxsReply | None:
@@ -227,12 +246,8 @@ def _txs_reply(body: bytes) -> TxsReply | None:
         _, _, req_id, stream, prev, verified, earliest, lost, rows = _TXS_REPLY.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
-    if min(req_id, verified, earliest) < 0:
-        return None
-    for seq, origin, _, msg_id, _, _, headers, _ in rows:
-        if seq < 0 or origin < 0 or msg_id < 0 or (headers and not all(n for n, _ in headers)):
-            return None
-    return TxsReply(req_id, stream, prev, verified, earliest, lost, tuple(map(TxRow._make, rows)))
+    txs = tuple(map(_new_row, repeat(TxRow), rows))
+    return TxsReply(req_id, stream, prev, verified, earliest, lost, txs)
 
 
 def rows_of(read: Callable[[list[Any]], T], width: int) -> Callable[[Any], tuple[T, ...]]:
