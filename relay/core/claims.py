@@ -24,6 +24,7 @@ from relay.core.messages import (
     StreamAck,
     SyncData,
     Tx,
+    seq_of,
 )
 
 CLOCK_AHEAD_MAX_MS = 60_000  # how far ahead of this node's wall clock a peer may be
@@ -71,4 +72,4 @@ def _times(message: MeshMessage, self_id: int) -> list[tuple[str, int]]:
 def _latest(txs: tuple[Tx, ...]) -> list[tuple[str, int]]:
     if not txs:
         return []
-    return [("a seq", seq_unix_ms(max(tx.seq for tx in txs)))]
+    return [("a seq", seq_unix_ms(max(map(seq_of, txs))))]

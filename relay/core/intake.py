@@ -21,7 +21,10 @@ from relay.core.messages import (
     StreamAck,
     SyncData,
     SyncRequest,
+    epoch_of,
+    origin_of,
     sender_of,
+    seq_of,
 )
 from relay.core.origin import Origin
 from relay.core.params import CoreParams
@@ -112,11 +115,12 @@ class MeshIntake:
         lane = state.lanes.get(msg.origin) if state else None
         if state is None or lane is None or lane.epoch != msg.epoch:
             return
-        if any(tx.origin != msg.origin or tx.epoch != msg.epoch for tx in msg.txs):
+        origins, epochs = set(map(origin_of, msg.txs)), set(map(epoch_of, msg.txs))
+        if origins != {msg.origin} or epochs != {msg.epoch}:
             self._peer_fault(msg.origin, f"sent txs of another origin or epoch in {msg.stream}")
             return
         state.take_chain(msg.origin, msg.txs)
-        last = max(tx.seq for tx in msg.txs)
+        last = max(map(seq_of, msg.txs))
         self.origin.clock.observe(last)
         state.lanes[msg.origin].claim(last, msg.floor)
         state.needs_ack |= last > state.promise_sent  # promise past it, unless a lead did

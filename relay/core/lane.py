@@ -25,9 +25,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from enum import Enum
-from itertools import pairwise
 
-from relay.core.messages import Tx
+from relay.core.messages import Tx, prev_of, seq_of
 from relay.core.timer import Timeout
 
 EARLY_TXS_MAX = 4096  # out-of-order txs held per lane while a gap is open
@@ -224,7 +223,7 @@ class Lane:
             and self.contig == txs[0].seq
             and self.cut_at is None
             and not self.early
-            and all([tx.prev == before.seq for before, tx in pairwise(txs)])
+            and list(map(prev_of, txs[1:])) == list(map(seq_of, txs[:-1]))
         ):
             self.queue.extend(txs[1:])
             self.contig = txs[-1].seq

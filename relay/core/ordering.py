@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from relay.core.dedup import DedupIndex
 from relay.core.lane import Lane, LaneInput, LaneState
-from relay.core.messages import Tx
+from relay.core.messages import Tx, seq_of
 from relay.core.timeline import Timeline
 
 Floors = Mapping[int, tuple[int, int]]  # origin -> (epoch, floor)
@@ -80,7 +80,3 @@ def fold_stable(
     if folded:
         timeline.extend(folded, digests)
     return bool(folded), late
-
-
-def seq_of(tx: Tx) -> int:
-    return tx.seq

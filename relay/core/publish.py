@@ -24,7 +24,7 @@ from relay.core.dedup import content_tag
 from relay.core.events import Acked, PublishRequested, PublishResults, Rejected, Reply
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
-from relay.core.messages import Item, Tx
+from relay.core.messages import Item, Tx, seq_of
 from relay.core.params import CoreParams
 from relay.core.stream import StreamReplica
 from relay.core.timer import Timeout
@@ -53,7 +53,7 @@ class PendingPublish:
         the request (slot, its first copy's slot, whether its content differs) follows its
         first copy: a retry of it, or a conflict naming it."""
         if not copies and len(txs) == len(self.seqs):
-            self.seqs[:] = [tx.seq for tx in txs]
+            self.seqs[:] = map(seq_of, txs)
             return
         slots = [i for i, seq in enumerate(self.seqs) if seq == 0]
         for i, tx in zip(slots, txs, strict=True):

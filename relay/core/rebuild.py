@@ -16,8 +16,7 @@ from relay.core.catchup import Catchup, CatchupInput, Vouchers, slice_for, slice
 from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
 from relay.core.lane import Lane, LaneInput, LaneState
-from relay.core.messages import ANSWER_BYTES_MAX, KeyRecord, Tx, within_bytes
-from relay.core.ordering import seq_of
+from relay.core.messages import ANSWER_BYTES_MAX, KeyRecord, Tx, seq_of, within_bytes
 from relay.core.timeline import Timeline
 from relay.core.votes import Votes
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from relay.core.cut import RepairNeed
 from relay.core.dedup import DedupIndex
 from relay.core.lane import Lane, LaneState
-from relay.core.messages import ANSWER_BYTES_MAX, Tx, within_bytes
-from relay.core.ordering import seq_of
+from relay.core.messages import ANSWER_BYTES_MAX, Tx, seq_of, within_bytes
 from relay.core.timeline import Timeline
 from relay.core.timer import Timeout
 

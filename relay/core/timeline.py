@@ -16,7 +16,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from relay.core.digest import genesis
-from relay.core.messages import Tx, tx_bytes, txs_bytes
+from relay.core.messages import Tx, seq_of, tx_bytes, txs_bytes
 
 
 class Timeline:
@@ -58,7 +58,7 @@ class Timeline:
     def extend(self, txs: list[Tx], digests: list[bytes]) -> None:
         """Append txs already in ascending seq order above the head, with their digests."""
         assert txs[0].seq > self.head_seq, "a timeline only grows in seq order"
-        self.seqs.extend([tx.seq for tx in txs])
+        self.seqs.extend(map(seq_of, txs))
         self.digests.extend(digests)
         self.txs.extend(txs)
         self.bytes += txs_bytes(txs)
