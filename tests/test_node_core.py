@@ -12,6 +12,7 @@ from relay.core.events import (
     Redirect,
     Rejected,
     Reply,
+    Reserved,
     ShutdownRequested,
     Tick,
 )
@@ -19,6 +20,7 @@ from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, make_seq
 from relay.core.messages import Heartbeat, Item, Replicate
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
+from relay.core.publish_intake import HELD_MAX
 from relay.core.reads import PARKED_FETCHES_MAX
 from relay.core.routing import Subscription
 from relay.core.timer import Now
@@ -241,3 +243,62 @@ def test_a_peer_that_admits_nobody_cannot_stall_publishes() -> None:
     effects = node.handle(at(20), [PublishRequested(b"c", 1, "orders.x", "", (Item(1, b"x"),))])
     assert not [e for e in effects if isinstance(e, Reply)]  # waiting for votes, not refused
     assert any(isinstance(e, Broadcast) and isinstance(e.message, Replicate) for e in effects)
+
+
+def admitted(reserved: int) -> NodeCore:
+    """Node 1, serving and admitted by nodes 2 and 3, its seqs reserved up to ``reserved``."""
+    node = NodeCore(CoreConfig(1, SUBS, CoreParams()), epoch=NOW, reserved=reserved)
+    node.handle(at(0), [*admitting(node), Tick()])
+    assert node.state_name() == "serving"
+    return node
+
+
+def admitting(node: NodeCore) -> list[MeshReceived]:
+    """Heartbeats of honest peers 2, 3 and 4 that admitted ``node``."""
+    accepts = ((1, NOW), (2, NOW + 2), (3, NOW + 3))
+    floor = node.origin.clock.floor
+    return [MeshReceived(Heartbeat(n, NOW + n, floor, (), accepts)) for n in (2, 3, 4)]
+
+
+def sent_txs(effects: list[Effect]) -> list[tuple[int, int]]:
+    """(msg id, seq) of every tx this node broadcast, in order."""
+    return [
+        (tx.msg_id, tx.seq)
+        for e in effects
+        if isinstance(e, Broadcast) and isinstance(e.message, Replicate)
+        for tx in e.message.txs
+    ]
+
+
+def test_publishes_without_room_in_the_seq_reservation_wait_for_it_in_order() -> None:
+    """Found in CI: the first publish was refused while the reservation was renewed, the
+    producer's next one got a seq, and the first, sent again, landed after it."""
+    node = admitted(reserved=make_seq(NOW + 5, NODE_ID_MAX, COUNTER_MAX))
+    first = PublishRequested(b"c", 1, "orders.x", "p", (Item(1, b"one"),))
+    effects = node.handle(at(20), [first])
+    assert not [e for e in effects if isinstance(e, Reply)]  # held, not refused
+    assert node.origin.reserving and sent_txs(effects) == []  # a renewal is on its way
+    second = PublishRequested(b"c", 2, "orders.x", "p", (Item(2, b"two"),))
+    renewed = Reserved(make_seq(NOW + 2000, NODE_ID_MAX, COUNTER_MAX))
+    effects = node.handle(at(21), [renewed, second])  # room again, but the first goes first
+    sent = sent_txs(effects)
+    assert [msg_id for msg_id, _ in sent] == [1, 2] and sent[0][1] < sent[1][1]
+
+
+def test_a_held_publish_times_out_and_the_number_held_is_bounded() -> None:
+    node = admitted(reserved=make_seq(NOW + 5, NODE_ID_MAX, COUNTER_MAX))
+    requests = [
+        PublishRequested(b"c", i, "orders.x", "p", (Item(i, b"x"),)) for i in range(1, HELD_MAX + 2)
+    ]
+    effects = node.handle(at(20), requests)
+    refused = [e.body for e in effects if isinstance(e, Reply)]
+    assert len(refused) == 1 and isinstance(refused[0], Rejected)
+    assert refused[0].code == errors.UNAVAILABLE and str(HELD_MAX) in refused[0].message
+    timeout_ms = CoreParams().publish_timeout_ms
+    effects = []
+    for t in range(100, timeout_ms + 100, 100):  # the peers are there; the disk never answers
+        effects += node.handle(at(20 + t), [*admitting(node), Tick()])
+    bodies = [e.body for e in effects if isinstance(e, Reply)]
+    assert len(bodies) == HELD_MAX
+    assert all(isinstance(b, Rejected) and b.code == errors.TIMEOUT for b in bodies)
+    assert sent_txs(effects) == []

@@ -14,6 +14,7 @@ and ticks and heartbeats visit only active streams (docs/design.md, "Cost follow
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 from relay import errors
@@ -54,7 +55,8 @@ from relay.core.messages import Heartbeat, RepairRequest, StreamAck, SyncRequest
 from relay.core.origin import Origin
 from relay.core.params import CoreConfig
 from relay.core.peers import Peers
-from relay.core.publish import Publishes, attach_retries, refusal, request_problem
+from relay.core.publish import Publishes
+from relay.core.publish_intake import HELD_MAX, PublishIntake
 from relay.core.routing import stream_name_problem
 from relay.core.status import NodeStatus
 from relay.core.stream import StreamLimits, StreamReplica
@@ -65,7 +67,7 @@ from relay.core.timer import Now, Timeout
 Answer = ReadResult | LogRead | Redirect | Rejected
 
 
-class NodeCore(MeshIntake, LogEvents):
+class NodeCore(MeshIntake, PublishIntake, LogEvents):
     def __init__(
         self, config: CoreConfig, epoch: int, floor: int = 0, reserved: int = SEQ_MAX
     ) -> None:
@@ -91,6 +93,7 @@ class NodeCore(MeshIntake, LogEvents):
         self.active = self.stream_set.active  # the streams not at rest
         self.routing = self.stream_set.routing
         self.publishes = Publishes(params.publish_timeout_ms)
+        self.on_hold: deque[tuple[int, PublishRequested]] = deque()
         self.parked = reads.ParkedFetches()
         self.heartbeat = Timeout(params.heartbeat_ms)
         self.storage_error = ""  # what the disk refused last, until a write succeeds
@@ -149,6 +152,7 @@ class NodeCore(MeshIntake, LogEvents):
                     and any(isinstance(r, Acked) for r in e.body.results)
                 ), "a node that does not serve acknowledges nothing"
         assert 0 <= self.parked.count <= reads.PARKED_FETCHES_MAX
+        assert len(self.on_hold) <= HELD_MAX
         assert not self.stream_set.dirty and not self.origin.outbox
 
     # --- queries (no state change) ------------------------------------------------------
@@ -208,48 +212,6 @@ class NodeCore(MeshIntake, LogEvents):
         return self.state.value
 
     # --- publish and fetch --------------------------------------------------------------
-
-    def _on_publish(self, now: Now, req: PublishRequested) -> None:
-        refused = self._publish_refusal(req) or self._reservation_refusal(now, req)
-        if refused is not None:
-            self._effects.append(Reply(req.client, req.req_id, refused, 0))
-            return
-        state = self.streams[req.stream]
-        pending = self.publishes.start(self.elapsed_ms, req)
-        fresh, copies = attach_retries(state, req, pending)
-        if fresh:
-            txs = self.origin.originate(req.stream, now, req.producer_id, fresh)
-            state.take_chain(self.node_id, txs)
-            pending.originated(txs, copies)
-        self.publishes.wait(req.stream, pending)
-        self._touch(req.stream)
-
-    def _publish_refusal(self, req: PublishRequested) -> Rejected | Redirect | None:
-        problem = stream_name_problem(req.stream) or request_problem(req, self.params)
-        if problem:
-            return Rejected(errors.BAD_REQUEST, problem)
-        replicas = self.routing.replicas_of(req.stream)
-        up = self.peers.up_nodes()
-        if self.node_id not in replicas:
-            return reads.redirect(req.stream, replicas, up)
-        if self.state is not NodeState.SERVING:
-            fenced = self.state is NodeState.FENCED
-            why = "fenced: it cannot hear a quorum of the cluster" if fenced else "shutting down"
-            return reads.unavailable(f"this node is {why}", replicas, self.node_id, up)
-        state = self._stream(req.stream)
-        me = (self.node_id, self.epoch)
-        admitted = {n: me in p.accepts for n, p in self.peers.by_id.items() if n in replicas}
-        problem = refusal(state, up, admitted) if state else "this node holds too many streams"
-        return reads.unavailable(problem, replicas, self.node_id, up) if problem else None
-
-    def _reservation_refusal(self, now: Now, req: PublishRequested) -> Rejected | None:
-        if self.storage_error:
-            why = f"this node's disk refuses writes ({self.storage_error}); try another node"
-            others = tuple(n for n in self.routing.replicas_of(req.stream) if n != self.node_id)
-            return Rejected(errors.STORAGE, why, others)
-        if self.origin.room(req.stream, now.wall_ms, len(req.items)):
-            return None
-        return Rejected(errors.UNAVAILABLE, "this node is reserving seqs on its disk; retry")
 
     def _read_of(self, fetch: FetchRequested) -> Answer:
         return self.read(fetch.stream, fetch.after_seq, fetch.limit)
@@ -348,6 +310,8 @@ class NodeCore(MeshIntake, LogEvents):
     # --- flush --------------------------------------------------------------------------
 
     def _flush(self, now: Now) -> None:
+        if self.on_hold:
+            self._release_held(now)
         floor = self.origin.promise_now(now.wall_ms)
         reserve = self.origin.to_reserve(now.wall_ms)
         if reserve is not None:
