@@ -105,3 +105,29 @@ def test_a_folder_folds_the_same_chain_as_fold(
         one_shot = fold(one_shot, seq, 3, pid, 7, payload, key, tuple(headers))
         reused = folder.fold(reused, seq, 3, pid, 7, payload, key, tuple(headers))
         assert reused == one_shot
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 2**62),
+            st.sampled_from(["", "p", "producer-é"]),
+            st.binary(max_size=64),
+            st.none() | st.binary(max_size=8),
+            st.lists(st.tuples(st.text(min_size=1, max_size=4), st.binary(max_size=4)), max_size=2),
+        ),
+        max_size=20,
+    )
+)
+def test_a_folders_chain_is_fold_per_tx(
+    timeline: list[tuple[int, str, bytes, bytes | None, list[tuple[str, bytes]]]],
+) -> None:
+    txs = [
+        (seq, 0, 3, 9, pid, 7, payload, key, tuple(headers))
+        for seq, pid, payload, key, headers in timeline
+    ]
+    want, d = [], genesis("s")
+    for seq, _, origin, _, pid, msg_id, payload, key, headers in txs:
+        d = fold(d, seq, origin, pid, msg_id, payload, key, headers)
+        want.append(d)
+    assert Folder().chain(genesis("s"), txs) == want

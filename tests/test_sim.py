@@ -224,6 +224,7 @@ def test_the_checker_catches_a_reused_key_answered_as_a_retry(
 
     # nodes that take every message under a used key for a retry, whatever it carries
     monkeypatch.setattr(dedup, "content_tag", lambda message: 0)
+    monkeypatch.setattr(dedup, "content_tags", lambda txs: [0] * len(txs))
     monkeypatch.setattr(publish, "content_tag", lambda message: 0)
     with pytest.raises(InvariantViolation, match="conflicts"):
         for seed in range(40):

@@ -16,6 +16,7 @@ every field a consumer receives (the timestamp is the seq's time part)::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from struct import Struct
 
 from blake3 import blake3
@@ -24,6 +25,8 @@ DIGEST_BYTES = 32
 DIGEST_VERSION = 2
 
 Headers = tuple[tuple[str, bytes], ...]
+# a tx's fields, as ``messages.Tx`` lays them out
+TxFields = tuple[int, int, int, int, str, int, bytes, bytes | None, Headers]
 
 _FIXED = Struct(">QHQI").pack  # seq, origin, msg_id, len(producer_id)
 _LENGTH = Struct(">I").pack
@@ -92,6 +95,25 @@ class Folder:
         hasher.reset()
         hasher.update(record(previous, seq, origin, producer_id, msg_id, payload, key, headers))
         return hasher.digest()
+
+    def chain(self, previous: bytes, txs: Iterable[TxFields]) -> list[bytes]:
+        """The digest after each of ``txs`` (tx tuples: seq, prev, origin, epoch, producer id,
+        msg id, payload, key, headers) on a timeline ending in ``previous``: ``fold`` per tx,
+        the record built inline (``record``'s encoding)."""
+        hasher = self._hasher
+        reset, update, digest = hasher.reset, hasher.update, hasher.digest
+        join, fixed = b"".join, _FIXED
+        digests = []
+        last_id, pid = "", b""
+        for seq, _, origin, _, producer_id, msg_id, payload, key, headers in txs:
+            if producer_id != last_id:  # a batch's txs mostly share their producer
+                last_id, pid = producer_id, producer_id.encode()
+            extras = _NO_KEY_NO_HEADERS if key is None and not headers else _extras(key, headers)
+            reset()
+            update(join((previous, fixed(seq, origin, msg_id, len(pid)), pid, extras, payload)))
+            previous = digest()
+            digests.append(previous)
+        return digests
 
 
 def _extras(key: bytes | None, headers: Headers) -> bytes:

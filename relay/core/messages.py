@@ -69,20 +69,27 @@ def tx_bytes(tx: Tx) -> int:
     return size
 
 
-_PAYLOAD, _KEY, _HEADERS = itemgetter(6), itemgetter(7), itemgetter(8)
+_KEY, _HEADERS = itemgetter(7), itemgetter(8)
 # A tx's fields as C-speed getters (sort keys, maps over a batch)
 seq_of: Callable[[Tx], int] = itemgetter(0)
 prev_of: Callable[[Tx], int] = itemgetter(1)
 origin_of: Callable[[Tx], int] = itemgetter(2)
 epoch_of: Callable[[Tx], int] = itemgetter(3)
+producer_key_of: Callable[[Tx], tuple[str, int]] = itemgetter(4, 5)  # (producer id, msg id)
+payload_of: Callable[[Tx], bytes] = itemgetter(6)
+
+
+def plain(txs: Sequence[Tx]) -> bool:
+    """Whether no tx of ``txs`` has a key or headers (the usual batch), at C speed."""
+    return list(map(_KEY, txs)).count(None) == len(txs) and not any(map(_HEADERS, txs))
 
 
 def txs_bytes(txs: Sequence[Tx]) -> int:
-    """``tx_bytes`` summed over ``txs``: a few passes at C speed when no tx has a key or
-    headers (the usual batch), else one call each."""
-    if list(map(_KEY, txs)).count(None) != len(txs) or any(map(_HEADERS, txs)):
+    """``tx_bytes`` summed over ``txs``: a few passes at C speed for a plain batch, else one
+    call each."""
+    if not plain(txs):
         return sum(map(tx_bytes, txs))
-    return TX_OVERHEAD_BYTES * len(txs) + sum(map(len, map(_PAYLOAD, txs)))
+    return TX_OVERHEAD_BYTES * len(txs) + sum(map(len, map(payload_of, txs)))
 
 
 def within_bytes(txs: Sequence[Tx], bytes_max: int) -> int:
