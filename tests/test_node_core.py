@@ -20,7 +20,7 @@ from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, make_seq
 from relay.core.messages import Heartbeat, Item, Replicate
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
-from relay.core.publish_intake import HELD_MAX
+from relay.core.publish_intake import HELD_MAX, HOLD_MS
 from relay.core.reads import PARKED_FETCHES_MAX
 from relay.core.routing import Subscription
 from relay.core.timer import Now
@@ -285,7 +285,7 @@ def test_publishes_without_room_in_the_seq_reservation_wait_for_it_in_order() ->
     assert [msg_id for msg_id, _ in sent] == [1, 2] and sent[0][1] < sent[1][1]
 
 
-def test_a_held_publish_times_out_and_the_number_held_is_bounded() -> None:
+def test_a_held_publish_is_refused_after_a_while_and_the_number_held_is_bounded() -> None:
     node = admitted(reserved=make_seq(NOW + 5, NODE_ID_MAX, COUNTER_MAX))
     requests = [
         PublishRequested(b"c", i, "orders.x", "p", (Item(i, b"x"),)) for i in range(1, HELD_MAX + 2)
@@ -294,11 +294,25 @@ def test_a_held_publish_times_out_and_the_number_held_is_bounded() -> None:
     refused = [e.body for e in effects if isinstance(e, Reply)]
     assert len(refused) == 1 and isinstance(refused[0], Rejected)
     assert refused[0].code == errors.UNAVAILABLE and str(HELD_MAX) in refused[0].message
-    timeout_ms = CoreParams().publish_timeout_ms
     effects = []
-    for t in range(100, timeout_ms + 100, 100):  # the peers are there; the disk never answers
+    for t in range(100, HOLD_MS + 100, 100):  # the peers are there; the disk never answers
         effects += node.handle(at(20 + t), [*admitting(node), Tick()])
     bodies = [e.body for e in effects if isinstance(e, Reply)]
     assert len(bodies) == HELD_MAX
-    assert all(isinstance(b, Rejected) and b.code == errors.TIMEOUT for b in bodies)
+    assert all(isinstance(b, Rejected) and b.code == errors.UNAVAILABLE for b in bodies)
+    assert "reservation" in bodies[0].message and set(bodies[0].try_nodes) == {2, 3}
     assert sent_txs(effects) == []
+
+
+def test_a_publish_before_the_replicas_admitted_this_node_waits_for_them() -> None:
+    """Found in CI too: just after a start, a peer is up but its heartbeat that admits this
+    node's epoch is a moment away; the first publish was refused and the next one was not."""
+    node = core(1)
+    node.handle(at(0), [heartbeat(2), heartbeat(3), heartbeat(4), Tick()])
+    assert node.state_name() == "serving"
+    effects = node.handle(at(10), [PublishRequested(b"c", 1, "orders.x", "p", (Item(1, b"one"),))])
+    assert not [e for e in effects if isinstance(e, Reply)] and sent_txs(effects) == []
+    effects = node.handle(at(20), [PublishRequested(b"c", 2, "orders.x", "p", (Item(2, b"two"),))])
+    assert sent_txs(effects) == []
+    effects = node.handle(at(60), admitting(node))
+    assert [msg_id for msg_id, _ in sent_txs(effects)] == [1, 2]

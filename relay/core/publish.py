@@ -138,15 +138,9 @@ def item_problem(item: Item, bytes_max: int) -> str | None:
     return None
 
 
-def refusal(
-    stream: StreamReplica,
-    up: set[int],
-    admitted_by: dict[int, bool],
-) -> str | None:
-    """Why this node cannot coordinate a publish to ``stream`` now (``unavailable``), or
-    None. ``admitted_by`` says, per live peer replica, whether it admitted this node; a
-    quorum of replicas (this one counted) that admitted it is enough, so a peer that never
-    admits anyone cannot stall the stream."""
+def refusal(stream: StreamReplica, up: set[int]) -> str | None:
+    """Why this node cannot coordinate a publish to ``stream`` now (``unavailable``: the
+    producer goes elsewhere), or None."""
     live = [r for r in stream.replicas if r in up]
     if len(live) < stream.quorum:
         return (
@@ -155,6 +149,15 @@ def refusal(
         )
     if stream.lanes[stream.self_id].state is not LaneState.ACTIVE:
         return "this node is rejoining the stream"
+    return None
+
+
+def unadmitted(stream: StreamReplica, up: set[int], admitted_by: dict[int, bool]) -> str | None:
+    """Why a publish to ``stream`` must wait a moment (its replicas have not admitted this
+    node's epoch yet: a heartbeat away), or None. ``admitted_by`` says, per live peer
+    replica, whether it admitted this node; a quorum of replicas (this one counted) that
+    admitted it is enough, so a peer that never admits anyone cannot stall the stream."""
+    live = [r for r in stream.replicas if r in up]
     unaware = sorted(r for r, admitted in admitted_by.items() if r in live and not admitted)
     if len(live) - len(unaware) < stream.quorum:
         return f"replicas {unaware} have not admitted this node yet"

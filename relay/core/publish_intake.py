@@ -1,15 +1,16 @@
 """What a node does with each publish request: refuse it, take it, or hold it a moment.
 
 How this works: a request is refused when it is malformed, when this node does not replicate
-the stream (a redirect), does not serve, or cannot coordinate it now (``publish.refusal``), or
-when its disk refuses writes. Otherwise it needs seqs within the node's durable seq
-reservation (``origin.py``). When the reservation has no room left (a peer's clock jumped the
-floor past it, or its renewal waits on a busy disk), the request is *held*, not refused:
-requests are held in arrival order and go on in that order once a renewal arrives, and while
-any request is held every later one waits behind it. So a producer's pipelined requests to one
-stream keep their order; a refusal would send the first elsewhere while the second got a seq
-here. A held request that waits ``publish_timeout_ms`` gets ``timeout``, and at most
-``HELD_MAX`` wait. ``NodeCore`` is this class plus the rest.
+the stream (a redirect), does not serve, cannot reach a quorum of the stream's replicas or is
+rejoining it, or when its disk refuses writes. It is *held* when it can go on in a moment: the
+node's durable seq reservation (``origin.py``) has no room left (a peer's clock pushed the
+floor past it, or its renewal waits on a busy disk), or the stream's replicas have not admitted
+this node's epoch yet (a heartbeat away, just after a start or a cut). A stream's held requests
+go on in arrival order, and while one is held every later one of that stream waits behind it:
+so a producer's pipelined requests keep their order, where a refusal would send the first
+elsewhere while the second got a seq here. A request held ``HOLD_MS`` is refused after all
+(``unavailable``, naming why), and at most ``HELD_MAX`` are held. ``NodeCore`` is this class
+plus the rest.
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from relay.core.fencing import NodeState
 from relay.core.origin import Origin
 from relay.core.params import CoreParams
 from relay.core.peers import Peers
-from relay.core.publish import Publishes, attach_retries, refusal, request_problem
+from relay.core.publish import Publishes, attach_retries, refusal, request_problem, unadmitted
 from relay.core.routing import stream_name_problem
 from relay.core.stream import StreamReplica
 from relay.core.streams import StreamSet
 from relay.core.timer import Now
 
-HELD_MAX = 1024  # publish requests held at once while the seq reservation is renewed
+HELD_MAX = 1024  # publish requests held at once, over every stream
+HOLD_MS = 1000  # how long a request is held before it is refused after all
+
+Held = deque[tuple[int, PublishRequested]]  # (elapsed ms it arrived, request), in order
 
 
 class PublishIntake:
@@ -45,7 +49,8 @@ class PublishIntake:
     storage_error: str
     elapsed_ms: int
     _effects: list[Effect]
-    on_hold: deque[tuple[int, PublishRequested]]  # (elapsed ms it arrived, request), in order
+    on_hold: dict[str, Held]  # stream -> its held requests
+    held_count: int
 
     if TYPE_CHECKING:  # MeshIntake's
 
@@ -58,11 +63,12 @@ class PublishIntake:
 
     def _on_publish(self, now: Now, req: PublishRequested) -> None:
         refused = self._publish_refusal(req)
-        if refused is None and (self.on_hold or not self._room(now, req)):
-            if len(self.on_hold) < HELD_MAX:
-                self.on_hold.append((self.elapsed_ms, req))
+        if refused is None and (req.stream in self.on_hold or self._wait_reason(now, req)):
+            if self.held_count < HELD_MAX:
+                self.on_hold.setdefault(req.stream, deque()).append((self.elapsed_ms, req))
+                self.held_count += 1
                 return
-            why = f"{HELD_MAX} publishes wait for this node's seq reservation; retry"
+            why = f"{HELD_MAX} publishes are held here already; retry"
             refused = Rejected(errors.UNAVAILABLE, why)
         if refused is not None:
             self._effects.append(Reply(req.client, req.req_id, refused, 0))
@@ -70,25 +76,34 @@ class PublishIntake:
             self._coordinate(now, req)
 
     def _release_held(self, now: Now) -> None:
-        """Take (or refuse) the held requests, in order, as far as the reservation reaches."""
-        on_hold = self.on_hold
-        while on_hold:
-            arrived_ms, req = on_hold[0]
-            refused = self._publish_refusal(req)
-            timeout_ms = self.publishes.timeout_ms
-            if refused is None and self.elapsed_ms - arrived_ms >= timeout_ms:
-                why = f"this node could not renew its seq reservation within {timeout_ms} ms"
-                refused = Rejected(errors.TIMEOUT, why)
-            if refused is None and not self._room(now, req):
-                return
-            on_hold.popleft()
-            if refused is not None:
-                self._effects.append(Reply(req.client, req.req_id, refused, 0))
-            else:
-                self._coordinate(now, req)
+        """Take (or refuse) each stream's held requests, in order, as far as they may go."""
+        for stream, held in list(self.on_hold.items()):
+            while held:
+                arrived_ms, req = held[0]
+                refused = self._publish_refusal(req)
+                if refused is None:
+                    why = self._wait_reason(now, req)
+                    if why and self.elapsed_ms - arrived_ms < HOLD_MS:
+                        break
+                    if why:
+                        refused = self._unavailable(req, f"held {HOLD_MS} ms: {why}")
+                held.popleft()
+                self.held_count -= 1
+                if refused is not None:
+                    self._effects.append(Reply(req.client, req.req_id, refused, 0))
+                else:
+                    self._coordinate(now, req)
+            if not held:
+                del self.on_hold[stream]
 
-    def _room(self, now: Now, req: PublishRequested) -> bool:
-        return self.origin.room(req.stream, now.wall_ms, len(req.items))
+    def _wait_reason(self, now: Now, req: PublishRequested) -> str | None:
+        """Why ``req`` must wait a moment before it gets seqs here, or None."""
+        if not self.origin.room(req.stream, now.wall_ms, len(req.items)):
+            return "this node's seq reservation is being renewed on its disk"
+        replicas = self.stream_set.routing.replicas_of(req.stream)
+        me = (self.node_id, self.epoch)
+        admitted = {n: me in p.accepts for n, p in self.peers.by_id.items() if n in replicas}
+        return unadmitted(self.streams[req.stream], self.peers.up_nodes(), admitted)
 
     def _coordinate(self, now: Now, req: PublishRequested) -> None:
         state = self.streams[req.stream]
@@ -106,19 +121,22 @@ class PublishIntake:
         if problem:
             return Rejected(errors.BAD_REQUEST, problem)
         replicas = self.stream_set.routing.replicas_of(req.stream)
-        up = self.peers.up_nodes()
         if self.node_id not in replicas:
-            return reads.redirect(req.stream, replicas, up)
+            return reads.redirect(req.stream, replicas, self.peers.up_nodes())
         if self.state is not NodeState.SERVING:
             fenced = self.state is NodeState.FENCED
             why = "fenced: it cannot hear a quorum of the cluster" if fenced else "shutting down"
-            return reads.unavailable(f"this node is {why}", replicas, self.node_id, up)
+            return self._unavailable(req, f"this node is {why}")
         if self.storage_error:
             why = f"this node's disk refuses writes ({self.storage_error}); try another node"
             others = tuple(n for n in replicas if n != self.node_id)
             return Rejected(errors.STORAGE, why, others)
         state = self._stream(req.stream)
-        me = (self.node_id, self.epoch)
-        admitted = {n: me in p.accepts for n, p in self.peers.by_id.items() if n in replicas}
-        problem = refusal(state, up, admitted) if state else "this node holds too many streams"
-        return reads.unavailable(problem, replicas, self.node_id, up) if problem else None
+        problem = (
+            refusal(state, self.peers.up_nodes()) if state else "this node holds too many streams"
+        )
+        return self._unavailable(req, problem) if problem else None
+
+    def _unavailable(self, req: PublishRequested, why: str) -> Rejected:
+        replicas = self.stream_set.routing.replicas_of(req.stream)
+        return reads.unavailable(why, replicas, self.node_id, self.peers.up_nodes())
