@@ -26,7 +26,7 @@ import zlib
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import repeat
+from itertools import repeat, starmap
 from operator import itemgetter
 from struct import Struct
 
@@ -161,8 +161,8 @@ class DedupIndex:
         order.extend(zip(seqs, keys, strict=True))
         last = seqs[-1]
         self._forget_before(((last >> TIME_SHIFT) - self.window_ms) << TIME_SHIFT)
-        while len(order) > self.keys_max:
-            self._forget_oldest()
+        if len(order) > self.keys_max:
+            self._forget_first(len(order) - self.keys_max)
         if self.unindexed:  # what the stable head passed needs no index any more
             self.unindexed = [batch for batch in self.unindexed if batch[-1].seq > last]
         return txs, digests, 0
@@ -224,8 +224,16 @@ class DedupIndex:
 
     def _forget_before(self, horizon: int) -> None:
         order = self.order
-        while order and order[0][0] < horizon:
-            self._forget_oldest()
+        if order and order[0][0] < horizon:
+            self._forget_first(bisect_left(order, horizon, key=_first))
+
+    def _forget_first(self, count: int) -> None:
+        """Forget the ``count`` oldest keys."""
+        stable = self.stable
+        for seq, key in list(starmap(self.order.popleft, repeat((), count))):
+            kept = stable.get(key)
+            if kept is not None and kept[0] == seq:
+                del stable[key]
 
     def _forget_oldest(self) -> None:
         seq, key = self.order.popleft()
