@@ -1,4 +1,5 @@
-"""The dedup index's fold: the batch path and the tx-by-tx path must never differ."""
+"""The dedup index's fold: the batch path and the tx-by-tx path must never differ, and how a
+timeline is cut into batches must never change what is kept."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,47 +10,103 @@ from relay.core.flake import make_seq
 from relay.core.messages import Tx
 
 T0 = 1_800_000_000_000
+Row = tuple[int, int, str, int, bytes, bytes | None, tuple[tuple[str, bytes], ...]]
 
-# one batch: per tx (ms after the previous tx, producer, msg id, payload, key)
-batch = st.lists(
+# per tx: ms after the previous tx, origin, producer, msg id, payload, key, headers
+tx_rows = st.lists(
     st.tuples(
-        st.integers(0, 40),
-        st.sampled_from(["", "p", "q"]),
+        st.integers(0, 30),
+        st.sampled_from([1, 2, 3]),
+        st.sampled_from(["", "p", "q", "é"]),
         st.integers(1, 12),
         st.sampled_from([b"a", b"b"]),
         st.sampled_from([None, b"k"]),
+        st.sampled_from([(), (("h", b"v"),)]),
     ),
     min_size=1,
-    max_size=12,
+    max_size=60,
 )
 
 
-@settings(max_examples=400)
-@given(st.lists(batch, max_size=8), st.integers(0, 3), st.integers(1, 60), st.integers(2, 16))
+def timeline(
+    rows: list[Row],
+) -> list[Tx]:
+    ms, txs = T0, []
+    for counter, (gap, origin, pid, msg_id, payload, key, headers) in enumerate(rows):
+        ms += gap
+        seq = make_seq(ms, origin, counter % 4096)
+        txs.append(Tx(seq, 0, origin, 7, pid, msg_id, payload, key, headers))
+    return sorted(txs)
+
+
+def state(index: DedupIndex) -> tuple[object, ...]:
+    return (
+        index.stable,
+        list(index.order),
+        index.skipped,
+        index.pending,
+        [list(batch) for batch in index.unindexed],
+    )
+
+
+@settings(max_examples=300)
+@given(tx_rows, st.lists(st.integers(1, 12), min_size=1), st.integers(0, 40), st.integers(1, 12))
 def test_fold_in_batches_equals_fold_tx_by_tx(
-    batches: list[list[tuple[int, str, int, bytes, bytes | None]]],
-    late: int,
+    rows: list[Row],
+    cuts: list[int],
     window_ms: int,
     keys_max: int,
 ) -> None:
-    """Same txs kept, same digests, same late count, and the same index after, whether a
-    batch takes the C-speed path (every key new) or not: a difference would make replicas
-    that fold the same timeline in different batches disagree."""
+    """Same txs kept, same digests, same late count and the same index after every batch,
+    whether a batch takes the C-speed path (every key new) or not; a tx at the head (an
+    origin that broke its promise) and txs in flight (noted, then looked up) included."""
+    txs = timeline(rows)
     fast, each = DedupIndex(window_ms, keys_max), DedupIndex(window_ms, keys_max)
-    head_seq, head = 0, genesis("s")
-    ms, counter = T0, 0
-    for i, rows in enumerate(batches):
-        txs = []
-        for gap, pid, msg_id, payload, key in rows:
-            ms += gap
-            counter += 1
-            txs.append(Tx(make_seq(ms, 1, counter % 4096), 0, 1, 7, pid, msg_id, payload, key))
-        if i == late and head_seq:  # a tx at or below the head: an origin broke its promise
-            txs.insert(0, Tx(head_seq, 0, 1, 7, "p", 99, b"late"))
-        got = fast.fold(list(txs), head_seq, head)
-        want = each.fold_each(list(txs), head_seq, head)
-        assert got == want
-        assert fast.stable == each.stable and list(fast.order) == list(each.order)
-        assert fast.skipped == each.skipped
+    head_seq, head, pos, k = 0, genesis("s"), 0, 0
+    while pos < len(txs):
+        size = cuts[k % len(cuts)]
+        k += 1
+        batch = txs[pos : pos + size]
+        pos += size
+        for index in (fast, each):
+            index.note_pending(tuple(txs[pos : pos + 3]))
+            index.lookup("p", k, head_seq)
+        if k % 3 == 0 and head_seq:
+            batch.insert(0, Tx(head_seq, 0, 1, 7, "p", 99, b"late"))
+        got = fast.fold(list(batch), head_seq, head)
+        assert got == each.fold_each(list(batch), head_seq, head)
+        assert state(fast) == state(each)
         if got[0]:
             head_seq, head = got[0][-1].seq, got[1][-1]
+
+
+@settings(max_examples=300)
+@given(tx_rows, st.lists(st.integers(1, 15), min_size=1), st.integers(0, 40), st.integers(1, 12))
+def test_how_a_timeline_is_cut_into_batches_changes_nothing(
+    rows: list[Row],
+    cuts: list[int],
+    window_ms: int,
+    keys_max: int,
+) -> None:
+    """Replicas fold one timeline in whatever batches their loop turns took: each must keep
+    the same txs, with the same digests, and hold the same index after."""
+    txs = timeline(rows)
+
+    def fold_in(sizes: list[int]) -> tuple[object, ...]:
+        index = DedupIndex(window_ms, keys_max)
+        kept: list[Tx] = []
+        digests: list[bytes] = []
+        pos = k = 0
+        while pos < len(txs):
+            size = sizes[k % len(sizes)]
+            k += 1
+            head_seq = kept[-1].seq if kept else 0
+            out = index.fold(
+                txs[pos : pos + size], head_seq, digests[-1] if digests else genesis("s")
+            )
+            kept += out[0]
+            digests += out[1]
+            pos += size
+        return kept, digests, state(index)[:3]
+
+    assert fold_in(cuts) == fold_in([len(txs)]) == fold_in([1])

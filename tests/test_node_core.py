@@ -20,7 +20,7 @@ from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, make_seq
 from relay.core.messages import Heartbeat, Item, Replicate
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
-from relay.core.publish_intake import HELD_MAX, HOLD_MS
+from relay.core.publish_intake import HELD_BYTES_MAX, HELD_MAX, HOLD_MS
 from relay.core.reads import PARKED_FETCHES_MAX
 from relay.core.routing import Subscription
 from relay.core.timer import Now
@@ -302,6 +302,23 @@ def test_a_held_publish_is_refused_after_a_while_and_the_number_held_is_bounded(
     assert all(isinstance(b, Rejected) and b.code == errors.UNAVAILABLE for b in bodies)
     assert "reservation" in bodies[0].message and set(bodies[0].try_nodes) == {2, 3}
     assert sent_txs(effects) == []
+
+
+def test_held_publishes_are_bounded_in_bytes_too() -> None:
+    node = admitted(reserved=make_seq(NOW + 5, NODE_ID_MAX, COUNTER_MAX))
+    payload = b"x" * (1 << 20)
+    per_request = HELD_BYTES_MAX // 4 >> 20  # items of 1 MiB: four requests fill the bound
+    requests = [
+        PublishRequested(
+            b"c", i, "orders.x", "p", tuple(Item(i * 100 + j, payload) for j in range(per_request))
+        )
+        for i in range(1, 6)
+    ]
+    effects = node.handle(at(20), requests)
+    refused = [e.body for e in effects if isinstance(e, Reply)]
+    assert len(refused) == 1 and isinstance(refused[0], Rejected)
+    assert refused[0].code == errors.UNAVAILABLE and "bytes" in refused[0].message
+    assert node.held_count == 4 and node.held_bytes == HELD_BYTES_MAX
 
 
 def test_a_publish_before_the_replicas_admitted_this_node_waits_for_them() -> None:

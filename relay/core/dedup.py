@@ -26,8 +26,8 @@ import zlib
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import repeat, starmap
-from operator import itemgetter
+from itertools import islice, repeat, starmap
+from operator import itemgetter, lt
 from struct import Struct
 
 from relay.core.digest import Folder
@@ -138,9 +138,10 @@ class DedupIndex:
         seq, so what the index holds at every tx depends on the timeline alone, never on how
         a replica's loop turns cut it into batches: every replica skips the same copies.
 
-        The usual batch (every tx above the head, keyed, and no key held or repeated) keeps
-        every tx whatever the window does meanwhile, so it is folded in passes at C speed and
-        the window moved once, after it (``fold_each`` is the same fold, tx by tx)."""
+        The usual batch (seqs ascending above the head, every tx keyed, no key held or
+        repeated) keeps every tx whatever the window does meanwhile, so it is folded in
+        passes at C speed and the window moved once, after it (``fold_each`` is the same
+        fold, tx by tx)."""
         if not txs or txs[0].seq <= head_seq:
             return self.fold_each(txs, head_seq, previous)
         keys = list(map(producer_key_of, txs))
@@ -151,9 +152,11 @@ class DedupIndex:
             or any(map(stable.__contains__, keys))
         ):
             return self.fold_each(txs, head_seq, previous)
+        seqs = list(map(seq_of, txs))
+        if not all(map(lt, seqs, islice(seqs, 1, None))):  # only a faulty origin's chain
+            return self.fold_each(txs, head_seq, previous)
         digests = self.folder.chain(previous, txs)
         tags = content_tags(txs)
-        seqs = list(map(seq_of, txs))
         if self.pending:
             deque(map(self.pending.pop, keys, repeat(None)), maxlen=0)
         stable.update(zip(keys, zip(seqs, tags, digests, strict=True), strict=True))
@@ -276,7 +279,7 @@ class DedupIndex:
         """Start over from a snapshot's (or the log's) keys."""
         self.stable.clear()
         self.order.clear()
-        for pid, mid, seq, digest, tag in keys:
+        for pid, mid, seq, digest, tag in sorted(keys, key=itemgetter(2)):  # fold order
             self.stable[(pid, mid)] = (seq, tag, digest)
             self.order.append((seq, (pid, mid)))
 

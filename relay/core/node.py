@@ -55,7 +55,7 @@ from relay.core.origin import Origin
 from relay.core.params import CoreConfig
 from relay.core.peers import Peers
 from relay.core.publish import Publishes
-from relay.core.publish_intake import HELD_MAX, Held, PublishIntake
+from relay.core.publish_intake import HELD_BYTES_MAX, HELD_MAX, Held, PublishIntake
 from relay.core.routing import stream_name_problem
 from relay.core.status import NodeStatus
 from relay.core.stream import StreamLimits, StreamReplica
@@ -93,7 +93,7 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
         self.routing = self.stream_set.routing
         self.publishes = Publishes(params.publish_timeout_ms)
         self.on_hold: dict[str, Held] = {}
-        self.held_count = 0
+        self.held_count = self.held_bytes = 0
         self.parked = reads.ParkedFetches()
         self.heartbeat = Timeout(params.heartbeat_ms)
         self.storage_error = ""  # what the disk refused last, until a write succeeds
@@ -153,6 +153,7 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
                 ), "a node that does not serve acknowledges nothing"
         assert 0 <= self.parked.count <= reads.PARKED_FETCHES_MAX
         assert self.held_count == sum(map(len, self.on_hold.values())) <= HELD_MAX
+        assert 0 <= self.held_bytes <= HELD_BYTES_MAX
         assert not self.stream_set.dirty and not self.origin.outbox
 
     # --- queries (no state change) ------------------------------------------------------

@@ -120,6 +120,11 @@ def request_problem(req: PublishRequested, params: CoreParams) -> str | None:
     return None
 
 
+def request_bytes(req: PublishRequested) -> int:
+    """The payload bytes a request holds (what bounds held requests)."""
+    return sum(map(len, map(_PAYLOAD, req.items)))
+
+
 def item_problem(item: Item, bytes_max: int) -> str | None:
     """Why one message is malformed, or None. Its key, headers and payload together count
     against ``payload_bytes_max``."""
@@ -171,10 +176,12 @@ class Publishes:
         self.waiters: dict[str, list[tuple[int, int, PendingPublish]]] = {}
         self._order = 0
 
-    def start(self, elapsed_ms: int, req: PublishRequested) -> PendingPublish:
+    def start(self, elapsed_ms: int, req: PublishRequested, arrived_ms: int) -> PendingPublish:
+        """A request coordinated now that arrived at ``arrived_ms`` (earlier if it was held:
+        its latency counts from then; its deadline, from now)."""
         deadline = Timeout(self.timeout_ms)
         deadline.start(elapsed_ms)
-        pending = PendingPublish(req.client, req.req_id, elapsed_ms, deadline)
+        pending = PendingPublish(req.client, req.req_id, arrived_ms, deadline)
         pending.results = [None] * len(req.items)
         self.pending.append(pending)
         return pending

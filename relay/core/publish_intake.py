@@ -9,7 +9,8 @@ this node's epoch yet (a heartbeat away, just after a start or a cut). A stream'
 go on in arrival order, and while one is held every later one of that stream waits behind it:
 so a producer's pipelined requests keep their order, where a refusal would send the first
 elsewhere while the second got a seq here. A request held ``HOLD_MS`` is refused after all
-(``unavailable``, naming why), and at most ``HELD_MAX`` are held. ``NodeCore`` is this class
+(``unavailable``, naming why); at most ``HELD_MAX`` requests and ``HELD_BYTES_MAX`` bytes
+of payload are held. ``NodeCore`` is this class
 plus the rest.
 """
 
@@ -25,13 +26,21 @@ from relay.core.fencing import NodeState
 from relay.core.origin import Origin
 from relay.core.params import CoreParams
 from relay.core.peers import Peers
-from relay.core.publish import Publishes, attach_retries, refusal, request_problem, unadmitted
+from relay.core.publish import (
+    Publishes,
+    attach_retries,
+    refusal,
+    request_bytes,
+    request_problem,
+    unadmitted,
+)
 from relay.core.routing import stream_name_problem
 from relay.core.stream import StreamReplica
 from relay.core.streams import StreamSet
 from relay.core.timer import Now
 
 HELD_MAX = 1024  # publish requests held at once, over every stream
+HELD_BYTES_MAX = 64 << 20  # and their payloads' bytes
 HOLD_MS = 1000  # how long a request is held before it is refused after all
 
 Held = deque[tuple[int, PublishRequested]]  # (elapsed ms it arrived, request), in order
@@ -51,6 +60,7 @@ class PublishIntake:
     _effects: list[Effect]
     on_hold: dict[str, Held]  # stream -> its held requests
     held_count: int
+    held_bytes: int  # their payloads
 
     if TYPE_CHECKING:  # MeshIntake's
 
@@ -64,16 +74,18 @@ class PublishIntake:
     def _on_publish(self, now: Now, req: PublishRequested) -> None:
         refused = self._publish_refusal(req)
         if refused is None and (req.stream in self.on_hold or self._wait_reason(now, req)):
-            if self.held_count < HELD_MAX:
+            size = request_bytes(req)
+            if self.held_count < HELD_MAX and self.held_bytes + size <= HELD_BYTES_MAX:
                 self.on_hold.setdefault(req.stream, deque()).append((self.elapsed_ms, req))
                 self.held_count += 1
+                self.held_bytes += size
                 return
-            why = f"{HELD_MAX} publishes are held here already; retry"
+            why = f"{self.held_count} publishes ({self.held_bytes} bytes) are held here; retry"
             refused = Rejected(errors.UNAVAILABLE, why)
         if refused is not None:
             self._effects.append(Reply(req.client, req.req_id, refused, 0))
         else:
-            self._coordinate(now, req)
+            self._coordinate(now, req, self.elapsed_ms)
 
     def _release_held(self, now: Now) -> None:
         """Take (or refuse) each stream's held requests, in order, as far as they may go."""
@@ -89,10 +101,11 @@ class PublishIntake:
                         refused = self._unavailable(req, f"held {HOLD_MS} ms: {why}")
                 held.popleft()
                 self.held_count -= 1
+                self.held_bytes -= request_bytes(req)
                 if refused is not None:
                     self._effects.append(Reply(req.client, req.req_id, refused, 0))
                 else:
-                    self._coordinate(now, req)
+                    self._coordinate(now, req, arrived_ms)
             if not held:
                 del self.on_hold[stream]
 
@@ -105,9 +118,9 @@ class PublishIntake:
         admitted = {n: me in p.accepts for n, p in self.peers.by_id.items() if n in replicas}
         return unadmitted(self.streams[req.stream], self.peers.up_nodes(), admitted)
 
-    def _coordinate(self, now: Now, req: PublishRequested) -> None:
+    def _coordinate(self, now: Now, req: PublishRequested, arrived_ms: int) -> None:
         state = self.streams[req.stream]
-        pending = self.publishes.start(self.elapsed_ms, req)
+        pending = self.publishes.start(self.elapsed_ms, req, arrived_ms)
         fresh, copies = attach_retries(state, req, pending)
         if fresh:
             txs = self.origin.originate(req.stream, now, req.producer_id, fresh)
