@@ -1,6 +1,8 @@
 """The dedup index's fold: the batch path and the tx-by-tx path must never differ, and how a
 timeline is cut into batches must never change what is kept."""
 
+from collections.abc import Iterator
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,6 +51,17 @@ def state(index: DedupIndex) -> tuple[object, ...]:
     )
 
 
+def batches(txs: list[Tx], sizes: list[int]) -> Iterator[tuple[int, int, list[Tx]]]:
+    """(batch number from 1, where the batch ends, the batch) of ``txs`` cut in ``sizes``,
+    taken in turn."""
+    pos = k = 0
+    while pos < len(txs):
+        size = sizes[k % len(sizes)]
+        k += 1
+        yield k, pos + size, txs[pos : pos + size]
+        pos += size
+
+
 @settings(max_examples=300)
 @given(tx_rows, st.lists(st.integers(1, 12), min_size=1), st.integers(0, 40), st.integers(1, 12))
 def test_fold_in_batches_equals_fold_tx_by_tx(
@@ -62,14 +75,10 @@ def test_fold_in_batches_equals_fold_tx_by_tx(
     origin that broke its promise) and txs in flight (noted, then looked up) included."""
     txs = timeline(rows)
     fast, each = DedupIndex(window_ms, keys_max), DedupIndex(window_ms, keys_max)
-    head_seq, head, pos, k = 0, genesis("s"), 0, 0
-    while pos < len(txs):
-        size = cuts[k % len(cuts)]
-        k += 1
-        batch = txs[pos : pos + size]
-        pos += size
+    head_seq, head = 0, genesis("s")
+    for k, end, batch in batches(txs, cuts):
         for index in (fast, each):
-            index.note_pending(tuple(txs[pos : pos + 3]))
+            index.note_pending(tuple(txs[end : end + 3]))
             index.lookup("p", k, head_seq)
         if k % 3 == 0 and head_seq:
             batch.insert(0, Tx(head_seq, 0, 1, 7, "p", 99, b"late"))
@@ -96,17 +105,11 @@ def test_how_a_timeline_is_cut_into_batches_changes_nothing(
         index = DedupIndex(window_ms, keys_max)
         kept: list[Tx] = []
         digests: list[bytes] = []
-        pos = k = 0
-        while pos < len(txs):
-            size = sizes[k % len(sizes)]
-            k += 1
-            head_seq = kept[-1].seq if kept else 0
-            out = index.fold(
-                txs[pos : pos + size], head_seq, digests[-1] if digests else genesis("s")
-            )
+        for _, _, batch in batches(txs, sizes):
+            head_seq, head = (kept[-1].seq, digests[-1]) if kept else (0, genesis("s"))
+            out = index.fold(batch, head_seq, head)
             kept += out[0]
             digests += out[1]
-            pos += size
         return kept, digests, state(index)[:3]
 
     assert fold_in(cuts) == fold_in([len(txs)]) == fold_in([1])

@@ -82,21 +82,22 @@ def test_the_record_encoding_is_pinned() -> None:
     assert genesis("s") == blake3(b"relay/v2 genesis s").digest()
 
 
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(1, 2**62),
-            st.text(max_size=8),
-            st.binary(max_size=64),
-            st.none() | st.binary(max_size=8),
-            st.lists(st.tuples(st.text(min_size=1, max_size=4), st.binary(max_size=4)), max_size=2),
-        ),
-        max_size=20,
-    )
+# per tx: seq, producer id, payload, key, headers
+Timeline = list[tuple[int, str, bytes, bytes | None, list[tuple[str, bytes]]]]
+full_txs = st.lists(
+    st.tuples(
+        st.integers(1, 2**62),
+        st.text(max_size=8) | st.sampled_from(["", "p", "producer-é"]),
+        st.binary(max_size=64),
+        st.none() | st.binary(max_size=8),
+        st.lists(st.tuples(st.text(min_size=1, max_size=4), st.binary(max_size=4)), max_size=2),
+    ),
+    max_size=20,
 )
-def test_a_folder_folds_the_same_chain_as_fold(
-    timeline: list[tuple[int, str, bytes, bytes | None, list[tuple[str, bytes]]]],
-) -> None:
+
+
+@given(full_txs)
+def test_a_folder_folds_the_same_chain_as_fold(timeline: Timeline) -> None:
     """A folder reuses one hasher: each tx's digest must not depend on the txs before it
     other than through ``previous``."""
     folder = Folder()
@@ -107,21 +108,8 @@ def test_a_folder_folds_the_same_chain_as_fold(
         assert reused == one_shot
 
 
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(1, 2**62),
-            st.sampled_from(["", "p", "producer-é"]),
-            st.binary(max_size=64),
-            st.none() | st.binary(max_size=8),
-            st.lists(st.tuples(st.text(min_size=1, max_size=4), st.binary(max_size=4)), max_size=2),
-        ),
-        max_size=20,
-    )
-)
-def test_a_folders_chain_is_fold_per_tx(
-    timeline: list[tuple[int, str, bytes, bytes | None, list[tuple[str, bytes]]]],
-) -> None:
+@given(full_txs)
+def test_a_folders_chain_is_fold_per_tx(timeline: Timeline) -> None:
     txs = [
         (seq, 0, 3, 9, pid, 7, payload, key, tuple(headers))
         for seq, pid, payload, key, headers in timeline

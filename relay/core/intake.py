@@ -11,7 +11,7 @@ message that breaks the protocol is dropped and reported (``peer_fault``), namin
 from __future__ import annotations
 
 from relay.core import claims
-from relay.core.events import Broadcast, Effect, LogSync, Notice
+from relay.core.events import Broadcast, LogSync, Notice
 from relay.core.messages import (
     Heartbeat,
     MeshMessage,
@@ -26,29 +26,14 @@ from relay.core.messages import (
     sender_of,
     seq_of,
 )
-from relay.core.origin import Origin
-from relay.core.params import CoreParams
-from relay.core.peers import Heard, Peers
-from relay.core.stream import StreamReplica
-from relay.core.streams import StreamSet
+from relay.core.parts import NodeParts
+from relay.core.peers import Heard
 from relay.core.timer import Timeout
 
 
-class MeshIntake:
-    node_id: int
-    params: CoreParams
-    origin: Origin
-    peers: Peers
-    stream_set: StreamSet
-    streams: dict[str, StreamReplica]
+class MeshIntake(NodeParts):
     heartbeat: Timeout
-    elapsed_ms: int
     wall_ms: int
-    _effects: list[Effect]
-
-    @property
-    def epoch(self) -> int:
-        return self.origin.epoch
 
     def _on_mesh(self, message: MeshMessage) -> None:
         problem = claims.too_far_ahead(message, self.wall_ms, self.node_id)
@@ -173,13 +158,7 @@ class MeshIntake:
         """A peer broke the protocol: its message is dropped, and the operator told who."""
         self._effects.append(Notice("peer_fault", f"node {peer} {what}", peer))
 
-    # --- streams and epochs -------------------------------------------------------------
-
-    def _stream(self, name: str) -> StreamReplica | None:
-        return self.stream_set.ensure(name, self.epoch, self.peers.states)
-
-    def _touch(self, name: str) -> None:
-        self.stream_set.touch(name)
+    # --- peers and epochs ---------------------------------------------------------------
 
     def _suspect(self, origin: int, why: str) -> None:
         self.peers.down(origin)

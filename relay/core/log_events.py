@@ -9,25 +9,11 @@ a stream from its own log before any other event. ``NodeCore`` is this class plu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from relay.core.events import Effect, Notice, Persisted, PersistFailed, Restored, Retained
-from relay.core.origin import Origin
-from relay.core.stream import StreamReplica
+from relay.core.events import Notice, Persisted, PersistFailed, Restored, Retained
+from relay.core.parts import NodeParts
 
 
-class LogEvents:
-    streams: dict[str, StreamReplica]
-    origin: Origin
-    storage_error: str
-    _effects: list[Effect]
-
-    if TYPE_CHECKING:  # MeshIntake's
-
-        def _stream(self, name: str) -> StreamReplica | None: ...
-
-        def _touch(self, name: str) -> None: ...
-
+class LogEvents(NodeParts):
     def _on_persisted(self, event: Persisted) -> None:
         state = self.streams.get(event.stream)
         if state is not None:

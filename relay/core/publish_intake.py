@@ -17,15 +17,12 @@ plus the rest.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 from relay import errors
 from relay.core import reads
-from relay.core.events import Effect, PublishRequested, Redirect, Rejected, Reply
+from relay.core.events import PublishRequested, Redirect, Rejected, Reply
 from relay.core.fencing import NodeState
-from relay.core.origin import Origin
-from relay.core.params import CoreParams
-from relay.core.peers import Peers
+from relay.core.parts import NodeParts
 from relay.core.publish import (
     Publishes,
     attach_retries,
@@ -35,48 +32,28 @@ from relay.core.publish import (
     unadmitted,
 )
 from relay.core.routing import stream_name_problem
-from relay.core.stream import StreamReplica
-from relay.core.streams import StreamSet
 from relay.core.timer import Now
 
 HELD_MAX = 1024  # publish requests held at once, over every stream
 HELD_BYTES_MAX = 64 << 20  # and their payloads' bytes
 HOLD_MS = 1000  # how long a request is held before it is refused after all
 
-Held = deque[tuple[int, PublishRequested]]  # (elapsed ms it arrived, request), in order
+Held = deque[tuple[int, int, PublishRequested]]  # (elapsed ms it arrived, bytes, request)
 
 
-class PublishIntake:
-    node_id: int
-    params: CoreParams
-    origin: Origin
-    peers: Peers
-    stream_set: StreamSet
-    streams: dict[str, StreamReplica]
+class PublishIntake(NodeParts):
     publishes: Publishes
     state: NodeState
-    storage_error: str
-    elapsed_ms: int
-    _effects: list[Effect]
     on_hold: dict[str, Held]  # stream -> its held requests
     held_count: int
     held_bytes: int  # their payloads
-
-    if TYPE_CHECKING:  # MeshIntake's
-
-        @property
-        def epoch(self) -> int: ...
-
-        def _stream(self, name: str) -> StreamReplica | None: ...
-
-        def _touch(self, name: str) -> None: ...
 
     def _on_publish(self, now: Now, req: PublishRequested) -> None:
         refused = self._publish_refusal(req)
         if refused is None and (req.stream in self.on_hold or self._wait_reason(now, req)):
             size = request_bytes(req)
             if self.held_count < HELD_MAX and self.held_bytes + size <= HELD_BYTES_MAX:
-                self.on_hold.setdefault(req.stream, deque()).append((self.elapsed_ms, req))
+                self.on_hold.setdefault(req.stream, deque()).append((self.elapsed_ms, size, req))
                 self.held_count += 1
                 self.held_bytes += size
                 return
@@ -91,7 +68,7 @@ class PublishIntake:
         """Take (or refuse) each stream's held requests, in order, as far as they may go."""
         for stream, held in list(self.on_hold.items()):
             while held:
-                arrived_ms, req = held[0]
+                arrived_ms, size, req = held[0]
                 refused = self._publish_refusal(req)
                 if refused is None:
                     why = self._wait_reason(now, req)
@@ -101,7 +78,7 @@ class PublishIntake:
                         refused = self._unavailable(req, f"held {HOLD_MS} ms: {why}")
                 held.popleft()
                 self.held_count -= 1
-                self.held_bytes -= request_bytes(req)
+                self.held_bytes -= size
                 if refused is not None:
                     self._effects.append(Reply(req.client, req.req_id, refused, 0))
                 else:
