@@ -321,6 +321,28 @@ def test_held_publishes_are_bounded_in_bytes_too() -> None:
     assert node.held_count == 4 and node.held_bytes == HELD_BYTES_MAX
 
 
+def test_held_publishes_count_keys_and_headers_as_bytes() -> None:
+    """Found on review: only payloads were counted, so requests of empty payloads under large
+    keys and headers could be held without a byte bound."""
+    node = admitted(reserved=make_seq(NOW + 5, NODE_ID_MAX, COUNTER_MAX))
+    key, value = b"k" * (512 << 10), b"v" * ((512 << 10) - 1)  # with the name "h": 1 MiB
+    per_request = HELD_BYTES_MAX // 4 >> 20  # items of 1 MiB (a key and a header): four fill it
+    requests = [
+        PublishRequested(
+            b"c",
+            i,
+            "orders.x",
+            "p",
+            tuple(Item(i * 100 + j, b"", key, (("h", value),)) for j in range(per_request)),
+        )
+        for i in range(1, 6)
+    ]
+    effects = node.handle(at(20), requests)
+    refused = [e.body for e in effects if isinstance(e, Reply)]
+    assert len(refused) == 1 and isinstance(refused[0], Rejected)
+    assert node.held_count == 4 and node.held_bytes == HELD_BYTES_MAX
+
+
 def test_a_publish_before_the_replicas_admitted_this_node_waits_for_them() -> None:
     """Found in CI too: just after a start, a peer is up but its heartbeat that admits this
     node's epoch is a moment away; the first publish was refused and the next one was not."""

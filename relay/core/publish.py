@@ -121,8 +121,13 @@ def request_problem(req: PublishRequested, params: CoreParams) -> str | None:
 
 
 def request_bytes(req: PublishRequested) -> int:
-    """The payload bytes a request holds (what bounds held requests)."""
-    return sum(map(len, map(_PAYLOAD, req.items)))
+    """The bytes a request's messages carry (payloads, keys and headers): what bounds held
+    requests."""
+    size = sum(map(len, map(_PAYLOAD, req.items)))
+    for item in req.items:
+        if item.key is not None or item.headers:
+            size += len(item.key or b"") + sum(len(n) + len(v) for n, v in item.headers)
+    return size
 
 
 def item_problem(item: Item, bytes_max: int) -> str | None:

@@ -10,7 +10,7 @@ go on in arrival order, and while one is held every later one of that stream wai
 so a producer's pipelined requests keep their order, where a refusal would send the first
 elsewhere while the second got a seq here. A request held ``HOLD_MS`` is refused after all
 (``unavailable``, naming why); at most ``HELD_MAX`` requests and ``HELD_BYTES_MAX`` bytes
-of payload are held. ``NodeCore`` is this class
+of messages are held. ``NodeCore`` is this class
 plus the rest.
 """
 
@@ -35,7 +35,7 @@ from relay.core.routing import stream_name_problem
 from relay.core.timer import Now
 
 HELD_MAX = 1024  # publish requests held at once, over every stream
-HELD_BYTES_MAX = 64 << 20  # and their payloads' bytes
+HELD_BYTES_MAX = 64 << 20  # and the bytes their messages carry
 HOLD_MS = 1000  # how long a request is held before it is refused after all
 
 Held = deque[tuple[int, int, PublishRequested]]  # (elapsed ms it arrived, bytes, request)
