@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from relay.core.durable import LogCursor
-from relay.core.messages import Heartbeat, MeshMessage
+from relay.core.events import Acked, PublishRequested, PublishResults
+from relay.core.messages import Heartbeat, Item, MeshMessage
 from relay.core.routing import Subscription
 from relay.core.stream import StreamReplica
 from relay.sim.campaign import run_campaign
@@ -327,6 +328,33 @@ def test_a_replica_that_lost_an_origins_only_tx_hears_of_it_at_rest(
     heads = {node.streams["s"].timeline.head_seq for node in cluster.nodes.values()}
     assert len(heads) == 1
     assert all(not node.active and not node.origin.unheard for node in cluster.nodes.values())
+
+
+def test_a_retry_given_a_seq_before_the_first_copy_arrived_is_answered_once_it_does() -> None:
+    """A producer's retry reached node 2 before node 2 heard of the first copy (sent through
+    node 1): node 2 gave it a seq of its own, which the fold then skipped as a later copy.
+    Its answer waited until the verified seq passed that skipped seq, on a quiet stream
+    until the publish timeout; now it waits for the first copy, and acknowledges that."""
+    quiet = dataclasses.replace(plan(3), publishes=0, consumers=0, retry_rate=0.0, delivery=False)
+    cluster = SimCluster(0, quiet)
+    cluster.idle(300)
+    answers: list[tuple[int, int, object]] = []
+    cluster.clients.on_reply = lambda now, node, reply, fenced: answers.append(
+        (now, node, reply.body)
+    )
+    first = PublishRequested(b"p", 1, "s", "p1", (Item(1, b"one"),))
+    cluster.network.faults.cut |= {(1, 2), (3, 2)}  # node 2 hears nothing of the first copy
+    cluster.clients.outgoing = {1: [first]}
+    cluster.idle(5)
+    cluster.network.faults.cut.clear()
+    retried_at = cluster.now_ms
+    cluster.clients.outgoing = {2: [dataclasses.replace(first, req_id=2)]}
+    cluster.idle(quiet.params.publish_timeout_ms)
+    assert [node for _, node, _ in answers] == [1, 2]
+    (_, _, acked), (answered_at, _, again) = answers
+    assert isinstance(acked, PublishResults) and isinstance(acked.results[0], Acked)
+    assert again == acked  # the first copy's seq and digest
+    assert answered_at - retried_at < quiet.params.publish_timeout_ms // 5
 
 
 def _power_loss_seeds(count: int) -> list[int]:

@@ -64,6 +64,7 @@ class DedupIndex:
         "order",
         "pending",
         "skipped",
+        "skips",
         "stable",
         "unindexed",
         "window_ms",
@@ -80,6 +81,7 @@ class DedupIndex:
         self.unindexed: list[Sequence[Tx]] = []  # batches of txs in flight, not indexed yet
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
+        self.skips = 0  # later copies skipped so far (whoever waits on one looks again)
 
     def size(self) -> int:
         """Keys held: kept copies, txs in flight and skipped later copies."""
@@ -224,6 +226,7 @@ class DedupIndex:
             for seq in sorted(self.skipped)[: len(self.skipped) // 2]:
                 del self.skipped[seq]
         self.skipped[tx.seq] = (tx, original, differs)
+        self.skips += 1
 
     def _forget_before(self, horizon: int) -> None:
         order = self.order

@@ -179,6 +179,7 @@ class Publishes:
         self.timeout_ms = timeout_ms
         self.pending: deque[PendingPublish] = deque()  # in arrival order, for deadlines
         self.waiters: dict[str, list[tuple[int, int, PendingPublish]]] = {}
+        self._skips_seen: dict[str, int] = {}  # stream -> its dedup's skips when last keyed
         self._order = 0
 
     def start(self, elapsed_ms: int, req: PublishRequested, arrived_ms: int) -> PendingPublish:
@@ -207,6 +208,8 @@ class Publishes:
         replies: list[Reply] = []
         if not heap:
             return replies
+        if state.dedup.skips != self._skips_seen.get(state.stream, 0):
+            heap = self._rekey(state)
         verified = state.timeline.readable_seq
         timeline = state.timeline
         seqs = timeline.seqs
@@ -253,7 +256,24 @@ class Publishes:
                 replies.append(self._finish(elapsed_ms, pending))
         if not heap:
             del self.waiters[state.stream]
+            self._skips_seen.pop(state.stream, None)
         return replies
+
+    def _rekey(self, state: StreamReplica) -> list[tuple[int, int, PendingPublish]]:
+        """The fold skipped later copies since the stream's requests were keyed: a request
+        waiting on one (a retry this node gave a seq before the first copy reached it) now
+        waits for the copy that was kept, which is older; else it would wait until the
+        verified seq passed its skipped seq, which on a quiet stream is its timeout."""
+        self._skips_seen[state.stream] = state.dedup.skips
+        original_of = state.dedup.original_of
+        heap = [
+            (max(original_of(seq) or seq for seq in pending.seqs), order, pending)
+            for _, order, pending in self.waiters[state.stream]
+            if not pending.done
+        ]
+        heapq.heapify(heap)
+        self.waiters[state.stream] = heap
+        return heap
 
     def fail_all(self, elapsed_ms: int, rejected: Rejected) -> list[Reply]:
         """The node stopped serving: nothing waiting can be acknowledged from here."""
