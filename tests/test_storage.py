@@ -93,6 +93,40 @@ def test_appends_roll_into_sealed_segments_named_by_seq_and_time(tmp_path: Path)
     again.log.close()
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_large_turn_is_cut_into_frames_of_about_the_batch_size(
+    tmp_path: Path, keyed: bool
+) -> None:
+    """A turn's records (here about 3 MiB) go out in frames of about ``BATCH_BYTES`` each,
+    rolling to a new segment mid-way, and every record reads back in order."""
+    log = fresh(tmp_path, StorageSettings(segment_bytes=3 * records.BATCH_BYTES // 2))
+    txs, digests = [], []
+    digest = genesis("s")
+    for i in range(12_000):
+        key, headers = (b"k%d" % i, (("h", b"v"),)) if keyed else (None, ())
+        tx = Tx(make_seq(T0 + i, 1), 0, 1, 7, "p", i + 1, b"x" * 200, key, headers)
+        digest = fold_tx(digest, tx)
+        txs.append(tx)
+        digests.append(digest)
+    log.apply(persist("s", txs, digests, txs[-1].seq), T0)
+    assert len(log.segments) >= 2
+    largest = records.record_bytes(txs[0]) + 64
+    for segment in log.segments:
+        data = segment.path.read_bytes()
+        offset, sizes = 0, []
+        while (found := records.read_frame(data, offset)) is not None:
+            kind, body, offset = found
+            if kind == records.TXS:
+                sizes.append(len(body))
+        assert sizes and max(sizes) <= records.BATCH_BYTES + largest
+        assert sum(1 for size in sizes if size < records.BATCH_BYTES // 2) <= 1
+    log.close()
+    again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert not again.problems
+    assert again.restored.txs[-1000:] == tuple(txs[-1000:])
+    again.log.close()
+
+
 def test_a_cut_takes_back_the_tail_even_across_segments(tmp_path: Path) -> None:
     log = fresh(tmp_path, StorageSettings(segment_bytes=4096))
     txs, digests = chain("s", 100)

@@ -75,6 +75,7 @@ seq_of: Callable[[Tx], int] = itemgetter(0)
 prev_of: Callable[[Tx], int] = itemgetter(1)
 origin_of: Callable[[Tx], int] = itemgetter(2)
 epoch_of: Callable[[Tx], int] = itemgetter(3)
+producer_id_of: Callable[[Tx], str] = itemgetter(4)
 producer_key_of: Callable[[Tx], tuple[str, int]] = itemgetter(4, 5)  # (producer id, msg id)
 payload_of: Callable[[Tx], bytes] = itemgetter(6)
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import mmap
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
 from struct import Struct
 from typing import Any
 
@@ -31,7 +34,7 @@ import msgpack
 import msgspec
 
 from relay.core.digest import DIGEST_BYTES
-from relay.core.messages import Tx
+from relay.core.messages import Tx, payload_of, plain, producer_id_of
 from relay.wire.fields import TxRow, as_bytes, as_int, as_str, checked_txs
 
 FORMAT = 2  # 2: records in batches
@@ -80,6 +83,15 @@ def record_bytes(tx: Tx) -> int:
     if key is None and not headers:
         return size
     return size + len(key or b"") + sum(len(name) + len(value) + 8 for name, value in headers)
+
+
+def records_end_at(txs: Sequence[Tx]) -> list[int]:
+    """About where each of ``txs`` ends in a batch frame of them all (``record_bytes``,
+    summed): passes at C speed for a plain batch (payloads only)."""
+    if not plain(txs):
+        return list(accumulate(map(record_bytes, txs)))
+    sizes = map(add, map(len, map(payload_of, txs)), map(len, map(producer_id_of, txs)))
+    return list(accumulate(map(add, sizes, repeat(RECORD_OVERHEAD))))
 
 
 def mark_frame(seq: int) -> bytes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from relay.storage.records import (
     SegmentHeader,
     cut_frame,
     mark_frame,
-    record_bytes,
+    records_end_at,
     txs_frame,
 )
 from relay.storage.segment import Entry, Segment, create, entries, reopen
@@ -152,33 +153,29 @@ class StreamLog:
 
     def _append(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], wall_ms: int) -> None:
         """Append records as batch frames of about ``BATCH_BYTES``, one write per segment
-        they fill (a large batch rolls mid-way at ``segment_bytes``)."""
+        they fill (a large batch rolls mid-way at ``segment_bytes``). Frames are cut by the
+        records' estimated sizes (an upper bound), so each is encoded once."""
         records = list(zip(txs, digests, strict=True))
-        active = self._active(wall_ms)
-        whole = txs_frame(records)  # the usual turn: one frame, sized without a walk
-        if len(whole) <= min(BATCH_BYTES, self.settings.segment_bytes - active.size):
-            self._write(whole)
-            active.noted(records, active.size - len(whole))
-            return
-        i = 0
+        ends = [0, *records_end_at(txs)]  # ends[k]: about the bytes of the first k records
+        i, full = 0, False
         while i < len(records):
-            active = self._active(wall_ms)
-            room = max(1, self.settings.segment_bytes - active.size)
+            active = self._active(wall_ms, full)
+            segment_end = ends[i] + max(1, self.settings.segment_bytes - active.size)
             frames: list[bytes] = []
             noted: list[tuple[list[Record], int]] = []  # each frame's records and offset
-            size = 0
-            while i < len(records) and size < room:
-                end, batch = i, 0
-                while end < len(records) and (end == i or batch < min(BATCH_BYTES, room - size)):
-                    batch += record_bytes(records[end][0])
-                    end += 1
+            offset = active.size
+            while i < len(records) and ends[i] < segment_end:
+                # up to and with the record that reaches the frame's size
+                reach = min(ends[i] + BATCH_BYTES, segment_end)
+                end = min(bisect_left(ends, reach, i + 1), len(records))
                 frames.append(txs_frame(records[i:end]))
-                noted.append((records[i:end], active.size + size))
-                size += len(frames[-1])
+                noted.append((records[i:end], offset))
+                offset += len(frames[-1])
                 i = end
-            self._write(b"".join(frames))
-            for written, offset in noted:
-                active.noted(written, offset)
+            self._write(frames[0] if len(frames) == 1 else b"".join(frames))
+            for written, at in noted:
+                active.noted(written, at)
+            full = True  # records left over: this segment had its share
 
     def _write(self, data: bytes) -> None:
         assert self.fd is not None
@@ -203,10 +200,11 @@ class StreamLog:
             self.fd = None
         self.unsynced.active = False
 
-    def _active(self, wall_ms: int) -> Segment:
-        """The segment to append to, rolling to a new one when this one is full or old."""
+    def _active(self, wall_ms: int, full: bool = False) -> Segment:
+        """The segment to append to, rolling to a new one when this one is ``full`` (or
+        reached ``segment_bytes``) or old."""
         last = self.segments[-1]
-        full = last.size >= self.settings.segment_bytes
+        full = full or last.size >= self.settings.segment_bytes
         old = wall_ms - last.created_ms >= self.settings.segment_ms
         if not last.sealed and last.first_seq and (full or old):
             self._seal(last)
