@@ -29,7 +29,7 @@ class Connection:
         self.sock.connect(address.endpoint)
 
     def send(self, body: bytes) -> None:
-        self.sock.send(body)
+        self.sock.send(body, copy=False)  # a large request without a copy (one under 64 KiB is)
 
     def recv_ready(self) -> Reply | None:
         """The next reply if one is there; ``ProtocolError`` if the node sent garbage."""

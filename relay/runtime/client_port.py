@@ -176,7 +176,8 @@ class ClientPort:
 
     def send(self, client: bytes, body: bytes) -> None:
         try:
-            self.sock.send_multipart((client, body), zmq.NOBLOCK)
+            # a large reply (a fetch's txs) without a copy, as the mesh's bundles
+            self.sock.send_multipart((client, body), zmq.NOBLOCK, copy=False)
         except zmq.ZMQError as exc:  # the client went away, or its queue is full
             self.metrics.errors.labels("reply_undeliverable").inc()
             log.debug("could not reply to a client: %s", exc)
