@@ -55,7 +55,7 @@ def fresh(tmp_path: Path, settings: StorageSettings | None = None) -> StreamLog:
 def test_a_batch_round_trips_and_any_flipped_byte_is_found() -> None:
     txs, digests = chain("s", 3)
     batch = list(zip(txs, digests, strict=True))
-    data = records.txs_frame(batch)
+    data = b"".join(records.txs_frame(batch))
     kind, body, end = records.read_frame(data, 0) or (0, b"", 0)
     assert (kind, end) == (records.TXS, len(data))
     assert records.decode_txs(body) == batch
@@ -218,15 +218,15 @@ def test_a_cut_inside_a_batch_never_takes_what_is_below_it_off_the_disk(
     log = fresh(tmp_path)
     txs, digests = chain("s", 10)
     log.apply(persist("s", txs, digests, txs[4].seq), T0)  # one batch frame, verified to 5
-    real_write = os.write
+    real_write = os.writev
 
-    def refused(fd: int, data: bytes) -> int:
+    def refused(fd: int, parts: object) -> int:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(os, "write", refused)
+    monkeypatch.setattr(os, "writev", refused)
     with pytest.raises(StorageError):  # the disk refuses the cut frame
         log.apply(Persist("s", 1, txs[6].seq, digests[6], False, (), (), txs[4].seq), T0)
-    monkeypatch.setattr(os, "write", real_write)
+    monkeypatch.setattr(os, "writev", real_write)
     failed = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
     assert not failed.problems and failed.restored.txs == tuple(txs)  # nothing verified lost
     # (the mark frame after the batch went with the truncation; the refused write was to put

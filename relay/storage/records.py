@@ -42,8 +42,9 @@ FRAME = Struct(">IIB")  # length of kind + body, crc32 of kind + body, kind
 MARK_BODY = Struct(">Q")
 HEADER, TXS, MARK, CUT = 1, 2, 3, 4
 FRAME_BYTES_MAX = 64 << 20  # a batch's last record may be as large as a client request
-BATCH_BYTES = 512 << 10  # a batch frame holds about this much (or one larger record): a
-# loop turn's appends under a full load (1,000-2,000 records) fit in one
+BATCH_BYTES = 192 << 10  # a batch frame holds about this much (or one larger record): below
+# the allocator's mmap threshold (relay.runtime.malloc), so its buffers come from the heap and
+# not from fresh pages each time (measured: 2-6% more throughput than 512 KiB frames)
 RECORD_OVERHEAD = 96  # a record's bytes besides its payload, key, producer id and headers
 
 Record = tuple[Tx, bytes]  # a tx and the stream's digest after it
@@ -63,8 +64,13 @@ class SegmentHeader:
 
 
 def frame(kind: int, body: bytes) -> bytes:
+    return b"".join(frame_parts(kind, body))
+
+
+def frame_parts(kind: int, body: bytes) -> tuple[bytes, bytes]:
+    """A frame as its head and its body, for a gathered write (no copy of the body)."""
     crc = zlib.crc32(body, zlib.crc32(bytes((kind,))))
-    return FRAME.pack(len(body) + 1, crc, kind) + body
+    return FRAME.pack(len(body) + 1, crc, kind), body
 
 
 def header_frame(header: SegmentHeader) -> bytes:
@@ -72,8 +78,9 @@ def header_frame(header: SegmentHeader) -> bytes:
     return frame(HEADER, body)
 
 
-def txs_frame(records: list[Record]) -> bytes:
-    return frame(TXS, _encode(records))
+def txs_frame(records: list[Record]) -> tuple[bytes, bytes]:
+    """A batch frame of ``records``, as its head and its body (``frame_parts``)."""
+    return frame_parts(TXS, _encode(records))
 
 
 def record_bytes(tx: Tx) -> int:

@@ -36,6 +36,8 @@ from relay.storage.records import (
 from relay.storage.segment import Entry, Segment, create, entries, reopen
 from relay.storage.settings import StorageSettings
 
+IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers one writev takes
+
 
 class StorageError(RuntimeError):
     """The disk refused a write (full, I/O error) or the log is out of step with the core."""
@@ -161,26 +163,30 @@ class StreamLog:
         while i < len(records):
             active = self._active(wall_ms, full)
             segment_end = ends[i] + max(1, self.settings.segment_bytes - active.size)
-            frames: list[bytes] = []
+            parts: list[bytes] = []  # each frame's head and body
             noted: list[tuple[list[Record], int]] = []  # each frame's records and offset
             offset = active.size
             while i < len(records) and ends[i] < segment_end:
                 # up to and with the record that reaches the frame's size
                 reach = min(ends[i] + BATCH_BYTES, segment_end)
                 end = min(bisect_left(ends, reach, i + 1), len(records))
-                frames.append(txs_frame(records[i:end]))
+                head, body = txs_frame(records[i:end])
+                parts += (head, body)
                 noted.append((records[i:end], offset))
-                offset += len(frames[-1])
+                offset += len(head) + len(body)
                 i = end
-            self._write(frames[0] if len(frames) == 1 else b"".join(frames))
+            self._write(*parts)
             for written, at in noted:
                 active.noted(written, at)
             full = True  # records left over: this segment had its share
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, *parts: bytes) -> None:
+        """Append ``parts`` in gathered writes (of at most ``IOV_MAX`` parts each)."""
         assert self.fd is not None
-        written = os.write(self.fd, data)
-        if written != len(data):
+        written = 0
+        for at in range(0, len(parts), IOV_MAX):
+            written += os.writev(self.fd, parts[at : at + IOV_MAX])
+        if written != sum(map(len, parts)):
             raise OSError(28, "short write (disk full?)")
         self.segments[-1].size += written
         self.written += written
