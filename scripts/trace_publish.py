@@ -58,6 +58,12 @@ def inside(turns: list[Turn], window: tuple[int, int]) -> list[Turn]:
     return [t for t in turns if t["end"] >= start and t["start"] <= end]
 
 
+def phases(turn: Turn) -> tuple[float, float, float]:
+    """A turn's reading and decoding, core and effects, in us."""
+    start, core, effects, end = (turn[k] for k in ("start", "core", "effects", "end"))
+    return (core - start) / 1000, (effects - core) / 1000, (end - effects) / 1000
+
+
 def describe(turn: Turn) -> str:
     took = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(turn["in"].items()))
     did = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(turn["out"].items()))
@@ -90,22 +96,28 @@ def main() -> None:
     rows = sorted(
         (t["start"], n, t) for n, ts in turns.items() for t in inside(ts, windows[median_i])
     )
-    print("| node | turn start (us) | end (us) | busy (us) | what |")
-    print("|---|---|---|---|---|")
+    print("| node | turn start (us) | end (us) | busy (us) | in / core / out (us) | what |")
+    print("|---|---|---|---|---|---|")
     for _, n, t in rows:
         begin, end = (t["start"] - start) / 1000, (t["end"] - start) / 1000
-        print(f"| {n} | {begin:.0f} | {end:.0f} | {end - begin:.0f} | {describe(t)} |")
-    print(f"| producer | 0 | {latencies[median_i]:.0f} | | send, then the ack |\n")
-    print("Over all publishes (median per publish):\n")
-    print("| node | turns in the window | busy us in the window |")
-    print("|---|---|---|")
+        split = " / ".join(f"{us:.0f}" for us in phases(t))
+        print(f"| {n} | {begin:.0f} | {end:.0f} | {end - begin:.0f} | {split} | {describe(t)} |")
+    print(f"| producer | 0 | {latencies[median_i]:.0f} | | | send, then the ack |\n")
+    print("Over all publishes (median per publish; in: reading and decoding the sockets, core:")
+    print("the core's turn, out: carrying out its effects, each summed over the window's turns):\n")
+    print("| node | turns in the window | busy us in the window | in / core / out (us) |")
+    print("|---|---|---|---|")
     for n, ts in sorted(turns.items()):
-        counts, busy = [], []
+        counts, busy, sums = [], [], []
         for w in windows:
             found = inside(ts, w)
             counts.append(len(found))
             busy.append(sum(t["end"] - t["start"] for t in found) / 1000)
-        print(f"| {n} | {statistics.median(counts):.0f} | {statistics.median(busy):.0f} |")
+            sums.append([sum(p) for p in zip(*map(phases, found), strict=True)] or [0, 0, 0])
+        medians = " / ".join(f"{statistics.median(p):.0f}" for p in zip(*sums, strict=True))
+        print(
+            f"| {n} | {statistics.median(counts):.0f} | {statistics.median(busy):.0f} | {medians} |"
+        )
     print(tail(windows, turns, order[-max(1, len(order) // 100) :]))
 
 

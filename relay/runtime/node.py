@@ -204,10 +204,13 @@ class NodeRuntime:
                 if elapsed >= next_tick:
                     next_tick = elapsed + TICK_MS
                     events.append(Tick())
+                handle_ns = time.monotonic_ns()
                 effects = self.core.handle(now, events)
+                carry_ns = time.monotonic_ns()
                 self._carry_out(effects)
                 if self.trace is not None:
-                    self.trace.turn(started_ns, time.monotonic_ns(), events, effects)
+                    stamps = (started_ns, handle_ns, carry_ns, time.monotonic_ns())
+                    self.trace.turn(stamps, events, effects)
                 self._serve_log_reads()
                 self.disk.after_turn(elapsed, self.core.epoch)
                 if elapsed >= next_gauge:

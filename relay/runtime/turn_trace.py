@@ -1,11 +1,12 @@
 """A trace of the node's loop turns, for finding where a publish's time goes.
 
 How this works: with ``relay node --trace FILE`` each turn that handled input is recorded as
-(start, end) on the monotonic clock in nanoseconds (one clock for every process of the
-machine, so traces of several nodes line up) with the kinds of the events it took and of the
-effects it carried out. The last ``TURNS_MAX`` turns are kept in memory and written to FILE as
-JSON lines when the node stops. ``scripts/trace_publish.sh`` lines them up against a
-producer's publishes.
+(start, end) on the monotonic clock in nanoseconds (one clock for every process of the machine,
+so traces of several nodes line up), with when the core got the turn's events and when the
+shell began carrying out its effects (so a turn splits into reading and decoding, the core, and
+the effects), and the kinds of the events it took and of the effects it carried out. The last
+``TURNS_MAX`` turns are kept in memory and written to FILE as JSON lines when the node stops.
+``scripts/trace_publish.sh`` lines them up against a producer's publishes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from relay.core.events import Effect, Event, MeshReceived
 
 TURNS_MAX = 200_000
+Stamps = tuple[int, int, int, int]  # start, core, effects, end (monotonic ns)
 
 
 def kind_of(item: Event | Effect) -> str:
@@ -30,15 +32,18 @@ def kind_of(item: Event | Effect) -> str:
 class TurnTrace:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.turns: deque[tuple[int, int, dict[str, int], dict[str, int]]] = deque(maxlen=TURNS_MAX)
+        self.turns: deque[tuple[Stamps, dict[str, int], dict[str, int]]] = deque(maxlen=TURNS_MAX)
 
-    def turn(self, start_ns: int, end_ns: int, events: list[Event], effects: list[Effect]) -> None:
+    def turn(self, stamps: Stamps, events: list[Event], effects: list[Effect]) -> None:
+        """A turn: ``stamps`` are its start, when the core got its events, when the shell
+        began carrying out the effects, and its end."""
         if events or effects:
             took = Counter(kind_of(e) for e in events)
             did = Counter(kind_of(e) for e in effects)
-            self.turns.append((start_ns, end_ns, dict(took), dict(did)))
+            self.turns.append((stamps, dict(took), dict(did)))
 
     def write(self) -> None:
         with self.path.open("w") as out:
-            for start, end, took, did in self.turns:
-                out.write(json.dumps({"start": start, "end": end, "in": took, "out": did}) + "\n")
+            for (start, core, effects, end), took, did in self.turns:
+                turn = {"start": start, "core": core, "effects": effects, "end": end}
+                out.write(json.dumps({**turn, "in": took, "out": did}) + "\n")
