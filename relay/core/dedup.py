@@ -81,7 +81,7 @@ class DedupIndex:
         self.unindexed: list[Sequence[Tx]] = []  # batches of txs in flight, not indexed yet
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
-        self.skips = 0  # later copies skipped so far (whoever waits on one looks again)
+        self.skips = 0  # changes when later copies are skipped or dropped (waiters look again)
 
     def size(self) -> int:
         """Keys held: kept copies, txs in flight and skipped later copies."""
@@ -275,6 +275,8 @@ class DedupIndex:
             if kept is not None and kept[0] == seq:
                 del stable[key]
         dropped = [self.skipped.pop(seq)[0] for seq in [s for s in self.skipped if s > keep_upto]]
+        if dropped:
+            self.skips += 1  # whoever waits on the original of a dropped copy looks again
         self.forget_pending()
         return dropped
 

@@ -263,7 +263,11 @@ class Publishes:
         """The fold skipped later copies since the stream's requests were keyed: a request
         waiting on one (a retry this node gave a seq before the first copy reached it) now
         waits for the copy that was kept, which is older; else it would wait until the
-        verified seq passed its skipped seq, which on a quiet stream is its timeout."""
+        verified seq passed its skipped seq, which on a quiet stream is its timeout. Which copy
+        a skipped seq names changes only when a fold skips (and forgets old copies) or a
+        refold's truncate drops copies, and both change ``skips``: so no request is ever
+        popped by a key that no longer holds, and none is answered before what it waits for
+        is verified."""
         self._skips_seen[state.stream] = state.dedup.skips
         original_of = state.dedup.original_of
         heap = [
