@@ -11,7 +11,7 @@ from relay.core.digest import genesis
 from relay.core.events import Persist
 from relay.core.flake import make_seq
 from relay.core.messages import Tx, fold_tx
-from relay.storage import records
+from relay.storage import records, stream_log
 from relay.storage.recovery import Window, open_log
 from relay.storage.settings import StorageSettings
 from relay.storage.store import NodeStore, dir_name
@@ -95,10 +95,12 @@ def test_appends_roll_into_sealed_segments_named_by_seq_and_time(tmp_path: Path)
 
 @pytest.mark.parametrize("keyed", [False, True])
 def test_a_large_turn_is_cut_into_frames_of_about_the_batch_size(
-    tmp_path: Path, keyed: bool
+    tmp_path: Path, keyed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A turn's records (here about 3 MiB) go out in frames of about ``BATCH_BYTES`` each,
-    rolling to a new segment mid-way, and every record reads back in order."""
+    rolling to a new segment mid-way, in gathered writes of at most ``IOV_MAX`` buffers (here
+    3), and every record reads back in order."""
+    monkeypatch.setattr(stream_log, "IOV_MAX", 3)
     log = fresh(tmp_path, StorageSettings(segment_bytes=3 * records.BATCH_BYTES // 2))
     txs, digests = [], []
     digest = genesis("s")

@@ -36,7 +36,7 @@ from relay.storage.records import (
 from relay.storage.segment import Entry, Segment, create, entries, reopen
 from relay.storage.settings import StorageSettings
 
-IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers one writev takes
+IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))  # buffers one writev takes (1,024 on Linux)
 
 
 class StorageError(RuntimeError):
@@ -185,9 +185,11 @@ class StreamLog:
         assert self.fd is not None
         written = 0
         for at in range(0, len(parts), IOV_MAX):
-            written += os.writev(self.fd, parts[at : at + IOV_MAX])
-        if written != sum(map(len, parts)):
-            raise OSError(28, "short write (disk full?)")
+            chunk = parts[at : at + IOV_MAX]
+            done = os.writev(self.fd, chunk)
+            written += done
+            if done != sum(map(len, chunk)):
+                raise OSError(28, "short write (disk full?)")
         self.segments[-1].size += written
         self.written += written
         self.unsynced.written += written
