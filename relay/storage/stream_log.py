@@ -183,13 +183,11 @@ class StreamLog:
     def _write(self, *parts: bytes) -> None:
         """Append ``parts`` in gathered writes (of at most ``IOV_MAX`` parts each)."""
         assert self.fd is not None
-        written = 0
         for at in range(0, len(parts), IOV_MAX):
             chunk = parts[at : at + IOV_MAX]
-            done = os.writev(self.fd, chunk)
-            written += done
-            if done != sum(map(len, chunk)):
+            if os.writev(self.fd, chunk) != sum(map(len, chunk)):
                 raise OSError(28, "short write (disk full?)")
+        written = sum(map(len, parts))
         self.segments[-1].size += written
         self.written += written
         self.unsynced.written += written
