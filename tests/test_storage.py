@@ -129,6 +129,36 @@ def test_a_large_turn_is_cut_into_frames_of_about_the_batch_size(
     again.log.close()
 
 
+def test_a_turn_writes_its_records_and_its_mark_in_one_syscall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn that appends records and moves the verified mark makes one write of both (a
+    second write cost a node's turn a syscall), and the mark reads back after the records."""
+    writes: list[int] = []
+    real = os.writev
+
+    def counted(fd: int, buffers: list[bytes]) -> int:
+        writes.append(len(buffers))
+        return real(fd, buffers)
+
+    log = fresh(tmp_path)
+    txs, digests = chain("s", 20)
+    write_in_batches(log, txs[:10], digests[:10], 10)
+    monkeypatch.setattr(stream_log.os, "writev", counted)
+    log.apply(
+        Persist(
+            "s", 0, txs[9].seq, digests[9], False, tuple(txs[10:]), tuple(digests[10:]), txs[15].seq
+        ),
+        T0,
+    )
+    assert len(writes) == 1 and writes[0] == 3  # the batch frame's head and body, the mark
+    log.close()
+    again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert not again.problems
+    assert again.restored.verified_seq == txs[15].seq and again.restored.txs == tuple(txs)
+    again.log.close()
+
+
 def test_a_cut_takes_back_the_tail_even_across_segments(tmp_path: Path) -> None:
     log = fresh(tmp_path, StorageSettings(segment_bytes=4096))
     txs, digests = chain("s", 100)

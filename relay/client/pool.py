@@ -59,6 +59,8 @@ class ConnectionPool:
             conn = self._conns[address]
             while (reply := conn.recv_ready()) is not None:
                 out.append((address, reply))
+                if not conn.holds_more():
+                    break
         return out
 
     def disconnected(self) -> list[NodeAddress]:

@@ -47,6 +47,7 @@ from relay.wire.client import (
     StatusFrame,
     decode_request,
 )
+from relay.wire.drain import holds_more
 
 log = logging.getLogger("relay.node")
 
@@ -85,8 +86,8 @@ class ClientPort:
 
     def drain(self, events: list[Event], core: NodeCore, disk: NodeDisk) -> None:
         taken = 0
-        for _ in range(DRAIN_FRAMES_MAX):
-            if taken > DRAIN_BYTES_MAX:
+        for i in range(DRAIN_FRAMES_MAX):
+            if taken > DRAIN_BYTES_MAX or (i and not holds_more(self.sock)):
                 return
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from prometheus_client import Counter, Gauge
+
 from relay.core.events import Restored, Verified
 from relay.core.flake import seq_unix_ms
 from relay.core.node import NodeCore
@@ -20,6 +22,7 @@ class Gauges:
         self.metrics = metrics
         self.gauged: set[str] = set()  # streams whose backlog gauge was set above zero
         self.verified_at: dict[str, int] = {}  # stream -> the readable seq last counted
+        self.verified_children: dict[str, tuple[Counter, Gauge]] = {}  # stream -> its metrics
         self.gauges = 0  # gauge turns so far
         self.syncs_counted = 0  # group commits already added to their counter
 
@@ -39,8 +42,14 @@ class Gauges:
         seqs = state.timeline.seqs
         count = bisect_right(seqs, v.seq) - bisect_right(seqs, before)
         self.verified_at[v.stream] = v.seq
-        self.metrics.verified_txs.labels(v.stream).inc(count)
-        self.metrics.verified_time.labels(v.stream).set(seq_unix_ms(v.seq) / 1000)
+        children = self.verified_children.get(v.stream)
+        if children is None:  # a labelled child found once per stream, not once per turn
+            children = self.verified_children[v.stream] = (
+                self.metrics.verified_txs.labels(v.stream),
+                self.metrics.verified_time.labels(v.stream),
+            )
+        children[0].inc(count)
+        children[1].set(seq_unix_ms(v.seq) / 1000)
 
     def update(self, core: NodeCore, disk: NodeDisk, requests_open: int) -> None:
         """Gauges from the core's state; only streams that are not at rest can have a lag

@@ -22,6 +22,7 @@ from relay.runtime.faults import FaultHooks
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
 from relay.wire import mesh
+from relay.wire.drain import holds_more
 
 log = logging.getLogger("relay.node")
 
@@ -98,6 +99,8 @@ class MeshSockets:
                 taken += sum(map(len, frames))
                 count += 1
                 messages += self._take(frames, peer, elapsed_ms, hooks, metrics, events)
+                if not holds_more(sub):
+                    break
         except zmq.Again:
             pass
         metrics.frames_in.inc(count)

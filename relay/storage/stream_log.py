@@ -121,12 +121,13 @@ class StreamLog:
                     f"{self.stream}: the log ends at seq {self.head_seq}, "
                     f"a write continues from {p.base_seq}"
                 )
-            if p.txs:
-                self._append(p.txs, p.digests, wall_ms)
-            mark = min(p.verified_seq, self.head_seq)
-            if mark > self.mark:
-                self._write(mark_frame(mark))
-                self.mark = mark
+            mark = min(p.verified_seq, p.txs[-1].seq if p.txs else self.head_seq)
+            marking = (mark_frame(mark),) if mark > self.mark else ()
+            if p.txs:  # the mark goes in the records' last write: one syscall a turn
+                self._append(p.txs, p.digests, wall_ms, marking)
+            elif marking:
+                self._write(*marking)
+            self.mark = max(self.mark, mark)
         except OSError as exc:
             self._drop_partial()
             raise StorageError(f"{self.stream}: {exc.strerror or exc}") from exc
@@ -153,10 +154,13 @@ class StreamLog:
         for fd in self.take_unsynced().fds:
             os.close(fd)
 
-    def _append(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], wall_ms: int) -> None:
+    def _append(
+        self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], wall_ms: int, then: tuple[bytes, ...]
+    ) -> None:
         """Append records as batch frames of about ``BATCH_BYTES``, one write per segment
-        they fill (a large batch rolls mid-way at ``segment_bytes``). Frames are cut by the
-        records' estimated sizes (an upper bound), so each is encoded once."""
+        they fill (a large batch rolls mid-way at ``segment_bytes``), and the frames ``then``
+        after the last. Frames are cut by the records' estimated sizes (an upper bound), so
+        each is encoded once."""
         records = list(zip(txs, digests, strict=True))
         ends = [0, *records_end_at(txs)]  # ends[k]: about the bytes of the first k records
         i, full = 0, False
@@ -175,6 +179,8 @@ class StreamLog:
                 noted.append((records[i:end], offset))
                 offset += len(head) + len(body)
                 i = end
+            if i == len(records):
+                parts += then
             self._write(*parts)
             for written, at in noted:
                 active.noted(written, at)
@@ -194,8 +200,9 @@ class StreamLog:
         self._track()
 
     def _track(self) -> None:
-        """The current append descriptor has writes the next sync must cover."""
-        if not self.unsynced.active and self.fd is not None:
+        """The current append descriptor has writes the next sync must cover (none comes
+        with ``fsync = "never"``: no duplicate to hand over and close each turn)."""
+        if not self.unsynced.active and self.fd is not None and self.settings.fsync != "never":
             self.unsynced.fds.append(os.dup(self.fd))
             self.unsynced.active = True
 
