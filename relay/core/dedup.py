@@ -36,6 +36,7 @@ from relay.core.messages import Item, KeyRecord, Tx, payload_of, plain, producer
 
 Key = tuple[str, int]
 _LENGTH = Struct(">I").pack
+BATCH_FOLD_MIN = 16  # a batch folds in passes from this size (1 tx: 4.7 us so, 2.3 alone)
 
 
 def content_tag(message: Tx | Item) -> int:
@@ -143,8 +144,9 @@ class DedupIndex:
         The usual batch (seqs ascending above the head, every tx keyed, no key held or
         repeated) keeps every tx whatever the window does meanwhile, so it is folded in
         passes at C speed and the window moved once, after it (``fold_each`` is the same
-        fold, tx by tx)."""
-        if not txs or txs[0].seq <= head_seq:
+        fold, tx by tx, and the cheaper one for a batch of fewer than ``BATCH_FOLD_MIN``
+        txs: a lone publish's)."""
+        if len(txs) < BATCH_FOLD_MIN or txs[0].seq <= head_seq:
             return self.fold_each(txs, head_seq, previous)
         keys = list(map(producer_key_of, txs))
         stable = self.stable
