@@ -57,6 +57,8 @@ def fold_stable(
     lanes: dict[int, Lane], floors: Floors, timeline: Timeline, dedup: DedupIndex
 ) -> tuple[bool, int]:
     """Fold every tx at or below the watermark into the timeline: (head moved, late txs)."""
+    if not any(lane.queue or lane.state is LaneState.WAITING for lane in lanes.values()):
+        return False, 0  # nothing to fold and no lane to admit (most turns when idle)
     mark, late = watermark(lanes, timeline.head_seq, floors)
     ready: list[Tx] = []
     merging = False  # more than one lane gave txs: they interleave
