@@ -1,9 +1,11 @@
-"""CPU per transaction of each process: a 3-node cluster, one `relay bench` producer, and each
-process's utime + stime from /proc over the run (steadier than throughput on a shared VM, so
-two commits compare well when run alternately). Also, per tx and node, from its /metrics: loop
-turns that handled input, mesh messages sent by kind, and group commits.
+"""CPU per transaction of each process: a 3-node cluster (or 5, the stream on all five), one
+`relay bench` producer, and each process's utime + stime from /proc over the run (steadier than
+throughput on a shared VM, so two commits compare well when run alternately). Also, per tx and
+node, from its /metrics: loop turns that handled input, mesh messages sent by kind, and group
+commits.
 
-Usage: scripts/bench_cpu.sh [--fsync always] [--count 300000] [-- extra relay bench options]
+Usage: scripts/bench_cpu.sh [--fsync always] [--count 300000] [--nodes 3|5] [-- extra relay bench
+options]
 (one publish in flight: scripts/bench_cpu.sh --count 3000 -- --window 1 --batch 1)
 """
 
@@ -50,11 +52,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
     parser.add_argument("--count", type=int, default=300_000)
+    parser.add_argument("--nodes", type=int, default=3, choices=[3, 5])
     parser.add_argument("extra", nargs="*", help="more relay bench options, after --")
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory() as tmp,
-        LocalCluster(Path(tmp), nodes=3, overrides={"fsync": args.fsync}) as cluster,
+        LocalCluster(Path(tmp), nodes=args.nodes, overrides={"fsync": args.fsync}) as cluster,
     ):
         cluster.start()
         cluster.wait_serving()
@@ -63,7 +66,8 @@ def main() -> None:
         counted = {n: counters(port) for n, port in ports.items()}
         client_before = children_cpu()
         command = [sys.executable, "-m", "relay", "bench", "--config", str(cluster.config_path)]
-        command += ["--json", "--stream", "bench", "--count", str(args.count), "--node", "1"]
+        stream = "events.bench" if args.nodes == 5 else "bench"  # on all five (templates.py)
+        command += ["--json", "--stream", stream, "--count", str(args.count), "--node", "1"]
         out = subprocess.run([*command, *args.extra], capture_output=True, text=True, check=True)
         client = children_cpu() - client_before
         used = {n: cpu_seconds(p.pid) - before[n] for n, p in cluster.procs.items()}
