@@ -7,8 +7,8 @@ machine).
 Prints, for the publish of median latency (or of ``--quantile``), every turn in its window
 (node, start and end in us after the producer's send, what it took in and what it did), and
 over all publishes the median latency, the median turns per node, and the median busy time per
-node inside the window; then what the longest turn in each of the slowest 1% of windows was
-doing (the tail's causes).
+node inside the window; the CPU each node's loop spent per turn, by what the turn took; then
+what the longest turn in each of the slowest 1% of windows was doing (the tail's causes).
 Usage: scripts/trace_publish.sh [--fsync always|interval|never] [--publishes N] [--pause-ms MS]
 [--quantile Q]
 """
@@ -64,6 +64,16 @@ def phases(turn: Turn) -> tuple[float, float, float]:
     return (core - start) / 1000, (effects - core) / 1000, (end - effects) / 1000
 
 
+def cpu_phases(turn: Turn) -> tuple[float, ...]:
+    """The CPU the loop's thread spent in a turn's reading and decoding, core and effects,
+    in us."""
+    return tuple(ns / 1000 for ns in turn["cpu"])
+
+
+def taken(turn: Turn) -> str:
+    return ", ".join(sorted(turn["in"])) or "-"
+
+
 def describe(turn: Turn) -> str:
     took = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(turn["in"].items()))
     did = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(turn["out"].items()))
@@ -96,12 +106,14 @@ def main() -> None:
     rows = sorted(
         (t["start"], n, t) for n, ts in turns.items() for t in inside(ts, windows[median_i])
     )
-    print("| node | turn start (us) | end (us) | busy (us) | in / core / out (us) | what |")
-    print("|---|---|---|---|---|---|")
+    print("| node | turn start (us) | end (us) | busy (us) | in / core / out (us) | CPU | what |")
+    print("|---|---|---|---|---|---|---|")
     for _, n, t in rows:
         begin, end = (t["start"] - start) / 1000, (t["end"] - start) / 1000
         split = " / ".join(f"{us:.0f}" for us in phases(t))
-        print(f"| {n} | {begin:.0f} | {end:.0f} | {end - begin:.0f} | {split} | {describe(t)} |")
+        cpu = " / ".join(f"{us:.0f}" for us in cpu_phases(t))
+        line = f"| {n} | {begin:.0f} | {end:.0f} | {end - begin:.0f} | {split} | {cpu} |"
+        print(f"{line} {describe(t)} |")
     print(f"| producer | 0 | {latencies[median_i]:.0f} | | | send, then the ack |\n")
     print("Over all publishes (median per publish; in: reading and decoding the sockets, core:")
     print("the core's turn, out: carrying out its effects, each summed over the window's turns):\n")
@@ -118,7 +130,25 @@ def main() -> None:
         print(
             f"| {n} | {statistics.median(counts):.0f} | {statistics.median(busy):.0f} | {medians} |"
         )
+    print(by_kind(turns))
     print(tail(windows, turns, order[-max(1, len(order) // 100) :]))
+
+
+def by_kind(turns: dict[int, list[Turn]]) -> str:
+    """The CPU of every traced turn, by node and by the kinds of what it took: a turn's own
+    cost, without the waits for a core that its wall time holds."""
+    lines = ["\nCPU of the loop's thread per turn, by what the turn took (median, us):\n"]
+    lines += ["| node | took | turns | in / core / out | all |", "|---|---|---|---|---|"]
+    for n, ts in sorted(turns.items()):
+        groups: dict[str, list[Turn]] = {}
+        for t in ts:
+            groups.setdefault(taken(t), []).append(t)
+        for kind, group in sorted(groups.items(), key=lambda g: -len(g[1]))[:4]:
+            split = [statistics.median(p) for p in zip(*map(cpu_phases, group), strict=True)]
+            whole = statistics.median(sum(cpu_phases(t)) for t in group)
+            shown = " / ".join(f"{us:.0f}" for us in split)
+            lines.append(f"| {n} | {kind} | {len(group)} | {shown} | {whole:.0f} |")
+    return "\n".join(lines)
 
 
 def tail(windows: Windows, turns: dict[int, list[Turn]], slowest: list[int]) -> str:

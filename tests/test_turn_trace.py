@@ -12,9 +12,10 @@ def test_a_turn_is_written_with_its_stamps_and_kinds(tmp_path: Path) -> None:
     trace = TurnTrace(tmp_path / "node.trace")
     heartbeat = Heartbeat(2, 5, 0, (), ())
     persist = Persist("s", 0, 0, b"", False, (), (), 0)
-    trace.turn((100, 130, 190, 240), [MeshReceived(heartbeat), Tick(), Tick()], [persist])
-    trace.turn((300, 301, 302, 303), [], [])  # an idle turn is not kept
-    trace.turn((400, 410, 420, 430), [], [Broadcast(heartbeat)])
+    took = [MeshReceived(heartbeat), Tick(), Tick()]
+    trace.turn((100, 130, 190, 240), (7, 27, 67, 97), took, [persist])
+    trace.turn((300, 301, 302, 303), (0, 1, 2, 3), [], [])  # an idle turn is not kept
+    trace.turn((400, 410, 420, 430), (100, 105, 112, 120), [], [Broadcast(heartbeat)])
     trace.write()
     lines = [json.loads(line) for line in (tmp_path / "node.trace").open()]
     assert lines == [
@@ -23,6 +24,7 @@ def test_a_turn_is_written_with_its_stamps_and_kinds(tmp_path: Path) -> None:
             "core": 130,
             "effects": 190,
             "end": 240,
+            "cpu": [20, 40, 30],
             "in": {"Heartbeat": 1, "Tick": 2},
             "out": {"Persist": 1},
         },
@@ -31,6 +33,7 @@ def test_a_turn_is_written_with_its_stamps_and_kinds(tmp_path: Path) -> None:
             "core": 410,
             "effects": 420,
             "end": 430,
+            "cpu": [5, 7, 8],
             "in": {},
             "out": {"Broadcast:Heartbeat": 1},
         },

@@ -184,6 +184,7 @@ class NodeRuntime:
                 wait = 0 if busy else max(0, next_tick - int(time.monotonic() * 1000))
                 ready = dict(self.poller.poll(wait))
                 started_ns = time.monotonic_ns()
+                started_cpu = time.thread_time_ns() if self.trace is not None else 0
                 now = self.now()
                 elapsed = now.elapsed_ms
                 events, self.pending = self.pending, []
@@ -205,12 +206,15 @@ class NodeRuntime:
                     next_tick = elapsed + TICK_MS
                     events.append(Tick())
                 handle_ns = time.monotonic_ns()
+                handle_cpu = time.thread_time_ns() if self.trace is not None else 0
                 effects = self.core.handle(now, events)
                 carry_ns = time.monotonic_ns()
+                carry_cpu = time.thread_time_ns() if self.trace is not None else 0
                 self._carry_out(effects)
                 if self.trace is not None:
                     stamps = (started_ns, handle_ns, carry_ns, time.monotonic_ns())
-                    self.trace.turn(stamps, events, effects)
+                    cpu = (started_cpu, handle_cpu, carry_cpu, time.thread_time_ns())
+                    self.trace.turn(stamps, cpu, events, effects)
                 self._serve_log_reads()
                 self.disk.after_turn(elapsed, self.core.epoch)
                 if elapsed >= next_gauge:

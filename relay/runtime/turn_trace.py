@@ -4,7 +4,9 @@ How this works: with ``relay node --trace FILE`` each turn that handled input is
 (start, end) on the monotonic clock in nanoseconds (one clock for every process of the machine,
 so traces of several nodes line up), with when the core got the turn's events and when the
 shell began carrying out its effects (so a turn splits into reading and decoding, the core, and
-the effects), and the kinds of the events it took and of the effects it carried out. The last
+the effects), the CPU the loop's thread spent in each of the three (the wall time also holds
+waits for a core the machine's other processes held), and the kinds of the events it took and
+of the effects it carried out. The last
 ``TURNS_MAX`` turns are kept in memory and written to FILE as JSON lines when the node stops.
 ``scripts/trace_publish.sh`` lines them up against a producer's publishes.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, deque
+from itertools import pairwise
 from pathlib import Path
 
 from relay.core.events import Effect, Event, MeshReceived
@@ -32,18 +35,21 @@ def kind_of(item: Event | Effect) -> str:
 class TurnTrace:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.turns: deque[tuple[Stamps, dict[str, int], dict[str, int]]] = deque(maxlen=TURNS_MAX)
+        self.turns: deque[tuple[Stamps, Stamps, dict[str, int], dict[str, int]]] = deque(
+            maxlen=TURNS_MAX
+        )
 
-    def turn(self, stamps: Stamps, events: list[Event], effects: list[Effect]) -> None:
+    def turn(self, stamps: Stamps, cpu: Stamps, events: list[Event], effects: list[Effect]) -> None:
         """A turn: ``stamps`` are its start, when the core got its events, when the shell
-        began carrying out the effects, and its end."""
+        began carrying out the effects, and its end; ``cpu`` the thread's CPU clock then."""
         if events or effects:
             took = Counter(kind_of(e) for e in events)
             did = Counter(kind_of(e) for e in effects)
-            self.turns.append((stamps, dict(took), dict(did)))
+            self.turns.append((stamps, cpu, dict(took), dict(did)))
 
     def write(self) -> None:
         with self.path.open("w") as out:
-            for (start, core, effects, end), took, did in self.turns:
+            for (start, core, effects, end), cpu, took, did in self.turns:
                 turn = {"start": start, "core": core, "effects": effects, "end": end}
-                out.write(json.dumps({**turn, "in": took, "out": did}) + "\n")
+                spent = [b - a for a, b in pairwise(cpu)]  # ns: in, core, out
+                out.write(json.dumps({**turn, "cpu": spent, "in": took, "out": did}) + "\n")
