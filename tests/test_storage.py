@@ -159,6 +159,28 @@ def test_a_turn_writes_its_records_and_its_mark_in_one_syscall(
     again.log.close()
 
 
+def test_a_cut_below_the_log_is_refused_before_it_touches_anything(tmp_path: Path) -> None:
+    """A review's fuzz found it: the segments above the cut were deleted, and the active
+    descriptor lost, before the cut was found to reach below the log's base."""
+    log = fresh(tmp_path, StorageSettings(segment_bytes=4096))
+    txs, digests = chain("s", 100)
+    base = Persist("s", 0, txs[49].seq, digests[49], True, tuple(txs[50:]), tuple(digests[50:]), 0)
+    log.apply(base, T0)  # a log that starts over after seq 50, in several segments
+    assert len(log.segments) >= 2
+    files = sorted(path.name for path in log.directory.iterdir())
+    descriptors = len(os.listdir("/proc/self/fd"))
+    below = Persist("s", 1, txs[10].seq, digests[10], False, (), (), 0, True)
+    with pytest.raises(StorageError, match="reaches below the log"):
+        log.apply(below, T0)
+    assert sorted(path.name for path in log.directory.iterdir()) == files
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    log.apply(Persist("s", 2, txs[99].seq, digests[99], False, (), (), txs[99].seq), T0)
+    log.close()
+    again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert not again.problems and again.restored.txs == tuple(txs[50:])
+    again.log.close()
+
+
 def test_a_cut_takes_back_the_tail_even_across_segments(tmp_path: Path) -> None:
     log = fresh(tmp_path, StorageSettings(segment_bytes=4096))
     txs, digests = chain("s", 100)

@@ -250,12 +250,13 @@ class StreamLog:
 
     def _cut_after(self, seq: int) -> None:
         """Cut the log after ``seq`` (the core gave up an unverified tail)."""
+        if seq < self.segments[0].header.base_seq:  # refused before anything is touched
+            raise StorageError(f"{self.stream}: a cut after {seq} reaches below the log")
         while len(self.segments) > 1 and self.segments[-1].header.base_seq >= seq:
+            self._retire()  # the active segment goes, and its descriptor with it
             self.segments.pop().path.unlink()
             self.unsynced.directory = True
         segment = self.segments[-1]
-        if seq < segment.header.base_seq:
-            raise StorageError(f"{self.stream}: a cut after {seq} reaches below the log")
         start = segment.offset_before(seq)
         cut, last, digest = start, 0, b""
         inside = False  # the cut lands inside a batch: a cut frame after it voids the rest
