@@ -31,9 +31,11 @@ from relay.core.timeline import Timeline
 class LogCursor:
     __slots__ = (
         "base_seq",
+        "confirmed_seq",
         "durable_mark",
         "durable_seq",
         "generation",
+        "handed",
         "marks_from",
         "reset",
         "rewound",
@@ -54,10 +56,13 @@ class LogCursor:
         self.durable_mark = 0  # the verified seq the log holds durably
         self.marks_from = 0  # the first generation whose reported marks count (after a rewind
         # or a new log, an older report names a mark the log no longer holds)
+        self.confirmed_seq = 0  # the log holds this much: every earlier write was answered
+        self.handed: tuple[int, bool, bool] = (0, False, False)  # the last write's base, reset
+        # and rewind: what a refused write is made again from
 
     def restored(self, head_seq: int, verified_seq: int) -> None:
         """The timeline was rebuilt from the log itself: all of it is there."""
-        self.written_seq = self.durable_seq = head_seq
+        self.written_seq = self.durable_seq = self.confirmed_seq = head_seq
         self.written_verified = self.durable_mark = verified_seq
 
     def cut(self, after_seq: int) -> None:
@@ -88,7 +93,10 @@ class LogCursor:
         self.durable_mark = 0  # the old log goes: nothing is claimed until the new one is synced
 
     def pending(self, stream: str, timeline: Timeline) -> Persist | None:
-        """What the log has yet to be told; None if nothing."""
+        """What the log has yet to be told; None if nothing. The shell answers each write
+        before the next flush (a refusal comes as ``PersistFailed``), so what was handed
+        before this call is in the log."""
+        self.confirmed_seq = self.written_seq
         head = timeline.head_seq
         verified = timeline.verified_seq
         if head == self.written_seq and not self.reset and verified == self.written_verified:
@@ -109,14 +117,28 @@ class LogCursor:
             verified,
             self.rewound,
         )
+        self.handed = (base, self.reset, self.rewound)
         self.written_seq, self.written_verified, self.reset = head, verified, False
         self.rewound = False
         return persist
 
-    def failed(self) -> None:
-        """The disk refused a write: write again from what is durable, in a new generation."""
+    def failed(self, sync: bool, timeline: Timeline) -> None:
+        """The disk refused the last write (or, with ``sync``, a sync): write again, in a
+        new generation. A refused write is made again as it was handed: from its base, which
+        the log held before it, starting the log over or cutting below the mark if it did
+        (it was made again from the durable head, which with ``fsync = "never"`` never moves:
+        the log then refused every retry as cutting verified records, or the memory ring no
+        longer held it). A failed sync may have lost what it covered from the page cache: the
+        log is written again from the durable head, cutting any mark above it (not durable,
+        and written again), while the memory ring holds it."""
         self.generation += 1
-        self.written_seq = self.durable_seq
+        if not sync:
+            self.written_seq, reset, rewound = self.handed
+            self.reset, self.rewound = self.reset or reset, self.rewound or rewound
+        elif timeline.digest_at(self.durable_seq) is not None:
+            self.written_seq = self.durable_seq
+            self.rewound = True
+        self.confirmed_seq = min(self.confirmed_seq, self.written_seq)
 
     def persisted(self, generation: int, seq: int, mark: int) -> bool:
         """The shell's answer; True if the durable head or the durable mark moved. An answer

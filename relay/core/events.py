@@ -63,10 +63,12 @@ class Persisted:
 
 @dataclass(frozen=True, slots=True)
 class PersistFailed:
-    """The disk refused the stream's last write (``why``): nothing of it counts as durable."""
+    """The disk refused the stream's last write (``why``), or with ``sync`` a sync of its
+    writes: nothing of it counts as durable."""
 
     stream: str
     why: str
+    sync: bool = False
 
 
 @dataclass(frozen=True, slots=True)

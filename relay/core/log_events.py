@@ -25,10 +25,10 @@ class LogEvents(NodeParts):
 
     def _on_persist_failed(self, event: PersistFailed) -> None:
         """Stop acknowledging: the votes wait for a ``Persisted`` that this write will not
-        bring, publishes are refused, and the write is tried again from what is durable."""
+        bring, publishes are refused, and the write is made again (``LogCursor.failed``)."""
         state = self.streams.get(event.stream)
         if state is not None:
-            state.log.failed()
+            state.log.failed(event.sync, state.timeline)
         self.storage_error = event.why
 
     def _on_restored(self, event: Restored) -> None:

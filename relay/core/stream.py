@@ -213,8 +213,9 @@ class StreamReplica(TimelineRebuild):
 
     def trim(self, keep_from: int) -> None:
         """Let the timeline drop verified entries beyond its capacity, but none the vote or
-        the log still needs."""
-        self.timeline.trim(min(keep_from, self.log.vote_seq(self.timeline) + 1))
+        the log still needs (a refused write is made again from what the log held)."""
+        needed = min(self.log.vote_seq(self.timeline), self.log.confirmed_seq)
+        self.timeline.trim(min(keep_from, needed + 1))
 
     # --- origins: their epochs and cuts -------------------------------------------------
 

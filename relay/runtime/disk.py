@@ -24,6 +24,7 @@ from relay.core.events import (
     LogSpan,
     LogSync,
     Persist,
+    Persisted,
     PersistFailed,
     ReadResult,
     Rejected,
@@ -104,7 +105,11 @@ class NodeDisk:
         except (StorageError, OSError) as exc:
             self._refused(str(exc), elapsed_ms)
             return PersistFailed(effect.stream, self.error) if isinstance(effect, Persist) else None
-        self.error = ""
+        recovered, self.error = bool(self.error), ""
+        if recovered and isinstance(effect, Persist) and self.syncer.mode == "never":
+            # no sync will say the disk takes writes again: this write does
+            held = self.store.logs[effect.stream]
+            return Persisted(effect.stream, effect.generation, held.head_seq, held.mark)
         return None
 
     def after_turn(self, elapsed_ms: int, epoch: int) -> None:
@@ -136,7 +141,7 @@ class NodeDisk:
         for stream, why in failed:
             self._refused(f"{stream}: {why}", elapsed_ms)
             if stream != "node.json":  # the syncer writes a reservation again
-                events.append(PersistFailed(stream, self.error))
+                events.append(PersistFailed(stream, self.error, sync=True))
         return events
 
     # --- reads below the memory ring ----------------------------------------------------
