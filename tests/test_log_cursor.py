@@ -98,3 +98,24 @@ def test_the_memory_ring_keeps_where_a_refused_write_starts_however_long_the_dis
     assert stream.timeline.digest_at(stream.seq(4)) is not None
     assert stream.persist(cursor).base_seq == stream.seq(4)
     assert stream.timeline.trimmed_seq <= stream.seq(4)  # only what is at or below it went
+
+
+def test_a_failed_sync_never_writes_again_below_what_a_sync_made_durable() -> None:
+    """A review found both: an older generation's sync may move the durable mark past the
+    durable head (which moves only for the current generation), and a failed sync wrote
+    again from that head, cutting records the node reported as durably verified; and after
+    a failed sync, a later report about an older generation moved the mark over records the
+    failed one may have dropped."""
+    stream, cursor = Stream(), LogCursor(votes_wait=True)
+    stream.add(10)
+    first = stream.persist(cursor)
+    stream.add(10)
+    stream.persist(cursor)
+    cursor.failed(False, stream.timeline)  # the second write was refused ...
+    cursor.persisted(first.generation, stream.seq(10), stream.seq(10))  # ... the first synced
+    assert (cursor.durable_seq, cursor.durable_mark) == (0, stream.seq(10))
+    stream.persist(cursor)  # written again; its sync fails
+    cursor.failed(True, stream.timeline)
+    assert stream.persist(cursor).base_seq == stream.seq(10)
+    cursor.persisted(first.generation, stream.seq(20), stream.seq(20))
+    assert cursor.durable_mark == stream.seq(10)

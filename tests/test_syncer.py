@@ -7,7 +7,10 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from relay.core.events import Persisted, Reserved
+from relay.config import load
+from relay.core.events import Persisted, Reserve, Reserved
+from relay.runtime.disk import NodeDisk
+from relay.runtime.local_cluster import write_config
 from relay.storage.settings import StorageSettings
 from relay.storage.store import NodeStore
 from relay.storage.syncer import INLINE_TXS_MAX, RETRY_MS, Syncer
@@ -86,3 +89,23 @@ def test_a_sync_the_disk_refused_is_retried_at_a_pace(tmp_path: Path) -> None:
     finally:
         syncer.close()
         store.close()
+
+
+def test_a_reservation_made_while_writes_are_refused_still_reaches_the_disk(
+    tmp_path: Path,
+) -> None:
+    """A reservation asked while the disk's writes were being refused (between retries) was
+    dropped, and the core, which waits for ``Reserved`` before it reserves again, could
+    never originate past its bound (a review found it): the syncer, which paces a failing
+    disk itself, takes it."""
+    config = load(write_config(tmp_path, 3, None, None))
+    disk = NodeDisk(config, 1)
+    disk.open(T0)
+    try:
+        disk.error, disk.retry_at_ms = "no space left on device", 1000  # refusing writes
+        assert disk.carry_out(Reserve(T0 << 22), T0, 0) is None
+        disk.after_turn(0, 1)
+        assert select.select([disk.wake_fd], [], [], 10)[0], "the reservation was not written"
+        assert Reserved(T0 << 22) in disk.completed(0)
+    finally:
+        disk.close()

@@ -129,15 +129,21 @@ class LogCursor:
         (it was made again from the durable head, which with ``fsync = "never"`` never moves:
         the log then refused every retry as cutting verified records, or the memory ring no
         longer held it). A failed sync may have lost what it covered from the page cache: the
-        log is written again from the durable head, cutting any mark above it (not durable,
-        and written again), while the memory ring holds it."""
+        log is written again from what a sync made durable (the durable head, or the durable
+        mark, which an older generation's sync may have moved past it), cutting any mark
+        above it (not durable, and written again), while the memory ring holds it; and no
+        older generation's sync counts any more (a later one may report a mark over records
+        the failed one dropped)."""
         self.generation += 1
         if not sync:
             self.written_seq, reset, rewound = self.handed
             self.reset, self.rewound = self.reset or reset, self.rewound or rewound
-        elif timeline.digest_at(self.durable_seq) is not None:
-            self.written_seq = self.durable_seq
-            self.rewound = True
+        else:
+            self.marks_from = self.generation
+            durable = max(self.durable_seq, self.durable_mark)
+            if durable < self.written_seq and timeline.digest_at(durable) is not None:
+                self.written_seq = durable
+                self.rewound = True
         self.confirmed_seq = min(self.confirmed_seq, self.written_seq)
 
     def persisted(self, generation: int, seq: int, mark: int) -> bool:

@@ -90,23 +90,21 @@ class NodeDisk:
         """Write one effect; the event it answers at once, if any. After the disk refused a
         write, writes are tried again once per ``RETRY_MS``; meanwhile each is refused."""
         assert self.syncer is not None
-        if self.error and elapsed_ms < self.retry_at_ms:
-            if isinstance(effect, Persist):
-                return PersistFailed(effect.stream, self.error)
+        if isinstance(effect, Reserve):  # written by the syncer, which paces a failing disk
+            if not self.store.reserve(effect.seq):
+                return Reserved(effect.seq)  # already durable
+            self.syncer.reserve(effect.seq)
             return None
+        if self.error and elapsed_ms < self.retry_at_ms:
+            return PersistFailed(effect.stream, self.error)
         try:
-            if isinstance(effect, Reserve):
-                if not self.store.reserve(effect.seq):
-                    return Reserved(effect.seq)  # already durable
-                self.syncer.reserve(effect.seq)
-                return None
             self.store.apply(effect, wall_ms)
             self.syncer.wrote(effect.stream, len(effect.txs))
         except (StorageError, OSError) as exc:
             self._refused(str(exc), elapsed_ms)
-            return PersistFailed(effect.stream, self.error) if isinstance(effect, Persist) else None
+            return PersistFailed(effect.stream, self.error)
         recovered, self.error = bool(self.error), ""
-        if recovered and isinstance(effect, Persist) and self.syncer.mode == "never":
+        if recovered and self.syncer.mode == "never":
             # no sync will say the disk takes writes again: this write does
             held = self.store.logs[effect.stream]
             return Persisted(effect.stream, effect.generation, held.head_seq, held.mark)
