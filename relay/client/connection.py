@@ -10,7 +10,6 @@ from relay.auth.keys import KeyPair
 from relay.auth.sockets import connect_to
 from relay.client.directory import NodeAddress
 from relay.errors import ProtocolError
-from relay.wire.drain import holds_more
 from relay.wire.replies import Reply, decode_reply
 
 HWM_FRAMES = 100_000
@@ -42,9 +41,6 @@ class Connection:
             return decode_reply(body)
         except ProtocolError as exc:
             raise ProtocolError(f"{self.address}: {exc.message}") from None
-
-    def holds_more(self) -> bool:
-        return holds_more(self.sock)
 
     def close(self) -> None:
         self.sock.close(linger=0)

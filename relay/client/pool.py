@@ -16,6 +16,7 @@ from zmq.utils.monitor import recv_monitor_message
 from relay.auth.keys import KeyPair, generate
 from relay.client.connection import Connection
 from relay.client.directory import NodeAddress
+from relay.wire.drain import holds_more
 from relay.wire.replies import Reply
 
 _WATCHED = (
@@ -59,7 +60,7 @@ class ConnectionPool:
             conn = self._conns[address]
             while (reply := conn.recv_ready()) is not None:
                 out.append((address, reply))
-                if not conn.holds_more():
+                if not holds_more(conn.sock):
                     break
         return out
 
