@@ -45,11 +45,11 @@ def timeline(
 
 def state(index: DedupIndex) -> tuple[object, ...]:
     return (
-        index.stable,
-        list(index.order),
+        index.kept.seq_by_key,
+        list(index.kept.entries()),
         index.skipped,
         index.pending,
-        [list(batch) for batch in index.unindexed],
+        [list(flight.txs) for flight in index.unindexed],
     )
 
 

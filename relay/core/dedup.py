@@ -23,18 +23,27 @@ computes the same tags, so the decision at fold time is the same everywhere.
 from __future__ import annotations
 
 import zlib
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import islice, repeat, starmap
+from itertools import islice, repeat
 from operator import itemgetter, lt
 from struct import Struct
 
 from relay.core.digest import Folder
 from relay.core.flake import TIME_SHIFT
-from relay.core.messages import Item, KeyRecord, Tx, payload_of, plain, producer_key_of, seq_of
+from relay.core.kept import KeptCopies, Key
+from relay.core.messages import (
+    Item,
+    KeyRecord,
+    Tx,
+    msg_id_of,
+    payload_of,
+    plain,
+    producer_id_of,
+    producer_key_of,
+    seq_of,
+)
 
-Key = tuple[str, int]
 _LENGTH = Struct(">I").pack
 BATCH_FOLD_MIN = 16  # a batch folds in passes from this size (1 tx: 4.7 us so, 2.3 alone)
 
@@ -61,12 +70,11 @@ def content_tags(txs: Sequence[Tx]) -> Iterable[int]:
 class DedupIndex:
     __slots__ = (
         "folder",
+        "kept",
         "keys_max",
-        "order",
         "pending",
         "skipped",
         "skips",
-        "stable",
         "unindexed",
         "window_ms",
     )
@@ -75,24 +83,22 @@ class DedupIndex:
         self.window_ms = window_ms
         self.keys_max = keys_max
         self.folder = Folder()  # folds the digest of each kept tx
-        # key -> (seq, content tag, digest) of the kept copy, over the stable timeline
-        self.stable: dict[Key, tuple[int, int, bytes]] = {}
-        self.order: deque[tuple[int, Key]] = deque()  # (seq, key) in fold order
+        self.kept = KeptCopies()  # each key's kept copy over the stable timeline
         self.pending: dict[Key, Tx] = {}  # key -> a tx held but not yet stable, once indexed
-        self.unindexed: list[Sequence[Tx]] = []  # batches of txs in flight, not indexed yet
+        self.unindexed: list[_InFlight] = []  # batches of txs in flight, not indexed yet
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
         self.skips = 0  # changes when later copies are skipped or dropped (waiters look again)
 
     def size(self) -> int:
         """Keys held: kept copies, txs in flight and skipped later copies."""
-        unindexed = sum(len(batch) for batch in self.unindexed)
-        return len(self.stable) + len(self.pending) + unindexed + len(self.skipped)
+        unindexed = sum(len(flight.txs) for flight in self.unindexed)
+        return len(self.kept) + len(self.pending) + unindexed + len(self.skipped)
 
     def note_pending(self, txs: Sequence[Tx]) -> None:
         """Txs held but not yet stable (a batch in seq order)."""
         if txs:
-            self.unindexed.append(txs)
+            self.unindexed.append(_InFlight(txs))
 
     def forget_pending(self) -> None:
         self.pending.clear()
@@ -102,33 +108,40 @@ class DedupIndex:
         """(seq, content tag) of the tx that already carries the key, stable or in flight
         (above the stable head ``head_seq``)."""
         key = (producer_id, msg_id)
-        kept = self.stable.get(key)
-        if kept is not None:
-            return kept[0], kept[1]
-        self._index(head_seq)
+        seq = self.kept.seq_of(key)
+        if seq is not None:
+            return seq, self.kept.tag_at(seq)
+        self._index(head_seq, producer_id, msg_id, msg_id)
         held = self.pending.get(key)
         return (held.seq, content_tag(held)) if held is not None else None
 
     def holds_any(self, producer_id: str, msg_ids: list[int], head_seq: int) -> bool:
         """Whether a tx, stable or in flight, carries any of these keys (C-speed passes)."""
         keys = list(zip(repeat(producer_id), msg_ids))
-        if any(map(self.stable.__contains__, keys)):
+        if self.kept.holds_any(keys):
             return True
-        self._index(head_seq)
+        self._index(head_seq, producer_id, min(msg_ids), max(msg_ids))
         return any(map(self.pending.__contains__, keys))
 
-    def _index(self, head_seq: int) -> None:
-        """Index the txs in flight that arrived since the last lookup."""
-        if self.unindexed:
+    def _index(self, head_seq: int, producer_id: str, low: int, high: int) -> None:
+        """Index the txs in flight that arrived since the last lookup, but for a batch of one
+        producer's txs that cannot hold a key of ``producer_id`` from ``low`` to ``high``
+        (a coordinator's own requests in flight, as a pipelined producer keeps them)."""
+        if not self.unindexed:
+            return
+        left: list[_InFlight] = []
+        for flight in self.unindexed:
+            if flight.cannot_hold(producer_id, low, high):
+                left.append(flight)
+                continue
             self.pending.update(
                 [
                     ((tx.producer_id, tx.msg_id), tx)
-                    for batch in self.unindexed
-                    for tx in batch
+                    for tx in flight.txs
                     if tx.producer_id and tx.seq > head_seq
                 ]
             )
-            self.unindexed.clear()
+        self.unindexed = left
 
     def fold(
         self, txs: list[Tx], head_seq: int, previous: bytes
@@ -149,40 +162,35 @@ class DedupIndex:
         if len(txs) < BATCH_FOLD_MIN or txs[0].seq <= head_seq:
             return self.fold_each(txs, head_seq, previous)
         keys = list(map(producer_key_of, txs))
-        stable = self.stable
-        if (
-            not all(map(itemgetter(0), keys))
-            or len(set(keys)) != len(keys)
-            or any(map(stable.__contains__, keys))
-        ):
+        kept = self.kept
+        if not all(map(itemgetter(0), keys)) or kept.holds_any(keys):
             return self.fold_each(txs, head_seq, previous)
         seqs = list(map(seq_of, txs))
         if not all(map(lt, seqs, islice(seqs, 1, None))):  # only a faulty origin's chain
             return self.fold_each(txs, head_seq, previous)
+        if not kept.claim(keys, seqs):  # the batch repeats a key
+            return self.fold_each(txs, head_seq, previous)
         digests = self.folder.chain(previous, txs)
-        tags = content_tags(txs)
+        kept.record(seqs, keys, list(content_tags(txs)), digests)
         if self.pending:
             deque(map(self.pending.pop, keys, repeat(None)), maxlen=0)
-        stable.update(zip(keys, zip(seqs, tags, digests, strict=True), strict=True))
-        order = self.order
-        order.extend(zip(seqs, keys, strict=True))
         last = seqs[-1]
-        self._forget_before(((last >> TIME_SHIFT) - self.window_ms) << TIME_SHIFT)
-        if len(order) > self.keys_max:
-            self._forget_first(len(order) - self.keys_max)
+        kept.forget_before(((last >> TIME_SHIFT) - self.window_ms) << TIME_SHIFT)
+        if len(kept) > self.keys_max:
+            kept.forget_first(len(kept) - self.keys_max)
         if self.unindexed:  # what the stable head passed needs no index any more
-            self.unindexed = [batch for batch in self.unindexed if batch[-1].seq > last]
+            self.unindexed = [f for f in self.unindexed if f.txs[-1].seq > last]
         return txs, digests, 0
 
     def fold_each(
         self, txs: list[Tx], head_seq: int, previous: bytes
     ) -> tuple[list[Tx], list[bytes], int]:
         """``fold``, one tx at a time."""
-        order, stable, keys_max, pending = self.order, self.stable, self.keys_max, self.pending
-        forget_oldest = self._forget_oldest
+        kept, keys_max, pending = self.kept, self.keys_max, self.pending
         window, shift = self.window_ms + 1, TIME_SHIFT
+        oldest = kept.oldest_seq()
         # the first seq whose window no longer covers the oldest key
-        window_end = ((order[0][0] >> shift) + window) << shift if order else 0
+        window_end = ((oldest >> shift) + window) << shift if oldest is not None else 0
         kept_txs: list[Tx] = []
         digests: list[bytes] = []
         digest, late = previous, 0
@@ -193,33 +201,33 @@ class DedupIndex:
                 late += 1
                 continue
             if window_end and seq >= window_end:
-                self._forget_before(((seq >> shift) - self.window_ms) << shift)
-                window_end = ((order[0][0] >> shift) + window) << shift if order else 0
+                kept.forget_before(((seq >> shift) - self.window_ms) << shift)
+                oldest = kept.oldest_seq()
+                window_end = ((oldest >> shift) + window) << shift if oldest is not None else 0
             if producer_id:
                 key = (producer_id, msg_id)
                 if pending:
                     pending.pop(key, None)
                 tag = content_tag(tx)
-                kept = stable.get(key)
-                if kept is not None:
-                    self._skip(tx, kept[0], kept[1] != tag)
+                held = kept.seq_of(key)
+                if held is not None:
+                    self._skip(tx, held, kept.tag_at(held) != tag)
                     continue
-                if len(order) >= keys_max:
-                    while len(order) >= keys_max:
-                        forget_oldest()
-                    window_end = ((order[0][0] >> shift) + window) << shift if order else 0
+                if len(kept) >= keys_max:
+                    kept.forget_first(len(kept) - keys_max + 1)
+                    oldest = kept.oldest_seq()
+                    window_end = ((oldest >> shift) + window) << shift if oldest is not None else 0
                 digest = fold(digest, seq, origin, producer_id, msg_id, payload, tx_key, headers)
-                stable[key] = (seq, tag, digest)
-                if not order:
+                if not len(kept):
                     window_end = ((seq >> shift) + window) << shift
-                order.append((seq, key))
+                kept.add(seq, key, tag, digest)
             else:
                 digest = fold(digest, seq, origin, producer_id, msg_id, payload, tx_key, headers)
             kept_txs.append(tx)
             digests.append(digest)
             head_seq = seq
         if self.unindexed:  # what the stable head passed needs no index any more
-            self.unindexed = [batch for batch in self.unindexed if batch[-1].seq > head_seq]
+            self.unindexed = [f for f in self.unindexed if f.txs[-1].seq > head_seq]
         return kept_txs, digests, late
 
     def _skip(self, tx: Tx, original: int, differs: bool) -> None:
@@ -230,33 +238,9 @@ class DedupIndex:
         self.skipped[tx.seq] = (tx, original, differs)
         self.skips += 1
 
-    def _forget_before(self, horizon: int) -> None:
-        order = self.order
-        if order and order[0][0] < horizon:
-            self._forget_first(bisect_left(order, horizon, key=_first))
-
-    def _forget_first(self, count: int) -> None:
-        """Forget the ``count`` oldest keys."""
-        stable = self.stable
-        for seq, key in list(starmap(self.order.popleft, repeat((), count))):
-            kept = stable.get(key)
-            if kept is not None and kept[0] == seq:
-                del stable[key]
-
-    def _forget_oldest(self) -> None:
-        seq, key = self.order.popleft()
-        kept = self.stable.get(key)
-        if kept is not None and kept[0] == seq:
-            del self.stable[key]
-
     def digest_of(self, seq: int) -> bytes | None:
         """The digest of the kept copy at ``seq`` (a search: for a tx the ring left)."""
-        order = self.order
-        i = bisect_left(order, seq, key=_first)
-        if i == len(order) or order[i][0] != seq:
-            return None
-        kept = self.stable.get(order[i][1])
-        return kept[2] if kept is not None and kept[0] == seq else None
+        return self.kept.digest_at(seq)
 
     def original_of(self, seq: int) -> int | None:
         """For a skipped duplicate, the seq of the copy that was kept."""
@@ -270,12 +254,7 @@ class DedupIndex:
 
     def truncate(self, keep_upto: int) -> list[Tx]:
         """Forget every key folded after ``keep_upto``; the skipped copies cut off."""
-        order, stable = self.order, self.stable
-        while order and order[-1][0] > keep_upto:
-            seq, key = order.pop()
-            kept = stable.get(key)
-            if kept is not None and kept[0] == seq:
-                del stable[key]
+        self.kept.truncate_after(keep_upto)
         dropped = [self.skipped.pop(seq)[0] for seq in [s for s in self.skipped if s > keep_upto]]
         if dropped:
             self.skips += 1  # whoever waits on the original of a dropped copy looks again
@@ -284,29 +263,46 @@ class DedupIndex:
 
     def restore(self, keys: tuple[KeyRecord, ...]) -> None:
         """Start over from a snapshot's (or the log's) keys."""
-        self.stable.clear()
-        self.order.clear()
+        self.kept.clear()
         for pid, mid, seq, digest, tag in sorted(keys, key=itemgetter(2)):  # fold order
-            self.stable[(pid, mid)] = (seq, tag, digest)
-            self.order.append((seq, (pid, mid)))
+            self.kept.add(seq, (pid, mid), tag, digest)
 
     def add_verified(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...]) -> None:
         """Txs adopted from a verified slice (already free of duplicates)."""
         for tx, digest in zip(txs, digests, strict=True):
             if tx.producer_id:
-                key = (tx.producer_id, tx.msg_id)
-                self.stable[key] = (tx.seq, content_tag(tx), digest)
-                self.order.append((tx.seq, key))
+                self.kept.add(tx.seq, (tx.producer_id, tx.msg_id), content_tag(tx), digest)
 
     def keys_upto(self, seq: int) -> tuple[KeyRecord, ...]:
         """The keys folded at or before ``seq``, for a snapshot."""
-        found = []
-        for s, key in self.order:
-            kept = self.stable.get(key)
-            if s <= seq and kept is not None and kept[0] == s:
-                found.append((key[0], key[1], s, kept[2], kept[1]))
-        return tuple(found)
+        by_key = self.kept.seq_by_key
+        return tuple(
+            (key[0], key[1], s, digest, tag)
+            for s, key, tag, digest in self.kept.entries()
+            if s <= seq and by_key.get(key) == s
+        )
 
 
-def _first(entry: tuple[int, Key]) -> int:
-    return entry[0]
+class _InFlight:
+    """A batch of txs in flight, not indexed; the one producer id and the msg ids it spans,
+    once a lookup asked (None: it holds several producers' txs)."""
+
+    __slots__ = ("span", "txs")
+
+    def __init__(self, txs: Sequence[Tx]) -> None:
+        self.txs = txs
+        self.span: tuple[str, int, int] | bool | None = False  # False: not asked yet
+
+    def cannot_hold(self, producer_id: str, low: int, high: int) -> bool:
+        span = self.span
+        if span is False:
+            ids = list(map(producer_id_of, self.txs))
+            if ids.count(ids[0]) == len(ids):
+                msg_ids = list(map(msg_id_of, self.txs))
+                span = (ids[0], min(msg_ids), max(msg_ids))
+            else:
+                span = None
+            self.span = span
+        return isinstance(span, tuple) and (
+            span[0] != producer_id or span[2] < low or span[1] > high
+        )

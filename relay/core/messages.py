@@ -76,6 +76,7 @@ prev_of: Callable[[Tx], int] = itemgetter(1)
 origin_of: Callable[[Tx], int] = itemgetter(2)
 epoch_of: Callable[[Tx], int] = itemgetter(3)
 producer_id_of: Callable[[Tx], str] = itemgetter(4)
+msg_id_of: Callable[[Tx], int] = itemgetter(5)
 producer_key_of: Callable[[Tx], tuple[str, int]] = itemgetter(4, 5)  # (producer id, msg id)
 payload_of: Callable[[Tx], bytes] = itemgetter(6)
 
