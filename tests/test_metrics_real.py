@@ -88,6 +88,31 @@ def test_identity_verified_counts_and_process_metrics(cluster: LocalCluster) -> 
     assert not any(name == "relay_verified_seq" for name, _ in found)
 
 
+def test_a_request_takes_one_stream_batch_max_messages_and_bounded_payload_bytes(
+    cluster: LocalCluster,
+) -> None:
+    """The producer cuts its queue into requests at a change of stream, at ``batch_max``
+    messages and at ``REQUEST_PAYLOAD_BYTES`` of payload: counted by the node that answers
+    them, and every message acknowledged in send order per stream."""
+    key = ("relay_publish_requests_total", (("outcome", "ok"),))
+    before = samples(cluster, 1)[key]
+    big = b"x" * 1_000_000  # four fit in one request's 4 MiB, a fifth does not
+    groups = [
+        [("metrics.a", b"a")] * 3 + [("metrics.b", b"b")] * 2 + [("metrics.a", b"a")] * 3,
+        [("metrics.a", big)] * 5,
+        [("metrics.b", b"c")] * 10,
+    ]
+    with Producer(config=cluster.config_path, node=1, batch_max=8) as producer:
+        for group in groups:
+            futures = [producer.send(stream, payload) for stream, payload in group]
+            producer.flush()
+            acks = [f.result() for f in futures]
+            for stream in ("metrics.a", "metrics.b"):
+                seqs = [a.seq for a in acks if a.stream == stream]
+                assert seqs == sorted(seqs)
+    assert samples(cluster, 1)[key] - before == 3 + 2 + 2  # [a3 b2 a3], [4 big, 1], [b8, b2]
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_promtool_check_metrics_passes_on_every_node(cluster: LocalCluster) -> None:
     for node_id in (1, 2, 3):

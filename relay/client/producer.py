@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice, repeat, starmap
 from operator import attrgetter
 from pathlib import Path
 
@@ -48,27 +49,50 @@ class Ack:
 
 
 class PublishFuture:
-    """One message's publish. Its ``Ack`` is made when ``result`` asks for it: a pipelined
-    producer resolves thousands of futures a second that nobody asks."""
+    """One message's publish: the message itself until it is answered, then its answer. Its
+    ``Ack`` is made when ``result`` asks for it: a pipelined producer resolves thousands of
+    futures a second that nobody asks."""
 
-    __slots__ = ("_error", "_node", "_row", "done_at", "msg_id", "stream")
+    __slots__ = (
+        "_deadline",
+        "_error",
+        "_headers",
+        "_key",
+        "_node",
+        "_payload",
+        "_row",
+        "done_at",
+        "last_error",
+        "msg_id",
+        "stream",
+    )
 
-    def __init__(self, stream: str, msg_id: int) -> None:
+    def __init__(
+        self,
+        stream: str,
+        msg_id: int,
+        payload: bytes,
+        key: bytes | None,
+        headers: Headers,
+        deadline: float,
+    ) -> None:
         self.stream = stream
         self.msg_id = msg_id
+        self._payload = payload
+        self._key = key
+        self._headers = headers
+        self._deadline = deadline  # time.monotonic() by which a quorum must have answered
         self._row: AckRow | None = None
         self._node: int | None = None
         self._error: errors.RelayError | None = None
         self.done_at = 0.0  # time.perf_counter() when it resolved
+        self.last_error = ""  # why the last attempt did not get an answer
 
     def done(self) -> bool:
         return self._row is not None or self._error is not None
 
     def failed(self) -> bool:
         return self._error is not None
-
-    def _acked(self, row: AckRow, node: int | None, at: float) -> None:
-        self._row, self._node, self.done_at = row, node, at
 
     def _failed(self, error: errors.RelayError) -> None:
         self._error, self.done_at = error, time.perf_counter()
@@ -82,25 +106,14 @@ class PublishFuture:
         return Ack(self.stream, self._row.seq, self._row.digest, self.msg_id, self._node)
 
 
-@dataclass(slots=True, eq=False)
-class _Item:
-    stream: str
-    msg_id: int
-    key: bytes | None
-    headers: Headers
-    payload: bytes
-    future: PublishFuture
-    deadline: float
-    last_error: str = ""
-
-
-_ROW = attrgetter("msg_id", "payload", "key", "headers")  # an item as a request carries it
+_ROW = attrgetter("msg_id", "_payload", "_key", "_headers")  # a message as a request carries it
+_STREAM, _PAYLOAD = attrgetter("stream"), attrgetter("_payload")
 
 
 @dataclass(slots=True, eq=False)
 class _Request:
     stream: str
-    items: list[_Item]
+    items: list[PublishFuture]
     address: NodeAddress
     sent_at: float
 
@@ -142,25 +155,18 @@ class Producer:
         self.window = window
         self._routes = Routes(resolve(config, nodes, node))
         self._pool = ConnectionPool(identity(config, client_key))
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[PublishFuture] = deque()
         self._inflight: dict[int, _Request] = {}
         self._next_msg_id = self._journal.next_msg_id if self._journal else 1
         self._next_req_id = 1
         self._batches: dict[str, int] = {}  # open batch -> items sent in it so far
         self.recovered: list[PublishFuture] = []  # what a journal held unacknowledged at start
         for entry in self._journal.pending.values() if self._journal else ():
-            future = PublishFuture(entry.stream, entry.msg_id)
             deadline = time.monotonic() + timeout_s
-            item = _Item(
-                entry.stream,
-                entry.msg_id,
-                entry.key,
-                entry.headers,
-                entry.payload,
-                future,
-                deadline,
+            future = PublishFuture(
+                entry.stream, entry.msg_id, entry.payload, entry.key, entry.headers, deadline
             )
-            self._queue.append(item)
+            self._queue.append(future)
             self.recovered.append(future)
 
     # --- the API ------------------------------------------------------------------------
@@ -188,19 +194,17 @@ class Producer:
             headers = (*headers_of(headers), item_header(batch, self._batches[batch]))
         if msg_id is None:
             msg_id = self._next_msg_id
-        future = PublishFuture(stream, msg_id)
-        item = _Item(
+        future = PublishFuture(
             stream,
             msg_id,
+            payload if type(payload) is bytes else bytes(payload),
             None if key is None else key_of(key),
             headers_of(headers) if headers else (),
-            payload if type(payload) is bytes else bytes(payload),
-            future,
             time.monotonic() + self.timeout_s,
         )
         if self._journal is not None:
-            self._journaled(item)
-        self._queue.append(item)  # taken: only now may the numbering move on
+            self._journaled(future)
+        self._queue.append(future)  # taken: only now may the numbering move on
         if msg_id >= self._next_msg_id:
             self._next_msg_id = msg_id + 1
         if batch is not None:
@@ -263,11 +267,11 @@ class Producer:
 
     # --- the engine ---------------------------------------------------------------------
 
-    def _journaled(self, item: _Item) -> None:
+    def _journaled(self, item: PublishFuture) -> None:
         """Keep ``item`` in the journal, once there is room for it."""
         journal = self._journal
         assert journal is not None
-        entry = Entry(item.msg_id, item.stream, item.payload, item.key, item.headers)
+        entry = Entry(item.msg_id, item.stream, item._payload, item._key, item._headers)
         deadline = time.monotonic() + self.timeout_s
         while journal.pending and journal.pending_bytes + entry.estimate() > self.journal_bytes_max:
             if self.journal_full == "raise" or time.monotonic() > deadline:
@@ -293,11 +297,12 @@ class Producer:
         self._dispatch(now)
 
     def _dispatch(self, now: float) -> None:
-        while self._queue and len(self._inflight) < self.window:
-            first = self._queue.popleft()
-            if first.future.done():
+        queue = self._queue
+        while queue and len(self._inflight) < self.window:
+            first = queue.popleft()
+            if first.done():
                 continue
-            if now > first.deadline:
+            if now > first._deadline:
                 self._fail(
                     first,
                     errors.NoQuorumError(
@@ -305,16 +310,7 @@ class Producer:
                     ),
                 )
                 continue
-            items = [first]
-            size = len(first.payload)
-            while (
-                self._queue
-                and len(items) < self.batch_max
-                and self._queue[0].stream == first.stream
-                and size + len(self._queue[0].payload) <= REQUEST_PAYLOAD_BYTES
-            ):
-                items.append(self._queue.popleft())
-                size += len(items[-1].payload)
+            items = self._request_items(first)
             address = self._routes.pick(first.stream, now)
             req_id = self._next_req_id
             self._next_req_id += 1
@@ -325,6 +321,27 @@ class Producer:
             self._pool.get(address).send(body)
             self._inflight[req_id] = _Request(first.stream, items, address, now)
 
+    def _request_items(self, first: PublishFuture) -> list[PublishFuture]:
+        """``first`` and the queued messages one request takes with it: of its stream, at
+        most ``batch_max``, their payloads within ``REQUEST_PAYLOAD_BYTES`` (taken off the
+        queue). The usual case is checked in C-speed passes."""
+        queue = self._queue
+        items = [first, *islice(queue, self.batch_max - 1)]
+        stream, count = first.stream, len(items)
+        if (
+            list(map(_STREAM, items)).count(stream) != count
+            or sum(map(len, map(_PAYLOAD, items))) > REQUEST_PAYLOAD_BYTES
+        ):
+            count, size = 1, len(first._payload)
+            for item in islice(items, 1, None):
+                size += len(item._payload)
+                if item.stream != stream or size > REQUEST_PAYLOAD_BYTES:
+                    break
+                count += 1
+            del items[count:]
+        deque(starmap(queue.popleft, repeat((), count - 1)), maxlen=0)
+        return items
+
     def _on_reply(self, address: NodeAddress, reply: Reply) -> None:
         request = self._inflight.pop(reply.req_id, None)
         if request is None:
@@ -334,7 +351,7 @@ class Producer:
             at, node = time.perf_counter(), address.node_id
             for item, row in zip(request.items, reply.rows, strict=True):
                 if isinstance(row, AckRow):
-                    item.future._acked(row, node, at)
+                    item._row, item._node, item.done_at = row, node, at
                 elif row.code in errors.RETRYABLE:
                     item.last_error = f"{row.code}: {row.message}"
                     self._queue.appendleft(item)
@@ -372,10 +389,10 @@ class Producer:
             item.last_error = why
             self._queue.appendleft(item)
 
-    def _fail(self, item: _Item, error: errors.RelayError) -> None:
+    def _fail(self, item: PublishFuture, error: errors.RelayError) -> None:
         """The message failed (refused, or not acknowledged in time): its caller has the
         error, and the journal lets it go."""
-        item.future._failed(error)
+        item._failed(error)
         if self._journal is not None:
             self._journal.acked([item.msg_id])
 
