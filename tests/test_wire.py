@@ -109,9 +109,7 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        msgpack.packb(
-            [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None]]]
-        ),  # a field short
+        msgpack.packb([mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4]]]),  # no payload
         msgpack.packb(
             [mesh.VERSION, 1, "s", 1, 1, 1, [[2, 1, 3, 4, "p", 4, b"", None, [["", b""]]]]]
         ),
@@ -154,6 +152,16 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
 def test_wrongly_shaped_mesh_frames_are_refused(body: bytes) -> None:
     with pytest.raises(mesh.MalformedFrame):
         mesh.decode(body)
+
+
+def test_a_tx_row_without_key_and_headers_reads_as_the_tx_without_them() -> None:
+    """The trailing key and headers may be left out of a row: the tx read is the one the
+    full row names, so its digest is too (nothing a peer sends changes what it means)."""
+    full = [2, 1, 3, 4, "p", 4, b"x", None, []]
+    for row in (full[:7], full[:8], full):
+        found = mesh.decode(msgpack.packb([mesh.VERSION, 1, "s", 1, 1, 1, [row]]))
+        assert isinstance(found, Replicate)
+        assert found.txs == (Tx(2, 1, 3, 4, "p", 4, b"x", None, ()),)
 
 
 def test_the_refused_shapes_differ_from_good_frames_only_where_they_say() -> None:

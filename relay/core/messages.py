@@ -11,9 +11,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
+
+from msgspec import Meta
 
 from relay.core.digest import Headers, fold
+
+# Ranges a typed decoder checks while it reads a tx (msgpack integers stop at 2^64 - 1)
+U64 = Annotated[int, Meta(ge=0)]
+NodeId = Annotated[int, Meta(ge=0, le=1023)]
+HeaderName = Annotated[str, Meta(min_length=1)]
 
 
 class Channel(Enum):
@@ -27,18 +34,22 @@ class Tx(NamedTuple):
     """One transaction as it travels between replicas.
 
     A named tuple rather than a dataclass: it is the one object made per transaction on the
-    hot path, it packs straight into msgpack, and the garbage collector can untrack it.
+    hot path, it packs straight into msgpack, and the garbage collector can untrack it. Its
+    fields' annotations carry the ranges a typed decoder checks, so one reads txs straight
+    from the wire and from disk (a row of seven fields reads as one without key and headers:
+    the same tx, the same digest).
     """
 
-    seq: int
-    prev: int  # the origin's previous seq in this stream and epoch; 0 for its first
-    origin: int
-    epoch: int  # the origin's epoch (incarnation) when it coordinated the tx
+    seq: U64
+    prev: U64  # the origin's previous seq in this stream and epoch; 0 for its first
+    origin: NodeId
+    epoch: U64  # the origin's epoch (incarnation) when it coordinated the tx
     producer_id: str  # "" when the producer named none
-    msg_id: int
+    msg_id: U64
     payload: bytes
     key: bytes | None = None  # None: no key (an empty key is a key)
-    headers: Headers = ()  # (name, value) pairs in the producer's order; names may repeat
+    # (name, value) pairs in the producer's order; names may repeat
+    headers: tuple[tuple[HeaderName, bytes], ...] = ()
 
 
 # A kept dedup key: (producer id, msg id, seq, digest, content tag); see ``dedup.py``.
