@@ -209,9 +209,11 @@ def test_client_requests_decode_and_bad_ones_keep_their_req_id() -> None:
     frame = client.decode_request(client.publish_request(5, "s", "p", rows))
     items = (Item(1, b"x"), Item(2, b"y", b"k", (("h", b"v"), ("h", b""))))
     assert frame == client.PublishFrame(5, "s", "p", items)
+    short = client.decode_request(client.pack("pub", 6, "s", "p", [[1, b"x"], [2, b"y", b"k"]]))
+    assert short == client.PublishFrame(6, "s", "p", (Item(1, b"x"), Item(2, b"y", b"k")))
     for bad in (
         [1, "not bytes", None, []],
-        [1, b"x"],  # a version-1 item
+        [1],  # no payload
         [1, b"x", "k", []],
         [1, b"x", None, [["", b"v"]]],
         [1, b"x", None, [["h", "v"]]],

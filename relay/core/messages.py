@@ -15,7 +15,7 @@ from typing import Annotated, NamedTuple
 
 from msgspec import Meta
 
-from relay.core.digest import Headers, fold
+from relay.core.digest import fold
 
 # Ranges a typed decoder checks while it reads a tx (msgpack integers stop at 2^64 - 1)
 U64 = Annotated[int, Meta(ge=0)]
@@ -57,12 +57,13 @@ KeyRecord = tuple[str, int, int, bytes, int]
 
 
 class Item(NamedTuple):
-    """One message as a producer sends it; the node makes it a ``Tx``."""
+    """One message as a producer sends it; the node makes it a ``Tx``. Read straight from a
+    request by a typed decoder, as ``Tx`` is."""
 
-    msg_id: int
+    msg_id: U64
     payload: bytes
     key: bytes | None = None
-    headers: Headers = ()
+    headers: tuple[tuple[HeaderName, bytes], ...] = ()
 
 
 TX_OVERHEAD_BYTES = 200  # what a held tx costs beyond its payload, key and headers
