@@ -7,6 +7,12 @@ later one came from the heap, whose freed space stays in the process. A node tha
 replicated a few hundred 1 MiB payloads kept ~350 MB resident with a ring bounded at 16 MiB.
 Setting the threshold fixes it at ``MMAP_THRESHOLD_BYTES`` (glibc then stops moving it), so
 what the byte bounds let go leaves the process. Elsewhere than glibc this does nothing.
+
+Fixing that threshold also fixes the trim threshold at its default of 128 KiB: every turn's
+frames (a bundle of a thousand txs is about 200 KiB) were freed at the top of the heap,
+handed back to the system, and faulted in again by the next turn. Measured on a replica under
+load: 0.16 page faults per tx and 0.33 us of system time per tx; with ``TRIM_THRESHOLD_BYTES``
+0.09 and 0.20. Up to that much free heap stays in the process; large blocks still go back.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters
+M_TRIM_THRESHOLD = -1
 MMAP_THRESHOLD_BYTES = 256 << 10
+TRIM_THRESHOLD_BYTES = 16 << 20
 
 
 def return_large_frees() -> bool:
@@ -27,4 +35,6 @@ def return_large_frees() -> bool:
         mallopt = ctypes.CDLL(name).mallopt
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )
