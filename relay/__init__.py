@@ -15,14 +15,15 @@ from relay.gc_tuning import tune_gc
 
 if TYPE_CHECKING:
     from relay.client.consumer import Consumer, Transaction
-    from relay.client.producer import Ack, Producer, PublishFuture
+    from relay.client.futures import Ack, PublishFuture
+    from relay.client.producer import Producer
 
 _LAZY = {
     "Consumer": "relay.client.consumer",
     "Transaction": "relay.client.consumer",
-    "Ack": "relay.client.producer",
+    "Ack": "relay.client.futures",
     "Producer": "relay.client.producer",
-    "PublishFuture": "relay.client.producer",
+    "PublishFuture": "relay.client.futures",
 }
 
 __all__ = [

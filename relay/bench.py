@@ -24,7 +24,8 @@ from queue import Empty
 from typing import Any
 
 from relay.client.consumer import Consumer
-from relay.client.producer import Producer, PublishFuture
+from relay.client.futures import PublishFuture
+from relay.client.producer import Producer
 from relay.gc_tuning import tune_gc
 
 STAMP = struct.Struct("<d")  # a message's due time (Unix seconds), when consumers measure

@@ -48,8 +48,12 @@ def state(index: DedupIndex) -> tuple[object, ...]:
         index.kept.seq_by_key,
         list(index.kept.entries()),
         index.skipped,
-        index.pending,
-        [list(flight.txs) for flight in index.unindexed],
+        index.in_flight.by_key,
+        [list(txs) for txs in index.in_flight.noted],
+        {
+            p: [(list(s.txs), s.low, s.high) for s in shelf]
+            for p, shelf in index.in_flight.shelves.items()
+        },
     )
 
 
@@ -116,3 +120,17 @@ def test_how_a_timeline_is_cut_into_batches_changes_nothing(
         return kept, digests, state(index)[:3]
 
     assert fold_in(cuts) == fold_in([len(txs)]) == fold_in([1])
+
+
+def test_keys_out_of_order_from_a_peer_never_leave_a_kept_key_without_its_tag() -> None:
+    """A faulty peer's snapshot keys may repeat a seq, and its slice may go below them: what
+    is kept stays in ascending seqs, so every key the index holds is found with its own tag
+    (a tag of -1 would make every retry of it a conflict)."""
+    index, digest = DedupIndex(120_000, 100), b"\0" * 32
+    index.restore(
+        (("a", 1, 500, digest, 111), ("b", 1, 500, digest, 222), ("c", 1, 900, digest, 333))
+    )
+    index.add_verified((Tx(700, 0, 1, 0, "e", 1, b"p"),), (digest,))
+    assert index.lookup("a", 1, 0) == (500, 111)
+    assert index.lookup("c", 1, 0) == (900, 333)
+    assert index.lookup("b", 1, 0) is None and index.lookup("e", 1, 0) is None

@@ -21,7 +21,8 @@ import click
 from relay.cli.options import Target, cluster_target
 
 if TYPE_CHECKING:
-    from relay.client.producer import Producer, PublishFuture
+    from relay.client.futures import PublishFuture
+    from relay.client.producer import Producer
 
 READ_BYTES = 1 << 16
 POLL_S = 0.005  # how often acks are taken in while standard input is quiet

@@ -21,89 +21,15 @@ from pathlib import Path
 from relay import errors
 from relay.client.batches import batch_stream, close_payload, item_header
 from relay.client.directory import NodeAddress, addresses_of, identity, resolve
+from relay.client.futures import Ack, PublishFuture
 from relay.client.journal import Entry, Journal
 from relay.client.pool import ConnectionPool
 from relay.client.routes import HeadersIn, Routes, headers_of, key_of
-from relay.core.digest import Headers
-from relay.core.flake import seq_unix_ms
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Reply
 
 REQUEST_PAYLOAD_BYTES = 4 << 20  # payload bytes per request, below a node's request_bytes_max
 BINARY = (bytes, bytearray, memoryview)  # what a payload may be (a tuple: cheap to test)
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """A transaction a quorum verified: its place (seq) and the stream's digest there."""
-
-    stream: str
-    seq: int
-    digest: bytes
-    msg_id: int
-    node: int | None = None  # the id of the node that answered (None if not in a config)
-
-    @property
-    def timestamp_ms(self) -> int:
-        return seq_unix_ms(self.seq)
-
-
-class PublishFuture:
-    """One message's publish: the message itself until it is answered, then its answer. Its
-    ``Ack`` is made when ``result`` asks for it: a pipelined producer resolves thousands of
-    futures a second that nobody asks."""
-
-    __slots__ = (
-        "_deadline",
-        "_error",
-        "_headers",
-        "_key",
-        "_node",
-        "_payload",
-        "_row",
-        "done_at",
-        "last_error",
-        "msg_id",
-        "stream",
-    )
-
-    def __init__(
-        self,
-        stream: str,
-        msg_id: int,
-        payload: bytes,
-        key: bytes | None,
-        headers: Headers,
-        deadline: float,
-    ) -> None:
-        self.stream = stream
-        self.msg_id = msg_id
-        self._payload = payload
-        self._key = key
-        self._headers = headers
-        self._deadline = deadline  # time.monotonic() by which a quorum must have answered
-        self._row: AckRow | None = None
-        self._node: int | None = None
-        self._error: errors.RelayError | None = None
-        self.done_at = 0.0  # time.perf_counter() when it resolved
-        self.last_error = ""  # why the last attempt did not get an answer
-
-    def done(self) -> bool:
-        return self._row is not None or self._error is not None
-
-    def failed(self) -> bool:
-        return self._error is not None
-
-    def _failed(self, error: errors.RelayError) -> None:
-        self._error, self.done_at = error, time.perf_counter()
-
-    def result(self) -> Ack:
-        """The ack; raises the ``RelayError`` the publish failed with. Call after ``flush``."""
-        if self._error is not None:
-            raise self._error
-        if self._row is None:
-            raise RuntimeError("the publish is still in flight; call Producer.flush() first")
-        return Ack(self.stream, self._row.seq, self._row.digest, self.msg_id, self._node)
 
 
 _ROW = attrgetter("msg_id", "_payload", "_key", "_headers")  # a message as a request carries it
@@ -352,6 +278,7 @@ class Producer:
             for item, row in zip(request.items, reply.rows, strict=True):
                 if isinstance(row, AckRow):
                     item._row, item._node, item.done_at = row, node, at
+                    item._payload, item._key, item._headers = b"", None, ()  # answered
                 elif row.code in errors.RETRYABLE:
                     item.last_error = f"{row.code}: {row.message}"
                     self._queue.appendleft(item)

@@ -23,7 +23,6 @@ computes the same tags, so the decision at fold time is the same everywhere.
 from __future__ import annotations
 
 import zlib
-from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import islice, repeat
 from operator import itemgetter, lt
@@ -31,15 +30,14 @@ from struct import Struct
 
 from relay.core.digest import Folder
 from relay.core.flake import TIME_SHIFT
-from relay.core.kept import KeptCopies, Key
+from relay.core.in_flight import InFlight
+from relay.core.kept import KeptCopies
 from relay.core.messages import (
     Item,
     KeyRecord,
     Tx,
-    msg_id_of,
     payload_of,
     plain,
-    producer_id_of,
     producer_key_of,
     seq_of,
 )
@@ -70,12 +68,11 @@ def content_tags(txs: Sequence[Tx]) -> Iterable[int]:
 class DedupIndex:
     __slots__ = (
         "folder",
+        "in_flight",
         "kept",
         "keys_max",
-        "pending",
         "skipped",
         "skips",
-        "unindexed",
         "window_ms",
     )
 
@@ -84,25 +81,21 @@ class DedupIndex:
         self.keys_max = keys_max
         self.folder = Folder()  # folds the digest of each kept tx
         self.kept = KeptCopies()  # each key's kept copy over the stable timeline
-        self.pending: dict[Key, Tx] = {}  # key -> a tx held but not yet stable, once indexed
-        self.unindexed: list[_InFlight] = []  # batches of txs in flight, not indexed yet
+        self.in_flight = InFlight()  # the txs held but not yet stable
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
         self.skips = 0  # changes when later copies are skipped or dropped (waiters look again)
 
     def size(self) -> int:
         """Keys held: kept copies, txs in flight and skipped later copies."""
-        unindexed = sum(len(flight.txs) for flight in self.unindexed)
-        return len(self.kept) + len(self.pending) + unindexed + len(self.skipped)
+        return len(self.kept) + self.in_flight.size() + len(self.skipped)
 
     def note_pending(self, txs: Sequence[Tx]) -> None:
         """Txs held but not yet stable (a batch in seq order)."""
-        if txs:
-            self.unindexed.append(_InFlight(txs))
+        self.in_flight.note(txs)
 
     def forget_pending(self) -> None:
-        self.pending.clear()
-        self.unindexed.clear()
+        self.in_flight.clear()
 
     def lookup(self, producer_id: str, msg_id: int, head_seq: int) -> tuple[int, int] | None:
         """(seq, content tag) of the tx that already carries the key, stable or in flight
@@ -111,37 +104,13 @@ class DedupIndex:
         seq = self.kept.seq_of(key)
         if seq is not None:
             return seq, self.kept.tag_at(seq)
-        self._index(head_seq, producer_id, msg_id, msg_id)
-        held = self.pending.get(key)
+        held = self.in_flight.find(key, head_seq)
         return (held.seq, content_tag(held)) if held is not None else None
 
     def holds_any(self, producer_id: str, msg_ids: list[int], head_seq: int) -> bool:
         """Whether a tx, stable or in flight, carries any of these keys (C-speed passes)."""
         keys = list(zip(repeat(producer_id), msg_ids))
-        if self.kept.holds_any(keys):
-            return True
-        self._index(head_seq, producer_id, min(msg_ids), max(msg_ids))
-        return any(map(self.pending.__contains__, keys))
-
-    def _index(self, head_seq: int, producer_id: str, low: int, high: int) -> None:
-        """Index the txs in flight that arrived since the last lookup, but for a batch of one
-        producer's txs that cannot hold a key of ``producer_id`` from ``low`` to ``high``
-        (a coordinator's own requests in flight, as a pipelined producer keeps them)."""
-        if not self.unindexed:
-            return
-        left: list[_InFlight] = []
-        for flight in self.unindexed:
-            if flight.cannot_hold(producer_id, low, high):
-                left.append(flight)
-                continue
-            self.pending.update(
-                [
-                    ((tx.producer_id, tx.msg_id), tx)
-                    for tx in flight.txs
-                    if tx.producer_id and tx.seq > head_seq
-                ]
-            )
-        self.unindexed = left
+        return self.kept.holds_any(keys) or self.in_flight.holds_any(keys, msg_ids, head_seq)
 
     def fold(
         self, txs: list[Tx], head_seq: int, previous: bytes
@@ -172,21 +141,19 @@ class DedupIndex:
             return self.fold_each(txs, head_seq, previous)
         digests = self.folder.chain(previous, txs)
         kept.record(seqs, keys, list(content_tags(txs)), digests)
-        if self.pending:
-            deque(map(self.pending.pop, keys, repeat(None)), maxlen=0)
+        self.in_flight.folded(keys)
         last = seqs[-1]
         kept.forget_before(((last >> TIME_SHIFT) - self.window_ms) << TIME_SHIFT)
         if len(kept) > self.keys_max:
             kept.forget_first(len(kept) - self.keys_max)
-        if self.unindexed:  # what the stable head passed needs no index any more
-            self.unindexed = [f for f in self.unindexed if f.txs[-1].seq > last]
+        self.in_flight.passed(last)
         return txs, digests, 0
 
     def fold_each(
         self, txs: list[Tx], head_seq: int, previous: bytes
     ) -> tuple[list[Tx], list[bytes], int]:
         """``fold``, one tx at a time."""
-        kept, keys_max, pending = self.kept, self.keys_max, self.pending
+        kept, keys_max, pending = self.kept, self.keys_max, self.in_flight.by_key
         window, shift = self.window_ms + 1, TIME_SHIFT
         oldest = kept.oldest_seq()
         # the first seq whose window no longer covers the oldest key
@@ -226,8 +193,7 @@ class DedupIndex:
             kept_txs.append(tx)
             digests.append(digest)
             head_seq = seq
-        if self.unindexed:  # what the stable head passed needs no index any more
-            self.unindexed = [f for f in self.unindexed if f.txs[-1].seq > head_seq]
+        self.in_flight.passed(head_seq)
         return kept_txs, digests, late
 
     def _skip(self, tx: Tx, original: int, differs: bool) -> None:
@@ -280,29 +246,4 @@ class DedupIndex:
             (key[0], key[1], s, digest, tag)
             for s, key, tag, digest in self.kept.entries()
             if s <= seq and by_key.get(key) == s
-        )
-
-
-class _InFlight:
-    """A batch of txs in flight, not indexed; the one producer id and the msg ids it spans,
-    once a lookup asked (None: it holds several producers' txs)."""
-
-    __slots__ = ("span", "txs")
-
-    def __init__(self, txs: Sequence[Tx]) -> None:
-        self.txs = txs
-        self.span: tuple[str, int, int] | bool | None = False  # False: not asked yet
-
-    def cannot_hold(self, producer_id: str, low: int, high: int) -> bool:
-        span = self.span
-        if span is False:
-            ids = list(map(producer_id_of, self.txs))
-            if ids.count(ids[0]) == len(ids):
-                msg_ids = list(map(msg_id_of, self.txs))
-                span = (ids[0], min(msg_ids), max(msg_ids))
-            else:
-                span = None
-            self.span = span
-        return isinstance(span, tuple) and (
-            span[0] != producer_id or span[2] < low or span[1] > high
         )

@@ -62,9 +62,13 @@ class KeptCopies:
         return first.seqs[first.start]
 
     def add(self, seq: int, key: Key, tag: int, digest: bytes) -> None:
-        """Keep one copy (at a seq above every kept one)."""
-        self.seq_by_key[key] = seq
+        """Keep one copy, at a seq above every kept one; one at or below the newest is not
+        kept (a fold never asks it: only a faulty peer's keys or slice could), so seqs ascend
+        and bisection finds each."""
         block = self.blocks[-1] if self.blocks else None
+        if block is not None and seq <= block.seqs[-1]:
+            return
+        self.seq_by_key[key] = seq
         if block is None or len(block.seqs) >= BLOCK_MAX:
             block = _Block()
             self.blocks.append(block)

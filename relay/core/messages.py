@@ -11,16 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from operator import itemgetter
-from typing import Annotated, NamedTuple
+from typing import NamedTuple
 
-from msgspec import Meta
-
-from relay.core.digest import fold
-
-# Ranges a typed decoder checks while it reads a tx (msgpack integers stop at 2^64 - 1)
-U64 = Annotated[int, Meta(ge=0)]
-NodeId = Annotated[int, Meta(ge=0, le=1023)]
-HeaderName = Annotated[str, Meta(min_length=1)]
+from relay.core.digest import Headers, fold
 
 
 class Channel(Enum):
@@ -34,22 +27,18 @@ class Tx(NamedTuple):
     """One transaction as it travels between replicas.
 
     A named tuple rather than a dataclass: it is the one object made per transaction on the
-    hot path, it packs straight into msgpack, and the garbage collector can untrack it. Its
-    fields' annotations carry the ranges a typed decoder checks, so one reads txs straight
-    from the wire and from disk (a row of seven fields reads as one without key and headers:
-    the same tx, the same digest).
+    hot path, it packs straight into msgpack, and the garbage collector can untrack it.
     """
 
-    seq: U64
-    prev: U64  # the origin's previous seq in this stream and epoch; 0 for its first
-    origin: NodeId
-    epoch: U64  # the origin's epoch (incarnation) when it coordinated the tx
+    seq: int
+    prev: int  # the origin's previous seq in this stream and epoch; 0 for its first
+    origin: int
+    epoch: int  # the origin's epoch (incarnation) when it coordinated the tx
     producer_id: str  # "" when the producer named none
-    msg_id: U64
+    msg_id: int
     payload: bytes
     key: bytes | None = None  # None: no key (an empty key is a key)
-    # (name, value) pairs in the producer's order; names may repeat
-    headers: tuple[tuple[HeaderName, bytes], ...] = ()
+    headers: Headers = ()  # (name, value) pairs in the producer's order; names may repeat
 
 
 # A kept dedup key: (producer id, msg id, seq, digest, content tag); see ``dedup.py``.
@@ -57,13 +46,12 @@ KeyRecord = tuple[str, int, int, bytes, int]
 
 
 class Item(NamedTuple):
-    """One message as a producer sends it; the node makes it a ``Tx``. Read straight from a
-    request by a typed decoder, as ``Tx`` is."""
+    """One message as a producer sends it; the node makes it a ``Tx``."""
 
-    msg_id: U64
+    msg_id: int
     payload: bytes
     key: bytes | None = None
-    headers: tuple[tuple[HeaderName, bytes], ...] = ()
+    headers: Headers = ()
 
 
 TX_OVERHEAD_BYTES = 200  # what a held tx costs beyond its payload, key and headers

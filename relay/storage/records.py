@@ -35,7 +35,7 @@ import msgspec
 
 from relay.core.digest import DIGEST_BYTES
 from relay.core.messages import Tx, payload_of, plain, producer_id_of
-from relay.wire.fields import as_bytes, as_int, as_str, check_txs
+from relay.wire.fields import TxRow, as_bytes, as_int, as_str, checked_txs
 
 FORMAT = 2  # 2: records in batches
 FRAME = Struct(">IIB")  # length of kind + body, crc32 of kind + body, kind
@@ -48,7 +48,7 @@ BATCH_BYTES = 192 << 10  # a batch frame holds about this much (or one larger re
 RECORD_OVERHEAD = 96  # a record's bytes besides its payload, key, producer id and headers
 
 Record = tuple[Tx, bytes]  # a tx and the stream's digest after it
-_BATCH = msgspec.msgpack.Decoder(list[tuple[Tx, bytes]])
+_BATCH = msgspec.msgpack.Decoder(list[tuple[TxRow, bytes]])
 _encode = msgspec.msgpack.Encoder().encode
 
 
@@ -145,12 +145,13 @@ def decode_header(body: bytes) -> SegmentHeader:
 
 def decode_txs(body: bytes) -> list[Record]:
     try:
-        found = _BATCH.decode(body)
-        check_txs([tx for tx, _ in found])
+        rows = _BATCH.decode(body)
+        txs = checked_txs([row for row, _ in rows])
     except (msgspec.DecodeError, ValueError) as exc:
         raise CorruptRecord(f"bad tx batch: {exc}") from None
-    if not found:
+    if not rows:
         raise CorruptRecord("an empty tx batch")
+    found = [(tx, digest) for tx, (_, digest) in zip(txs, rows, strict=True)]
     for tx, digest in found:
         if len(digest) != DIGEST_BYTES:
             raise CorruptRecord(f"bad tx batch: a digest of {len(digest)} bytes at seq {tx.seq}")

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import msgspec
 
 from relay.core.messages import Item
-from relay.wire.fields import array_len, as_int, as_str
+from relay.wire.fields import U64, HeaderRows, array_len, as_int, as_str
 from relay.wire.mesh import MalformedFrame
 
 VERSION = 2  # 2: messages carry a key and headers
@@ -63,9 +64,8 @@ Request = PublishFrame | FetchFrame | SpanFrame | StatusFrame
 _encode = msgspec.msgpack.Encoder().encode
 _ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still encoded
 _ANY = msgspec.msgpack.Decoder()
-# A message as a typed decoder reads it: [msg id, payload, key, headers] (the last two may
-# be left out: no key, no headers)
-_ITEMS = msgspec.msgpack.Decoder(tuple[Item, ...])
+# A message as a typed decoder reads it: [msg id, payload, key, headers], exactly.
+_ITEMS = msgspec.msgpack.Decoder(tuple[tuple[U64, bytes, bytes | None, HeaderRows], ...])
 FIELDS_MAX = 9  # the most fields a request has (a span)
 _ITEMS_AT = 5  # the field of a ``pub`` request that holds its messages
 
@@ -127,7 +127,7 @@ def decode_request(body: bytes) -> Request:
 def _items(raw: Any) -> tuple[Item, ...]:
     """A ``pub`` request's messages, decoded straight into typed rows and checked."""
     try:
-        return _ITEMS.decode(raw)
+        return tuple(map(tuple.__new__, repeat(Item), _ITEMS.decode(raw)))
     except msgspec.DecodeError as exc:
         raise ValueError(
             f"a message is [msg id (u64), payload, key, headers (non-empty names)]: {exc}"

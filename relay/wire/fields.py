@@ -4,12 +4,13 @@ type raises ValueError, which each codec turns into its own malformed-frame erro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from operator import gt, itemgetter
-from typing import Any
+from typing import Annotated, Any
 
-from relay.core.messages import U64, HeaderName, NodeId, Tx
+import msgspec
 
-__all__ = ["U64", "HeaderName", "NodeId"]  # the ranges the wire's typed decoders check
+from relay.core.messages import Tx
 
 
 def as_int(v: Any) -> int:
@@ -78,13 +79,21 @@ def as_headers(v: Any) -> tuple[tuple[str, bytes], ...]:
     return tuple(pairs)
 
 
+# Values a typed decoder checks while it reads (msgpack integers stop at 2^64 - 1).
+U64 = Annotated[int, msgspec.Meta(ge=0)]
+HeaderName = Annotated[str, msgspec.Meta(min_length=1)]
 HeaderRows = tuple[tuple[HeaderName, bytes], ...]
+# A tx as a typed decoder reads it: exactly these nine fields (``Tx`` itself would let the
+# trailing key and headers be left out), each in range but for ``seq > prev``.
+NodeId = Annotated[int, msgspec.Meta(ge=0, le=1023)]
+TxRow = tuple[U64, U64, NodeId, U64, str, U64, bytes, bytes | None, HeaderRows]
 _SEQ, _PREV = itemgetter(0), itemgetter(1)
 
 
-def check_txs(txs: Sequence[Tx]) -> None:
-    """Raise ``ValueError`` unless each of ``txs`` (read by a typed decoder, which checked
-    types and ranges by ``Tx``'s annotations) has its seq above its ``prev``."""
-    if not all(map(gt, map(_SEQ, txs), map(_PREV, txs))):
-        bad = next(tx for tx in txs if tx.seq <= tx.prev)
+def checked_txs(rows: Sequence[TxRow]) -> tuple[Tx, ...]:
+    """Txs from rows a typed decoder read (types and ranges already checked), each one's seq
+    above its ``prev``."""
+    if not all(map(gt, map(_SEQ, rows), map(_PREV, rows))):
+        bad = next(row for row in rows if row[0] <= row[1])
         raise ValueError(f"a tx's seq must be above its prev: {bad!r:.80}")
+    return tuple(map(tuple.__new__, repeat(Tx), rows))

@@ -32,13 +32,14 @@ from relay.core.messages import (
     Tx,
 )
 from relay.wire.fields import (
+    TxRow,
     array_len,
     as_bytes,
     as_int,
     as_list,
     as_rows,
     as_str,
-    check_txs,
+    checked_txs,
 )
 
 VERSION = 6  # 2: txs carry a key and headers; 3: dedup keys carry a content tag; 4: a repair
@@ -54,7 +55,7 @@ _BUNDLE = 8
 _encode = msgspec.msgpack.Encoder().encode
 _ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still encoded
 _ANY = msgspec.msgpack.Decoder()
-_TXS = msgspec.msgpack.Decoder(tuple[Tx, ...])  # tx rows straight into checked txs
+_TXS = msgspec.msgpack.Decoder(tuple[TxRow, ...])  # tx rows straight into checked types
 _U = Annotated[int, msgspec.Meta(ge=0)]
 # an ack, the most frequent frame, read by one typed decode (the types checked in C)
 _ACK_ROW = msgspec.msgpack.Decoder(
@@ -346,8 +347,6 @@ def _txs(rows: Any) -> tuple[Tx, ...]:
     if type(rows) is not msgspec.Raw:
         raise ValueError("tx rows out of place")
     try:
-        txs = _TXS.decode(rows)
+        return checked_txs(_TXS.decode(rows))
     except msgspec.DecodeError as exc:
         raise ValueError(f"bad tx rows: {exc}") from None
-    check_txs(txs)
-    return txs
