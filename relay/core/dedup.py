@@ -32,15 +32,7 @@ from relay.core.digest import Folder
 from relay.core.flake import TIME_SHIFT
 from relay.core.in_flight import InFlight
 from relay.core.kept import KeptCopies
-from relay.core.messages import (
-    Item,
-    KeyRecord,
-    Tx,
-    payload_of,
-    plain,
-    producer_key_of,
-    seq_of,
-)
+from relay.core.messages import Item, KeyRecord, Tx, payload_of, plain, producer_key_of, seq_of
 
 _LENGTH = Struct(">I").pack
 BATCH_FOLD_MIN = 16  # a batch folds in passes from this size (1 tx: 4.7 us so, 2.3 alone)
