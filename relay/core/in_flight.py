@@ -97,16 +97,16 @@ class InFlight:
         shelf = self.shelves.get(producer_id)
         if not shelf:
             return
-        left = [s for s in shelf if s.high < low or s.low > high]
-        if len(left) == len(shelf):
-            return
+        left: list[_Shelved] = []
         for s in shelf:
-            if not (s.high < low or s.low > high):
+            if s.high < low or s.low > high:
+                left.append(s)
+            else:
                 self._add(s.txs, head_seq)
-        if left:
-            self.shelves[producer_id] = left
-        else:
+        if not left:
             del self.shelves[producer_id]
+        elif len(left) != len(shelf):
+            self.shelves[producer_id] = left
 
     def _add(self, txs: Sequence[Tx], head_seq: int) -> None:
         self.by_key.update(

@@ -101,16 +101,10 @@ class KeptCopies:
                 block = _Block()
                 blocks.append(block)
             end = min(total, at + BLOCK_MAX - len(block.seqs))
-            if at == 0 and end == total:
-                block.seqs += seqs
-                block.keys += keys
-                block.tags += tags
-                block.digests += digests
-            else:
-                block.seqs += seqs[at:end]
-                block.keys += keys[at:end]
-                block.tags += tags[at:end]
-                block.digests += digests[at:end]
+            block.seqs += seqs[at:end]
+            block.keys += keys[at:end]
+            block.tags += tags[at:end]
+            block.digests += digests[at:end]
             at = end
         self.count += total
 
