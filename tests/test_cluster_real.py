@@ -4,17 +4,20 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 
 import msgpack
 import pytest
 import zmq
+from test_security_real import metric
 
 from relay import Consumer, Producer, RelayError
 from relay.client.directory import resolve
 from relay.client.fetcher import Fetcher
 from relay.client.producer import Ack
 from relay.runtime.local_cluster import LocalCluster
+from relay.wire.client import publish_request
 
 pytestmark = pytest.mark.slow
 
@@ -115,6 +118,32 @@ def test_answered_futures_no_longer_hold_their_messages(cluster3: LocalCluster) 
             tracemalloc.stop()
     assert all(f.done() and not f.failed() for f in futures)
     assert held < 1_000_000, f"{held} bytes held after every publish was answered"
+
+
+def test_a_burst_within_the_share_gets_every_answer(cluster3: LocalCluster) -> None:
+    """Found by the benchmark: a producer with 48 requests in flight lost answers (a turn that
+    answered dozens of requests at once overflowed the connection's queue of 64) and waited
+    out its request timeout for each. 200 requests, within the share of 256, sent at once."""
+    spec = cluster3.config.node(1)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    cluster3.secure(sock, 1)
+    sock.connect(spec.client_address)
+    answered: dict[int, str] = {}
+    dropped = metric(cluster3, 1, "relay_errors_total", kind="reply_undeliverable")
+    try:
+        for req_id in range(1, 201):
+            sock.send(publish_request(req_id, "orders.burst", "burst", [[req_id, b"x", None, []]]))
+        deadline = time.monotonic() + 30
+        while len(answered) < 200 and time.monotonic() < deadline:
+            if sock.poll(200):
+                reply = msgpack.unpackb(sock.recv(), raw=False)
+                answered[reply[2]] = reply[1]
+    finally:
+        sock.close()
+    assert sorted(answered) == list(range(1, 201))
+    assert set(answered.values()) == {"acks"}
+    assert metric(cluster3, 1, "relay_errors_total", kind="reply_undeliverable") == dropped
 
 
 def test_a_malformed_frame_gets_an_error_and_the_node_keeps_serving(cluster3: LocalCluster) -> None:
