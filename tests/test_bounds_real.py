@@ -86,6 +86,10 @@ def test_a_connection_over_its_share_of_requests_is_answered_busy(
         assert [tx.payload for tx in consumer.take(1, timeout_s=10)] == [b"wakes the parked polls"]
 
 
+def rss_of(cluster: LocalCluster) -> list[float]:
+    return [rss_mb(cluster.procs[n].pid) for n in (1, 2, 3)]
+
+
 def epochs(cluster: LocalCluster) -> dict[int, int]:
     """Each node's epoch, once every node serves: a node cut by its peers starts a new one."""
     cluster.wait_serving()
@@ -100,8 +104,12 @@ def test_hundreds_of_large_payloads_leave_every_node_bounded(cluster: LocalClust
         futures = [producer.send("orders.large", bytes([i % 256]) * MIB) for i in range(400)]
         producer.flush()
         assert all(f.result().seq > 0 for f in futures)
-    for node_id in (1, 2, 3):
-        assert rss_mb(cluster.procs[node_id].pid) < 250, f"node {node_id} holds the payloads"
+    # the heap's free pages go back within a second (relay.runtime.malloc): without that,
+    # each node stayed at 200-250 MB
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and max(rss_of(cluster)) >= 150:
+        time.sleep(0.1)
+    assert max(rss_of(cluster)) < 150, f"the nodes hold the payloads: {rss_of(cluster)} MB"
     assert epochs(cluster) == before  # nobody was cut while the flood went through
     with Consumer("orders.large", config=cluster.config_path, node=2) as consumer:
         first = consumer.take(3, timeout_s=10)  # the oldest come from the log on disk

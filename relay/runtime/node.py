@@ -47,7 +47,7 @@ from relay.runtime.client_port import RESEND_MS, ClientPort
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_reply
 from relay.runtime.gauges import Gauges
-from relay.runtime.malloc import return_large_frees
+from relay.runtime.malloc import trim_heap, tune_allocator
 from relay.runtime.mesh_sockets import MeshSockets
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
@@ -169,7 +169,7 @@ class NodeRuntime:
     def run(self) -> None:
         self._install_signals()
         tune_gc()
-        return_large_frees()
+        tune_allocator()
         log.info(
             "node %d serving clients on %s, mesh on %s",
             self.spec.id,
@@ -223,6 +223,7 @@ class NodeRuntime:
                 self.disk.after_turn(elapsed, self.core.epoch)
                 if elapsed >= next_gauge:
                     next_gauge = elapsed + GAUGE_MS
+                    trim_heap()
                     open_ = len(self.clients.limits.open) + len(self.log_reads)
                     self.gauges.update(self.core, self.disk, open_)
                     self.pending += self.disk.retain(now.wall_ms)
