@@ -18,6 +18,7 @@ from relay.client.fetcher import Fetcher
 from relay.client.producer import Ack
 from relay.runtime.local_cluster import LocalCluster
 from relay.wire.client import publish_request
+from relay.wire.replies import AckRow, AcksReply, Reply, decode_reply
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +130,7 @@ def test_a_burst_within_the_share_gets_every_answer(cluster3: LocalCluster) -> N
     sock.setsockopt(zmq.LINGER, 0)
     cluster3.secure(sock, 1)
     sock.connect(spec.client_address)
-    answered: dict[int, str] = {}
+    answered: dict[int, Reply] = {}
     dropped = metric(cluster3, 1, "relay_errors_total", kind="reply_undeliverable")
     try:
         for req_id in range(1, 201):
@@ -137,12 +138,13 @@ def test_a_burst_within_the_share_gets_every_answer(cluster3: LocalCluster) -> N
         deadline = time.monotonic() + 30
         while len(answered) < 200 and time.monotonic() < deadline:
             if sock.poll(200):
-                reply = msgpack.unpackb(sock.recv(), raw=False)
-                answered[reply[2]] = reply[1]
+                reply = decode_reply(sock.recv())
+                answered[reply.req_id] = reply
     finally:
         sock.close()
     assert sorted(answered) == list(range(1, 201))
-    assert set(answered.values()) == {"acks"}
+    for reply in answered.values():
+        assert isinstance(reply, AcksReply) and isinstance(reply.rows[0], AckRow), reply
     assert metric(cluster3, 1, "relay_errors_total", kind="reply_undeliverable") == dropped
 
 

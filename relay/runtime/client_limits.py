@@ -74,6 +74,7 @@ class ClientLimits:
         self.bounds = bounds
         self.open: dict[tuple[bytes, int], int] = {}  # (connection, req id) -> its bytes
         self.held: dict[bytes, list[int]] = {}  # connection -> [requests, bytes] in flight
+        self.waiting: set[tuple[bytes, int]] = set()  # open, but their answers wait to leave
 
     def admit(self, client: bytes, req_id: int, size: int) -> Rejected | None:
         """None if the request may go on; else its answer (``busy``, or ``bad_request`` for
@@ -83,7 +84,8 @@ class ClientLimits:
             return Rejected(errors.BAD_REQUEST, why)
         held = self.held.get(client, [0, 0])
         b = self.bounds
-        if held[0] >= b.client_inflight_max or len(self.open) >= TOTAL_REQUESTS_MAX:
+        in_core = len(self.open) - len(self.waiting)
+        if held[0] >= b.client_inflight_max or in_core >= TOTAL_REQUESTS_MAX:
             why = f"{held[0]} requests in flight on this connection; wait for answers"
             return Rejected(errors.BUSY, why)
         if held[1] + size > b.client_inflight_bytes_max:
@@ -96,11 +98,18 @@ class ClientLimits:
         self.held[client] = [held[0] + 1, held[1] + size]
         return None
 
+    def answer_waits(self, client: bytes, req_id: int) -> None:
+        """The request's answer waits to leave: it keeps its place in the connection's share,
+        not in the node's total (which bounds the work in the core)."""
+        if (client, req_id) in self.open:
+            self.waiting.add((client, req_id))
+
     def done(self, client: bytes, req_id: int) -> None:
         """The request's answer left (or it will get none)."""
         size = self.open.pop((client, req_id), None)
         if size is None:
             return
+        self.waiting.discard((client, req_id))
         held = self.held[client]
         held[0] -= 1
         held[1] -= size

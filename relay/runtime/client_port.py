@@ -7,23 +7,13 @@ the spot from the core's state. ``reply`` and ``answer`` encode what the core de
 socket bounds what one connection costs: a request's size (``ZMQ_MAXMSGSIZE``), the answers
 queued for it (``ZMQ_SNDHWM``), and the connections it holds (``ClientConnections``).
 
-An answer that finds its connection's queue full waits in the node, and so does every later
-one for that connection (answers stay in order): the queue gives room back only in steps of
-half its size, when libzmq's I/O thread has moved what it held, so one turn answering dozens
-of a producer's requests at once (all verified by the same ack) can overflow it while the
-client reads everything. A waiting answer's request still counts against the connection's
-share (``ClientLimits``) until the answer is handed over; each turn ``resend`` hands over what
-fits now, and the loop turns again within ``RESEND_MS`` while any wait. What a connection that
-does not read can make the node hold stays bounded: past ``WAITING_BYTES_MAX`` of waiting
-answers, or once the oldest waited ``WAIT_MS``, its answers are dropped and counted
-(``reply_undeliverable``), as is an answer for a connection that went away.
+An answer that finds its connection's queue full waits in the node (``ClientOutbox``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from typing import Any
 
 import zmq
@@ -49,6 +39,7 @@ from relay.runtime.connections import ClientConnections
 from relay.runtime.disk import NodeDisk
 from relay.runtime.mesh_sockets import DRAIN_BYTES_MAX, DRAIN_FRAMES_MAX, HWM_FRAMES
 from relay.runtime.metrics import NodeMetrics
+from relay.runtime.outbox import QUEUED_MAX, ClientOutbox
 from relay.wire import replies
 from relay.wire.client import (
     BadRequest,
@@ -63,15 +54,6 @@ from relay.wire.drain import holds_more
 
 log = logging.getLogger("relay.node")
 
-# answers queued for one connection that does not read them: with a fetch answer at most
-# reads.FETCH_BYTES_MAX (one larger tx aside), about 64 MiB per connection
-REPLIES_QUEUED_MAX = 64
-WAITING_BYTES_MAX = 16 << 20  # answers waiting for room, per connection
-WAIT_MS = 5_000  # the longest an answer waits (a producer retries after 3 s)
-RESEND_MS = 1  # how soon the loop turns again while answers wait
-
-Waiting = deque[tuple[bytes, int | None, float]]  # (answer, admitted request id, since)
-
 
 class ClientPort:
     def __init__(
@@ -82,13 +64,14 @@ class ClientPort:
         self.publishes_ok = metrics.publish_requests.labels("ok")  # found once, not per reply
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 200)
-        self.sock.setsockopt(zmq.SNDHWM, REPLIES_QUEUED_MAX)  # per connection
+        self.sock.setsockopt(zmq.SNDHWM, QUEUED_MAX)  # per connection
         self.sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.MAXMSGSIZE, config.clients.request_bytes_max)
         self.limits = ClientLimits(config.clients)
-        self.waiting: dict[bytes, Waiting] = {}  # connection -> its answers waiting for room
-        self.waiting_bytes: dict[bytes, int] = {}
+        self.outbox = ClientOutbox(
+            self.sock, self.limits, metrics.errors.labels("reply_undeliverable")
+        )
         self.specs = {n.id: n for n in config.nodes}
         bounds = config.clients
         self.connections = ClientConnections(
@@ -202,53 +185,6 @@ class ClientPort:
         ]
 
     def send(self, client: bytes, body: bytes, admitted: int | None = None) -> None:
-        """Hand an answer to the socket, or let it wait for room behind the connection's
-        waiting answers; ``admitted``: the id of the counted request it answers, which stops
-        counting once the answer is handed over (or dropped)."""
-        if client not in self.waiting and self._hand_over(client, body, admitted):
-            return
-        held = self.waiting_bytes.get(client, 0) + len(body)
-        if held > WAITING_BYTES_MAX:
-            self._drop(client, admitted, f"{held} bytes of answers wait for it")
-            return
-        self.waiting.setdefault(client, deque()).append((body, admitted, time.monotonic()))
-        self.waiting_bytes[client] = held
-
-    def resend(self) -> None:
-        """Hand over, in order, the waiting answers that fit now; drop those of a connection
-        whose oldest waited ``WAIT_MS``."""
-        now = time.monotonic()
-        for client, waiting in list(self.waiting.items()):
-            if (now - waiting[0][2]) * 1000 > WAIT_MS:
-                for _, admitted, _ in waiting:
-                    self._drop(client, admitted, f"its answers waited {WAIT_MS} ms")
-                self._forget(client)
-                continue
-            while waiting and self._hand_over(client, waiting[0][0], waiting[0][1]):
-                self.waiting_bytes[client] -= len(waiting.popleft()[0])
-            if not waiting:
-                self._forget(client)
-
-    def _hand_over(self, client: bytes, body: bytes, admitted: int | None) -> bool:
-        """Send an answer; False if the connection's queue is full (it must wait)."""
-        try:
-            # a large reply (a fetch's txs) without a copy, as the mesh's bundles
-            self.sock.send_multipart((client, body), zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            return False
-        except zmq.ZMQError as exc:  # the client went away
-            self._drop(client, admitted, str(exc))
-            return True
-        if admitted is not None:
-            self.limits.done(client, admitted)
-        return True
-
-    def _drop(self, client: bytes, admitted: int | None, why: str) -> None:
-        self.metrics.errors.labels("reply_undeliverable").inc()
-        log.debug("could not answer a client: %s", why)
-        if admitted is not None:
-            self.limits.done(client, admitted)
-
-    def _forget(self, client: bytes) -> None:
-        del self.waiting[client]
-        del self.waiting_bytes[client]
+        """Hand an answer to the socket, or let it wait (``ClientOutbox``); ``admitted``: the
+        id of the share's request it answers."""
+        self.outbox.send(client, body, admitted, time.monotonic() * 1000)

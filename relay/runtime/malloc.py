@@ -5,13 +5,17 @@ How this works: glibc serves a block of at least ``M_MMAP_THRESHOLD`` bytes with
 zeroed by the kernel. At 10 KB payloads a node's frames (requests of 320 KB, replication
 bundles of up to 4 MiB, and their CURVE copies in libzmq's I/O thread) were all mapped afresh:
 12 page faults per tx in node 1's I/O thread, 27 us of system time per tx. The threshold is
-therefore fixed at glibc's ceiling, ``MMAP_THRESHOLD_BYTES`` (32 MiB): frames come from the
-heap, whose freed space is used again (10 KB payloads: 9.8k -> 12.8k tx/s; 1 KB: 66k -> 72k).
+therefore fixed at ``MMAP_THRESHOLD_BYTES`` (32 MiB, the most glibc's dynamic threshold would
+reach, and half a thread arena's heap): frames come from the heap, whose freed space is used
+again (10 KB payloads: 9.8k -> 12.8k tx/s; 1 KB: 66k -> 72k).
 
 Freed heap space stays in the process, though: a node that had replicated 400 payloads of
-1 MiB stayed at 200-250 MB resident with a ring of 16 MiB. ``trim_heap`` hands every whole free
-page back (``malloc_trim``: 0.6-1.5 ms on a loaded node), and the node calls it twice a second,
-so what the byte bounds let go leaves the process within a second (the same flood: 53-86 MB).
+1 MiB stayed at 200-250 MB resident with a ring of 16 MiB. ``trim_heap`` hands back every whole
+free page inside the heaps, and the main heap's top above ``TRIM_THRESHOLD_BYTES``
+(``malloc_trim``: 0.6-1.5 ms on a loaded node); the node calls it twice a second, so what the
+byte bounds let go leaves the process within a second (the same flood: 53-86 MB). The top of
+a thread's heap (libzmq's I/O thread makes its copies there) is only cut above the trim
+threshold, so each keeps up to 16 MiB.
 
 Fixing the mmap threshold also fixes the trim threshold at its default of 128 KiB: every
 turn's frames were freed at the top of the heap, handed back to the system, and faulted in again
@@ -42,7 +46,11 @@ def _glibc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL(name)
     except OSError:
         return None
-    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    if not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
+        return None
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return libc
 
 
 def tune_allocator() -> bool:
@@ -56,7 +64,8 @@ def tune_allocator() -> bool:
 
 
 def trim_heap() -> None:
-    """Hand every whole free page of the heap back to the system."""
+    """Hand the heaps' whole free pages back to the system (the main heap keeps
+    ``TRIM_THRESHOLD_BYTES`` at its top, for the next turns)."""
     libc = _glibc()
     if libc is not None:
-        libc.malloc_trim(0)
+        libc.malloc_trim(TRIM_THRESHOLD_BYTES)

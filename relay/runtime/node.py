@@ -43,7 +43,7 @@ from relay.core.messages import MeshMessage
 from relay.core.node import NodeCore
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
-from relay.runtime.client_port import RESEND_MS, ClientPort
+from relay.runtime.client_port import ClientPort
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_reply
 from relay.runtime.gauges import Gauges
@@ -169,7 +169,8 @@ class NodeRuntime:
     def run(self) -> None:
         self._install_signals()
         tune_gc()
-        tune_allocator()
+        if not tune_allocator():
+            log.info("not glibc: the allocator keeps its own policy for large blocks")
         log.info(
             "node %d serving clients on %s, mesh on %s",
             self.spec.id,
@@ -182,8 +183,9 @@ class NodeRuntime:
             while not self.stopping:
                 busy = self.pending or self.log_reads
                 wait = 0 if busy else max(0, next_tick - int(time.monotonic() * 1000))
-                if self.clients.waiting:
-                    wait = min(wait, RESEND_MS)
+                resend_ms = self.clients.outbox.next_due_ms()
+                if resend_ms is not None:
+                    wait = min(wait, max(0, int(resend_ms - time.monotonic() * 1000) + 1))
                 ready = dict(self.poller.poll(wait))
                 started_ns = time.monotonic_ns()
                 started_cpu = time.thread_time_ns() if self.trace is not None else 0
@@ -200,8 +202,8 @@ class NodeRuntime:
                 events.extend(MeshReceived(m) for m in self.hooks.release(elapsed))
                 if self.admin is not None and self.admin in ready:
                     self._admin()
-                if self.clients.waiting:  # answers that found no room: first, in order
-                    self.clients.resend()
+                if resend_ms is not None:  # answers that found no room: first, in order
+                    self.clients.outbox.resend(time.monotonic() * 1000)
                 if self.clients.connections.monitor in ready:
                     self._connections(elapsed)
                 if self.clients.sock in ready:
