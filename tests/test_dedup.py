@@ -134,3 +134,18 @@ def test_keys_out_of_order_from_a_peer_never_leave_a_kept_key_without_its_tag() 
     assert index.lookup("a", 1, 0) == (500, 111)
     assert index.lookup("c", 1, 0) == (900, 333)
     assert index.lookup("b", 1, 0) is None and index.lookup("e", 1, 0) is None
+
+
+def test_a_tx_in_flight_that_was_never_folded_is_not_found_once_the_head_passed_it() -> None:
+    """Found by chaos seed 5: a retry looked up a tx in flight (indexing it), the tx's
+    coordinator was cut, and the timeline went on past it. Every later retry still found the
+    dead tx, was answered ``not_committed`` at once, and retried, until the producer's deadline."""
+    index, head = DedupIndex(120_000, 100), genesis("s")
+    dead = Tx(make_seq(T0, 2, 0), 0, 2, 7, "p", 1, b"x")
+    index.note_pending([dead])
+    assert index.lookup("p", 1, 0) == (dead.seq, dedup.content_tag(dead))  # a retry attaches
+    later = Tx(make_seq(T0 + 5, 1, 0), 0, 1, 7, "q", 1, b"y")  # the cut epoch's tx never comes
+    index.fold([later], 0, head)
+    assert index.lookup("p", 1, later.seq) is None  # the next retry gets a seq of its own
+    assert not index.holds_any("p", [1], later.seq)
+    assert index.in_flight.size() == 0  # and the index lets it go
