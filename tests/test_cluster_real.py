@@ -10,6 +10,7 @@ import tracemalloc
 import msgpack
 import pytest
 import zmq
+from test_bounds_real import dealer
 from test_security_real import metric
 
 from relay import Consumer, Producer, RelayError
@@ -125,11 +126,7 @@ def test_a_burst_within_the_share_gets_every_answer(cluster3: LocalCluster) -> N
     """Found by the benchmark: a producer with 48 requests in flight lost answers (a turn that
     answered dozens of requests at once overflowed the connection's queue of 64) and waited
     out its request timeout for each. 200 requests, within the share of 256, sent at once."""
-    spec = cluster3.config.node(1)
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    cluster3.secure(sock, 1)
-    sock.connect(spec.client_address)
+    sock = dealer(cluster3, 1)
     answered: dict[int, Reply] = {}
     dropped = metric(cluster3, 1, "relay_errors_total", kind="reply_undeliverable")
     try:

@@ -38,7 +38,8 @@ class Rig:
         self.dealer.setsockopt(zmq.ROUTING_ID, CLIENT)
         self.dealer.connect(self.router.getsockopt(zmq.LAST_ENDPOINT).decode())
         self.limits = ClientLimits(ClientBounds(client_inflight_max=1000))
-        self.dropped = Counter("dropped", "answers dropped", registry=CollectorRegistry())
+        self.registry = CollectorRegistry()
+        self.dropped = Counter("dropped", "answers dropped", registry=self.registry)
         self.outbox = ClientOutbox(self.router, self.limits, self.dropped)
         deadline = time.monotonic() + 5  # until the router can route to the dealer
         while time.monotonic() < deadline:
@@ -75,7 +76,7 @@ class Rig:
         return found
 
     def dropped_count(self) -> float:
-        return float(self.dropped._value.get())
+        return self.registry.get_sample_value("dropped_total") or 0.0
 
     def close(self) -> None:
         self.dealer.close(linger=0)
