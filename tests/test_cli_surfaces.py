@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from relay.cli import main
 from relay.cli.formats import FormatError, formatter
 from relay.client.consumer import Transaction
+from relay.client.producer import BATCH_MAX, WINDOW
 from relay.runtime.local_cluster import LocalCluster
 
 BIG_SEQ = (1 << 62) + 12345  # a flake seq: above 2^53, as every real one is
@@ -244,6 +245,8 @@ def test_bench_runs_several_producers_and_consumers_end_to_end(cluster: LocalClu
         "2",
     )
     assert (found["acked"], found["failed"], found["consumed"]) == (2000, 0, 4000)
+    # unless told otherwise, a bench producer keeps in flight what a Producer does
+    assert (found["settings"]["window"], found["settings"]["batch"]) == (WINDOW, BATCH_MAX)
     assert 0 < found["e2e_p50_ms"] <= found["e2e_p99_ms"] <= found["e2e_max_ms"] < 60_000
 
 

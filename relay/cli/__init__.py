@@ -197,8 +197,14 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str) -> None:
 @click.option("--stream", default="bench", show_default=True)
 @click.option("--count", default=100_000, show_default=True, help="Transactions to publish.")
 @click.option("--size", default=100, show_default=True, help="Payload bytes.")
-@click.option("--window", default=32, show_default=True, help="Requests in flight.")
-@click.option("--batch", default=256, show_default=True, help="Messages per request.")
+@click.option(
+    "--window", type=click.IntRange(min=1), help="Requests in flight (default: the Producer's)."
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    help="Messages per request (default: the Producer's).",
+)
 @click.option("--rate", type=float, help="Target tx/s (open loop); default: as fast as acked.")
 @click.option("--node", "node_id", type=int, help="The node to publish to.")
 @click.option(
@@ -221,8 +227,8 @@ def bench(
     stream: str,
     count: int,
     size: int,
-    window: int,
-    batch: int,
+    window: int | None,
+    batch: int | None,
     rate: float | None,
     node_id: int | None,
     producers: int,
@@ -232,6 +238,7 @@ def bench(
     """Load generator: publish COUNT transactions and report throughput and latency (with
     --rate, from each message's due time: no coordinated omission)."""
     from relay.bench import BenchError, BenchSettings, run_bench
+    from relay.client.producer import BATCH_MAX, WINDOW
 
     settings = BenchSettings(
         target.config,
@@ -239,8 +246,8 @@ def bench(
         stream,
         count,
         size,
-        window,
-        batch,
+        WINDOW if window is None else window,
+        BATCH_MAX if batch is None else batch,
         rate,
         node_id,
         producers,

@@ -28,6 +28,8 @@ from relay.client.routes import HeadersIn, Routes, headers_of, key_of
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Reply
 
+WINDOW = 32  # requests in flight
+BATCH_MAX = 512  # messages per request
 REQUEST_PAYLOAD_BYTES = 4 << 20  # payload bytes per request, below a node's request_bytes_max
 BINARY = (bytes, bytearray, memoryview)  # what a payload may be (a tuple: cheap to test)
 
@@ -53,8 +55,8 @@ class Producer:
         producer_id: str | None = None,
         timeout_s: float = 30.0,
         request_timeout_s: float = 3.0,
-        batch_max: int = 512,
-        window: int = 32,
+        batch_max: int = BATCH_MAX,
+        window: int = WINDOW,
         journal: str | Path | None = None,
         journal_bytes_max: int = 64 << 20,
         journal_full: str = "block",
