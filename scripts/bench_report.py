@@ -4,10 +4,10 @@ For a 3-node cluster with each ``fsync`` setting (always, the default; interval;
 default once more without CURVE (what encryption costs), and a 5-node cluster with the
 default: pipelined acked tx/s from one producer (100-byte payloads), ack latency with one
 publish in flight and at half the measured peak, each node's peak RSS and the log's bytes per
-tx. Then scripts/ceiling.py, the least Python program doing relay's hot path (no disk, no
-deduplication, no encryption: what any Python design of relay could reach at most here), and,
-if nats-server and the peer venv are there, ../shared/peers' JetStream R3 benchmark (memory and
-file storage) in the same run.
+tx. Then scripts/ceiling.py on 3 and on 5 nodes, the least Python program doing relay's hot
+path (no disk, no deduplication, no encryption: what any Python design of relay could reach at
+most here), and, if nats-server and the peer venv are there, ../shared/peers' JetStream R3
+benchmark (memory and file storage) in the same run.
 Every measure is taken --rounds times (default 3), relay and JetStream alternating, so each
 round's ratio compares figures taken minutes apart; the median ratio is the one to read.
 Usage: scripts/bench.sh [--count N] [--rounds N] [--skip-nats] [--charts DIR] [--spark]
@@ -132,8 +132,10 @@ def fresh_peak(nodes: int, count: int, overrides: dict[str, str], stream: str) -
         return bench(cluster.config_path, "--stream", stream, "--count", str(count), "--node", "1")
 
 
-def measure_ceiling(count: int) -> dict[str, Any]:
-    return run_json(str(ROOT / "scripts" / "ceiling.py"), "--count", str(count))
+def measure_ceiling(count: int, nodes: int) -> dict[str, Any]:
+    return run_json(
+        str(ROOT / "scripts" / "ceiling.py"), "--count", str(count), "--nodes", str(nodes)
+    )
 
 
 def measure_nats() -> str | None:
@@ -195,14 +197,15 @@ def main() -> None:
             )
             print(f"## round {round_no}: {nodes} nodes, fsync = {fsync}, security = {security}\n")
             print(describe(found), flush=True)
-        ceiling = measure_ceiling(args.count)
-        print(
-            f"## round {round_no}: the ceiling (scripts/ceiling.py)\n\n"
-            f"- pipelined: {ceiling['pipelined']['tx_per_s']:,.0f} acked tx/s\n"
-            f"- one in flight: p50 {ceiling['single']['p50_ms']:.3f} ms, "
-            f"p99 {ceiling['single']['p99_ms']:.3f} ms\n",
-            flush=True,
-        )
+        ceilings = {nodes: measure_ceiling(args.count, nodes) for nodes in (3, 5)}
+        for nodes, ceiling in ceilings.items():
+            print(
+                f"## round {round_no}: the ceiling on {nodes} nodes (scripts/ceiling.py)\n\n"
+                f"- pipelined: {ceiling['pipelined']['tx_per_s']:,.0f} acked tx/s\n"
+                f"- one in flight: p50 {ceiling['single']['p50_ms']:.3f} ms, "
+                f"p99 {ceiling['single']['p99_ms']:.3f} ms\n",
+                flush=True,
+            )
         if args.skip_nats:
             rounds.append((results, None))
             continue
@@ -212,7 +215,7 @@ def main() -> None:
         print(f"## round {round_no}: NATS JetStream R3 (../shared/peers)\n")
         print("```\n" + (nats or missing) + "\n```\n", flush=True)
         if nats:
-            per_round.append(ratios(results, ceiling, nats))
+            per_round.append(ratios(results, ceilings, nats))
     if per_round:
         print(ratio_table(per_round))
     if args.spark:
@@ -286,10 +289,13 @@ def parse_nats(nats: str) -> tuple[dict[str, float], dict[str, tuple[float, floa
 
 
 def ratios(
-    results: dict[tuple[int, str, str], dict[str, Any]], ceiling: dict[str, Any], nats: str
+    results: dict[tuple[int, str, str], dict[str, Any]],
+    ceilings: dict[int, dict[str, Any]],
+    nats: str,
 ) -> dict[str, float]:
     """The targets' ratios against the peer measured in the same round ({} if it failed)."""
     best, sync = parse_nats(nats)
+    ceiling = ceilings[3]
     if len(best) < 2 or len(sync) < 2:
         return {}
     always, never = results[(3, "always", "curve")], results[(3, "never", "curve")]
@@ -324,6 +330,10 @@ def ratios(
         ),
         "3 nodes never / ceiling, pipelined": (
             never["peak"]["tx_per_s"] / ceiling["pipelined"]["tx_per_s"]
+        ),
+        # every node folds every tx: on two cores five such processes share what three did
+        "ceiling 5 nodes / 3 nodes, pipelined": (
+            ceilings[5]["pipelined"]["tx_per_s"] / ceiling["pipelined"]["tx_per_s"]
         ),
     }
 

@@ -1,19 +1,20 @@
 """The ceiling of this machine for a quorum relay written in Python: the least program that
 does relay's hot path, measured beside relay and JetStream in the same run.
 
-What it does, and nothing more: three node processes and one producer process on 127.0.0.1,
-ZeroMQ as relay uses it (a ROUTER for the producer, PUB/SUB between nodes, msgpack frames).
-The producer sends batches of 100-byte payloads with a window of batches in flight. Node 0
-gives each payload the next seq, folds a rolling blake3 digest over (previous digest, seq,
-payload), and broadcasts everything pending in one frame per loop turn; nodes 1 and 2 fold the
-same chain and answer with one vote (last seq, digest) per turn; node 0 answers a batch once
-one other node's digest agrees with its own at or beyond the batch's last seq (a majority of
-three). No disk, no deduplication, no epochs, no encryption, no repair, no consumers: every
-figure relay reaches is below this one, so a target above it is out of reach for any Python
-design of relay on this machine. (``../shared/peers/README.md`` describes such a program; this
-is the one this repository measures.)
+What it does, and nothing more: three (or ``--nodes 5``) node processes and one producer
+process on 127.0.0.1, ZeroMQ as relay uses it (a ROUTER for the producer, PUB/SUB between
+nodes, msgpack frames). The producer sends batches of 100-byte payloads with a window of
+batches in flight. Node 0 gives each payload the next seq, folds a rolling blake3 digest over
+(previous digest, seq, payload), and broadcasts everything pending in one frame per loop turn;
+every other node folds the same chain and answers with one vote (its id, last seq, digest) per
+turn; node 0 answers a batch once enough other nodes' digests agree with its own at or beyond
+the batch's last seq to make a majority with it (one other of three, two of five). No disk,
+no deduplication, no epochs, no encryption, no repair, no consumers: every figure relay reaches
+is below this one, so a target above it is out of reach for any Python design of relay on this
+machine. (``../shared/peers/README.md`` describes such a program; this is the one this
+repository measures.)
 
-Usage: python scripts/ceiling.py [--count N] [--window W] [--batch B] [--json]
+Usage: python scripts/ceiling.py [--count N] [--window W] [--batch B] [--nodes 3|5] [--json]
 """
 
 from __future__ import annotations
@@ -70,11 +71,12 @@ def mesh(ctx: zmq.Context[Any], own: int, peers: list[int]) -> tuple[Any, Any]:
     return pub, sub
 
 
-def coordinator(ports: dict[str, int], stop: Any) -> None:
+def coordinator(ports: dict[str, int], nodes: int, stop: Any) -> None:
     ctx = zmq.Context()
     client = ctx.socket(zmq.ROUTER)
     client.bind(f"tcp://127.0.0.1:{ports['client']}")
-    pub, votes = mesh(ctx, ports["node0"], [ports["node1"], ports["node2"]])
+    pub, votes = mesh(ctx, ports["node0"], [ports[f"node{n}"] for n in range(1, nodes)])
+    others = nodes // 2  # the other nodes' votes that make a majority with node 0's own
     poller = zmq.Poller()
     poller.register(client, zmq.POLLIN)
     poller.register(votes, zmq.POLLIN)
@@ -82,6 +84,7 @@ def coordinator(ports: dict[str, int], stop: Any) -> None:
     digests: deque[bytes] = deque(maxlen=DIGEST_KEEP)  # the digest at seq - len + 1 .. seq
     waiting: list[tuple[bytes, int, int, int]] = []  # (who, req_id, first seq, last seq)
     verified = 0
+    agreed: dict[int, int] = {}  # node -> the highest seq its vote agreed with node 0 at
     while not stop.is_set():
         if not poller.poll(100):
             continue
@@ -102,11 +105,13 @@ def coordinator(ports: dict[str, int], stop: Any) -> None:
             pub.send(msgpack.packb((first, pending)))
         while True:
             try:
-                vote_seq, vote_digest = msgpack.unpackb(votes.recv(zmq.NOBLOCK))
+                voter, vote_seq, vote_digest = msgpack.unpackb(votes.recv(zmq.NOBLOCK))
             except zmq.Again:
                 break
-            if verified < vote_seq and at(digests, seq, vote_seq) == vote_digest:
-                verified = vote_seq
+            if at(digests, seq, vote_seq) == vote_digest:
+                agreed[voter] = vote_seq
+        if len(agreed) >= others:
+            verified = max(verified, sorted(agreed.values())[-others])
         if waiting and waiting[0][3] <= verified:
             kept = []
             for who, req_id, low, high in waiting:
@@ -138,7 +143,7 @@ def replica(node: int, ports: dict[str, int], stop: Any) -> None:
             seq += len(payloads)
             moved = True
         if moved:
-            pub.send(msgpack.packb((seq, digest)))
+            pub.send(msgpack.packb((node, seq, digest)))
     ctx.destroy(linger=0)
 
 
@@ -176,25 +181,26 @@ def produce(port: int, count: int, window: int, batch: int) -> dict[str, Any]:
     }
 
 
-def measure(count: int, window: int, batch: int) -> dict[str, Any]:
-    ports = {name: free_port() for name in ("client", "node0", "node1", "node2")}
+def measure(count: int, window: int, batch: int, nodes: int) -> dict[str, Any]:
+    names = ["client", *(f"node{n}" for n in range(nodes))]
+    ports = {name: free_port() for name in names}
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    nodes = [ctx.Process(target=coordinator, args=(ports, stop))] + [
-        ctx.Process(target=replica, args=(n, ports, stop)) for n in (1, 2)
+    procs = [ctx.Process(target=coordinator, args=(ports, nodes, stop))] + [
+        ctx.Process(target=replica, args=(n, ports, stop)) for n in range(1, nodes)
     ]
-    for node in nodes:
-        node.start()
+    for proc in procs:
+        proc.start()
     try:
         time.sleep(1.0)  # every SUB connected before the first broadcast (slow joiner)
         produce(ports["client"], min(count, 2000), window, batch)  # warm-up
         return {"window": window, "batch": batch, **produce(ports["client"], count, window, batch)}
     finally:
         stop.set()
-        for node in nodes:
-            node.join(timeout=5)
-            if node.is_alive():
-                node.kill()
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
 
 
 def main() -> None:
@@ -203,17 +209,22 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=32, help="batches in flight")
     parser.add_argument("--batch", type=int, default=512, help="payloads per request")
     parser.add_argument("--single", type=int, default=3000, help="one-in-flight publishes")
+    parser.add_argument("--nodes", type=int, choices=(3, 5), default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = {
-        "pipelined": measure(args.count, args.window, args.batch),
-        "single": measure(args.single, 1, 1),
+        "nodes": args.nodes,
+        "pipelined": measure(args.count, args.window, args.batch, args.nodes),
+        "single": measure(args.single, 1, 1, args.nodes),
     }
     if args.json:
         print(json.dumps(result))
         return
     p, s = result["pipelined"], result["single"]
-    print(f"pipelined (window {p['window']} x batch {p['batch']}): {p['tx_per_s']:,.0f} tx/s")
+    print(
+        f"{args.nodes} nodes, pipelined (window {p['window']} x batch {p['batch']}): "
+        f"{p['tx_per_s']:,.0f} tx/s"
+    )
     print(f"one in flight: p50 {s['p50_ms']:.3f} ms, p99 {s['p99_ms']:.3f} ms")
 
 
