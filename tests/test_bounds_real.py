@@ -21,6 +21,7 @@ from test_security_real import metric
 
 from relay import Consumer, Producer
 from relay.runtime.local_cluster import LocalCluster
+from relay.runtime.outbox import CONNECTION_BYTES_MAX
 from relay.wire.client import fetch_request, publish_request
 
 pytestmark = pytest.mark.slow
@@ -130,6 +131,11 @@ def test_fetches_nobody_reads_cannot_grow_a_node(cluster: LocalCluster) -> None:
     try:
         for req_id in range(1, 2501):
             sock.send(fetch_request(req_id, "orders.unread", 0, 5000, 0, False))
+        waiting, deadline = 0.0, time.monotonic() + 10
+        while waiting == 0 and time.monotonic() < deadline:  # answers of 1 MiB past the
+            time.sleep(0.1)  # 64 the connection's queue holds wait, up to 16 MiB, then drop
+            waiting = answers_waiting(cluster, 3)
+        assert 0 < waiting <= CONNECTION_BYTES_MAX
         with Consumer("orders.unread", config=cluster.config_path, node=3) as consumer:
             assert len(consumer.take(40, timeout_s=60)) == 40  # answered amid the flood
         peak = 0.0
@@ -142,7 +148,15 @@ def test_fetches_nobody_reads_cannot_grow_a_node(cluster: LocalCluster) -> None:
         assert peak < 300
     finally:
         sock.close(linger=0)
+    deadline = time.monotonic() + 15  # gone, or older than 3 s: dropped, and the gauge says so
+    while answers_waiting(cluster, 3) > 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert answers_waiting(cluster, 3) == 0
     assert epochs(cluster) == before
+
+
+def answers_waiting(cluster: LocalCluster, node_id: int) -> float:
+    return metric(cluster, node_id, "relay_client_answers_waiting_bytes")
 
 
 def refused(cluster: LocalCluster, node_id: int, kind: str) -> float:

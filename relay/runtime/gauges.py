@@ -51,7 +51,9 @@ class Gauges:
         children[0].inc(count)
         children[1].set(seq_unix_ms(v.seq) / 1000)
 
-    def update(self, core: NodeCore, disk: NodeDisk, requests_open: int) -> None:
+    def update(
+        self, core: NodeCore, disk: NodeDisk, requests_open: int, answers_waiting: int
+    ) -> None:
         """Gauges from the core's state; only streams that are not at rest can have a lag
         (or a dedup index that changes)."""
         active = {name for name in core.active if name in core.streams}
@@ -65,6 +67,7 @@ class Gauges:
         self.metrics.peers_up.set(len(core.peers.up_nodes()) - 1)
         self.metrics.parked.set(core.parked.count)
         self.metrics.requests_open.set(requests_open)
+        self.metrics.answers_waiting.set(answers_waiting)
         self.metrics.storage_ok.set(0 if core.storage_error else 1)
         for name, stream_log in disk.store.logs.items():
             self.metrics.log_bytes.labels(name).set(stream_log.bytes_on_disk())

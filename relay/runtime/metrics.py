@@ -128,6 +128,12 @@ class NodeMetrics:
             "Client requests taken and not yet answered, log reads waiting included",
             registry=r,
         )
+        self.answers_waiting = Gauge(
+            "relay_client_answers_waiting_bytes",
+            "Bytes of answers waiting in the node for room in their connection's queue "
+            "(200 more counted per answer; at most 256 MiB)",
+            registry=r,
+        )
         self.dedup_keys = Gauge(
             "relay_dedup_keys",
             "Producer keys the stream's dedup index holds (kept, pending and skipped copies)",

@@ -227,7 +227,8 @@ class NodeRuntime:
                     next_gauge = elapsed + GAUGE_MS
                     trim_heap()
                     open_ = len(self.clients.limits.open) + len(self.log_reads)
-                    self.gauges.update(self.core, self.disk, open_)
+                    waiting = self.clients.outbox.total_bytes
+                    self.gauges.update(self.core, self.disk, open_, waiting)
                     self.pending += self.disk.retain(now.wall_ms)
             self._leave()
         finally:
