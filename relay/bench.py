@@ -5,7 +5,10 @@ Three modes: one publish at a time (``--window 1 --batch 1``: the latency of a s
 in flight), pipelined as fast as acks come back (the default), and open loop at a fixed
 ``--rate`` (latency at a chosen load). In open loop a message's latency counts from the time
 it was due to be sent, not from when the producer got round to it, so a stall is charged to
-every message it delayed (no coordinated omission, as wrk2 and HdrHistogram measure). With
+every message it delayed (no coordinated omission, as wrk2 and HdrHistogram measure); the
+producer sleeps until each message is due and hands what is queued to the node at least once a
+millisecond (``LINGER_S``; it used to spin on its socket, taking a core from the nodes and
+sending requests of a message or two). With
 ``--consumers M`` each of M consumers reads the stream and measures end to end, from a
 message's due time (carried in its first 8 bytes) to its arrival at the consumer. Producers
 and consumers are processes of their own; the progress line counts acknowledged messages.
@@ -31,6 +34,9 @@ from relay.gc_tuning import tune_gc
 STAMP = struct.Struct("<d")  # a message's due time (Unix seconds), when consumers measure
 WARM_UP = b"warm"  # shorter than a stamp: consumers skip it
 CONSUMER_IDLE_S = 10.0  # a consumer gives up once nothing arrived this long after the end
+# open loop: what is queued goes to the node at least this often (as Kafka's linger.ms), and
+# a message due sooner than SLEEP_MIN_S is sent without a sleep
+LINGER_S, SLEEP_MIN_S = 0.001, 50e-6
 
 
 class BenchError(RuntimeError):
@@ -205,14 +211,18 @@ def _produce(
         pending: deque[tuple[float, PublishFuture]] = deque()
         interval = 1.0 / rate if rate else 0.0
         failed = 0
+        handed = started  # when what was queued last went to the node (open loop)
         for i in range(share):
             due = started + i * interval if interval else time.perf_counter()
-            while interval and time.perf_counter() < due:
-                producer.poll()
+            if interval:
+                _wait_until(producer, due)
             payload = STAMP.pack(due + wall_offset) + padding if settings.consumers else padding
             pending.append((due, producer.send(settings.stream, payload)))
             if settings.window == 1 and settings.batch == 1:
                 producer.flush()  # one publish in flight
+            elif interval and time.perf_counter() - handed >= LINGER_S:
+                producer.poll()  # hand over what is queued, take answers in
+                handed = time.perf_counter()
             if pending[0][1].done():
                 failed += _settle(pending, latencies, acked)
         producer.flush()
@@ -221,6 +231,17 @@ def _produce(
     results.put(
         ("produced", {"latencies": latencies, "failed": failed, "started": started, "ended": ended})
     )
+
+
+def _wait_until(producer: Producer, due: float) -> None:
+    """Sleep until ``due`` (``time.perf_counter()``), taking answers in meanwhile: waits of a
+    millisecond or more in the producer's poll (an answer wakes it), shorter ones in
+    ``time.sleep``; a message due within ``SLEEP_MIN_S`` goes at once."""
+    while (ahead := due - time.perf_counter()) >= SLEEP_MIN_S:
+        if ahead < 0.001:
+            time.sleep(ahead)
+            return
+        producer.poll(int(ahead * 1000))
 
 
 def _consume(settings: BenchSettings, results: Any, ready: Synchronized[int], go: Any) -> None:
