@@ -41,9 +41,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield made
 
 
-def dealer(cluster: LocalCluster, node_id: int) -> zmq.Socket[Any]:
+def dealer(cluster: LocalCluster, node_id: int, queue_max: int = 1000) -> zmq.Socket[Any]:
+    """A client socket; ``queue_max``: the answers its own library takes in unread."""
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, queue_max)
     cluster.secure(sock, node_id)
     sock.connect(cluster.config.node(node_id).client_address)
     return sock
@@ -127,7 +129,7 @@ def test_fetches_nobody_reads_cannot_grow_a_node(cluster: LocalCluster) -> None:
             producer.send("orders.unread", bytes([i]) * MIB)
         producer.flush()
     before = epochs(cluster)
-    sock = dealer(cluster, 3)
+    sock = dealer(cluster, 3, queue_max=1)  # its library takes in no more than it reads
     try:
         for req_id in range(1, 2501):
             sock.send(fetch_request(req_id, "orders.unread", 0, 5000, 0, False))
