@@ -18,6 +18,7 @@ import pytest
 import zmq
 from test_fuzz_live import rss_mb
 from test_security_real import metric
+from waits import until
 
 from relay import Consumer, Producer
 from relay.runtime.local_cluster import LocalCluster
@@ -109,11 +110,7 @@ def test_hundreds_of_large_payloads_leave_every_node_bounded(cluster: LocalClust
         assert all(f.result().seq > 0 for f in futures)
     # the heap's free pages go back within a second (relay.runtime.malloc): without that,
     # each node stayed at 200-250 MB
-    deadline = time.monotonic() + 5
-    rss = rss_of(cluster)
-    while time.monotonic() < deadline and max(rss) >= 150:
-        time.sleep(0.1)
-        rss = rss_of(cluster)
+    rss = until(lambda: rss_of(cluster), lambda mb: max(mb) < 150, timeout_s=5)
     assert max(rss) < 150, f"the nodes hold the payloads: {rss} MB"
     assert epochs(cluster) == before  # nobody was cut while the flood went through
     with Consumer("orders.large", config=cluster.config_path, node=2) as consumer:
@@ -133,10 +130,8 @@ def test_fetches_nobody_reads_cannot_grow_a_node(cluster: LocalCluster) -> None:
     try:
         for req_id in range(1, 2501):
             sock.send(fetch_request(req_id, "orders.unread", 0, 5000, 0, False))
-        waiting, deadline = 0.0, time.monotonic() + 10
-        while waiting == 0 and time.monotonic() < deadline:  # answers of 1 MiB past the
-            time.sleep(0.1)  # 64 the connection's queue holds wait, up to 16 MiB, then drop
-            waiting = answers_waiting(cluster, 3)
+        # answers of 1 MiB past the 64 the connection's queue holds wait, up to 16 MiB
+        waiting = until(lambda: answers_waiting(cluster, 3), lambda b: b > 0, timeout_s=10)
         assert 0 < waiting <= CONNECTION_BYTES_MAX
         with Consumer("orders.unread", config=cluster.config_path, node=3) as consumer:
             assert len(consumer.take(40, timeout_s=60)) == 40  # answered amid the flood
@@ -150,9 +145,8 @@ def test_fetches_nobody_reads_cannot_grow_a_node(cluster: LocalCluster) -> None:
         assert peak < 300
     finally:
         sock.close(linger=0)
-    deadline = time.monotonic() + 15  # gone, or older than 3 s: dropped, and the gauge says so
-    while answers_waiting(cluster, 3) > 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # gone, or older than 3 s: dropped, and the gauge says so
+    until(lambda: answers_waiting(cluster, 3), lambda b: b == 0, timeout_s=15)
     assert answers_waiting(cluster, 3) == 0
     assert epochs(cluster) == before
 
