@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from relay.auth import keys, local_keys
 from relay.auth import settings as auth
 from relay.auth.settings import AuthSettings
 from relay.core.flake import NODE_ID_MAX
@@ -22,6 +23,7 @@ from relay.storage import settings as storage
 from relay.storage.settings import StorageSettings
 
 REPLICAS_MIN = 3
+METRICS_STREAMS_MAX = 100  # streams with metric series of their own; the rest are summed
 MAX_INT = (1 << 63) - 1
 # (least, most) of each core setting; every other one is an integer from 1 up
 PARAM_BOUNDS = {
@@ -75,6 +77,7 @@ class ClusterConfig:
     storage: StorageSettings = field(default_factory=StorageSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     clients: ClientBounds = field(default_factory=ClientBounds)
+    metrics_streams_max: int = METRICS_STREAMS_MAX
 
     def node(self, node_id: int) -> NodeSpec:
         for spec in self.nodes:
@@ -109,7 +112,7 @@ class ClusterConfig:
 
 _PARAM_KEYS = {f.name for f in fields(CoreParams)} - {"votes_wait_for_disk"}
 _CLUSTER_KEYS = (
-    {"name", "allow_small_replication", "run_dir"}
+    {"name", "allow_small_replication", "run_dir", "metrics_streams_max"}
     | _PARAM_KEYS
     | storage.KEYS
     | auth.KEYS
@@ -127,6 +130,10 @@ def load(path: str | Path) -> ClusterConfig:
         raise ConfigError(f"{p}: no such config file (see cluster.example.toml)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    try:
+        local_keys.fill(str(p), raw, p.parent)
+    except (local_keys.LocalKeysError, keys.KeyFileError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
     return parse(raw, p)
 
 
@@ -187,6 +194,12 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     ):
         if type(value) is not kind:
             raise ConfigError(f"{where}: 'cluster.{key}' must be a {kind.__name__}, got {value!r}")
+    series = cluster.get("metrics_streams_max", METRICS_STREAMS_MAX)
+    if type(series) is not int or not 0 <= series <= 100_000:
+        raise ConfigError(
+            f"{where}: 'cluster.metrics_streams_max' must be an integer from 0 to 100000, "
+            f"got {series!r:.60}"
+        )
     nodes = raw.get("node")
     if not isinstance(nodes, list) or not nodes:
         raise ConfigError(f"{where}: at least one [[node]] table is required")
@@ -204,6 +217,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         storage=stored,
         auth=security,
         clients=bounds,
+        metrics_streams_max=series,
     )
     if params["quorum"] > len(specs):
         raise ConfigError(

@@ -78,6 +78,23 @@ def test_a_malformed_admin_frame_gets_an_error(cluster: LocalCluster, frame: byt
     assert cluster.status(2) is not None and cluster.status(2).state == "serving"
 
 
+def test_a_request_of_several_frames_gets_an_error_and_the_node_serves_on(
+    cluster: LocalCluster,
+) -> None:
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        cluster.secure(sock, 1, cluster.admin_pair)
+        sock.connect(f"tcp://127.0.0.1:{cluster.admin_ports[1]}")
+        sock.send_multipart([msgpack.packb(["status", None]), b"second"])
+        assert sock.poll(5000), "the node did not answer"
+        reply = msgpack.unpackb(sock.recv(), raw=False)
+    finally:
+        sock.close(linger=0)
+    assert reply == {"ok": False, "error": "an admin request is one frame, not 2"}
+    assert admin(cluster, 1, "status", None)["ok"] is True
+
+
 def test_an_oversized_admin_frame_is_dropped_and_the_node_serves_on(
     cluster: LocalCluster,
 ) -> None:

@@ -216,6 +216,29 @@ def test_cluster_up_with_nodes_writes_its_own_file(
     assert down.exit_code == 0 and down.output.count("stopped") == 3
 
 
+def test_the_example_file_starts_a_working_cluster_on_a_fresh_checkout(tmp_path: Path) -> None:
+    """Its public keys had no secret halves: `relay cluster up` refused it. Its keys are now
+    made on first use (local_keys), and its clients are admitted by key."""
+    base = free_base_port(3)
+    text = (Path(__file__).resolve().parent.parent / "cluster.example.toml").read_text()
+    for offset in (0, 100, 200):
+        for i in (1, 2, 3):
+            text = text.replace(f" = {7100 + offset + i}\n", f" = {base + offset + i}\n")
+    path = tmp_path / "cluster.example.toml"
+    path.write_text(text)
+    config = ["--config", str(path)]
+    try:
+        up = CliRunner().invoke(main, ["cluster", "up", *config])
+        assert up.exit_code == 0, up.output
+        assert (tmp_path / ".relay" / "local3" / "keys" / "client.key_secret").exists()
+        assert cli("publish", *config, "--stream", "orders", "hello").split()[0].isdigit()
+        found = cli("consume", *config, "--stream", "orders", "--from", "earliest", "-e")
+        assert found.split()[1] == b"hello"
+    finally:
+        down = CliRunner().invoke(main, ["cluster", "down", *config])
+    assert down.exit_code == 0 and down.output.count("stopped") == 3
+
+
 def bench_command(cluster: LocalCluster, *args: str) -> list[str]:
     config = str(cluster.config_path)
     return [sys.executable, "-m", "relay", "bench", "--config", config, "--json", *args]

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.auth import keys
 from relay.config import ConfigError, load, parse
 from relay.runtime.templates import cluster_toml
 
@@ -24,9 +25,19 @@ def set_key(text: str, key: str, value: str) -> str:
     return text.replace("[cluster]", f"[cluster]\n{key} = {value}", 1)
 
 
-def test_the_example_config_loads() -> None:
-    config = load(ROOT / "cluster.example.toml")
+def test_the_example_config_loads_with_keys_made_on_first_use(tmp_path: Path) -> None:
+    example = (ROOT / "cluster.example.toml").read_text()
+    (tmp_path / "cluster.toml").write_text(example)
+    config = load(tmp_path / "cluster.toml")
     assert [n.id for n in config.nodes] == [1, 2, 3]
+    keys_dir = config.keys_dir()
+    assert keys_dir == tmp_path / ".relay" / "local3" / "keys"
+    assert config.node(2).public_key == keys.read(keys.secret_file(keys_dir, "node-2")).public
+    assert config.auth.client_keys == (keys.read(keys.secret_file(keys_dir, "client")).public,)
+    assert load(tmp_path / "cluster.toml") == config  # made once, read after
+    (tmp_path / "far.toml").write_text(example.replace('host = "127.0.0.1"', 'host = "10.1.2.3"'))
+    with pytest.raises(ConfigError, match=r"'node\[0\].host' is '10.1.2.3', not a loopback"):
+        load(tmp_path / "far.toml")
 
 
 def test_init_writes_loadable_3_and_5_node_configs() -> None:

@@ -231,6 +231,18 @@ def test_a_peer_whose_promise_never_moves_is_cut_and_the_others_are_not() -> Non
     assert [peer for peer, _ in faults_of(effects)] == [3]
 
 
+def test_a_peer_this_node_reads_late_is_not_cut_for_a_late_promise() -> None:
+    """After a restart with thousands of streams, a node reading a backlog of acks hears its
+    peers' heartbeats late; the shell says so, and nobody is cut for it."""
+    node = serving()
+    effects: list[Effect] = []
+    for t in range(50, 3000, 50):
+        late = MeshReceived(Heartbeat(3, NOW + 3, 0, (), ()))
+        tick = Tick(frozenset({3}))
+        effects += node.handle(at(t), [heartbeat(1, node), late, heartbeat(4, node), tick])
+    assert not [e for e in effects if isinstance(e, Notice) and e.kind == "peer_down"]
+
+
 def test_a_peer_that_admits_nobody_cannot_stall_publishes() -> None:
     node = core(1)
     accepts = ((1, NOW), (2, NOW + 2), (3, NOW + 3))

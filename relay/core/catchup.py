@@ -63,6 +63,7 @@ class CatchupAction(Enum):
     NONE = "none"
     SYNC = "sync"  # ask the peers for their verified timeline
     REFOLD = "refold"  # give up the unverified tail and fold it again
+    GENESIS = "genesis"  # synced at genesis just now: fold what waited, and say so
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,7 @@ class Catchup:
                 return CatchupAction.SYNC
             if peers.verified_known == peers.live and peers.live + 1 >= quorum:
                 self.apply(CatchupInput.GENESIS_AGREED, elapsed_ms)
+                return CatchupAction.GENESIS
             return CatchupAction.NONE
         diverged = self.state is CatchupState.DIVERGED
         if not diverged and not peers.heads_ahead:

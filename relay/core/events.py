@@ -41,7 +41,11 @@ class FetchRequested:
 class Tick:
     """Time passed: check timers (heartbeats, suspicion, publish timeouts, cuts, repairs).
 
-    The shell sends one every few milliseconds; other events do not run the timers."""
+    The shell sends one every few milliseconds; other events do not run the timers.
+    ``behind`` names the peers whose frames this node left unread since the last tick (its
+    drain hit its bound): what it hears of them is late, so their promises look late too."""
+
+    behind: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,7 @@ class MeshIntake(NodeParts):
             else:  # at rest: the origin may never have heard our vote past its claim
                 state.needs_ack = True
             self._touch(name)
-        theirs = next((d for n, d in hb.shared if n == self.node_id), 0)
+        theirs = {bucket: d for n, bucket, d in hb.shared if n == self.node_id}
         self.stream_set.compare(hb.sender, theirs, self.elapsed_ms, self.params.suspect_after_ms)
         self.peers.promise(hb.sender, hb.floor)
         for state in self.stream_set.active_streams():  # where something may wait to fold

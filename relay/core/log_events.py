@@ -50,6 +50,7 @@ class LogEvents(NodeParts):
         )
         state.log.base_seq = event.log_base
         self.origin.clock.observe(state.timeline.head_seq)
+        self.stream_set.restored(event.stream)  # its first ack is paced
 
     def _on_retained(self, event: Retained) -> None:
         state = self.streams.get(event.stream)

@@ -184,8 +184,8 @@ class Heartbeat:
     # (node, epoch) of every peer as this node last heard it: a node that restarted with a
     # wall clock behind its previous incarnation's learns it must pick a higher epoch
     epochs: tuple[tuple[int, int], ...] = ()
-    # (peer, digest of the names of the streams both replicate), to find streams missed
-    shared: tuple[tuple[int, int], ...] = ()
+    # (peer, bucket, digest of the names of the streams both replicate), to find streams missed
+    shared: tuple[tuple[int, int, int], ...] = ()
 
     channel = Channel.HEARTBEAT
 

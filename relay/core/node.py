@@ -134,6 +134,7 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
                 self.heartbeat.stop()  # announce it at once
                 upkeep = True
             elif isinstance(event, Tick):
+                self.peers.behind(self.elapsed_ms, event.behind)
                 upkeep = True
         if upkeep:  # timers, cuts and repairs run on ticks, not on every message
             self._tick(now)
@@ -240,6 +241,7 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
             for origin, floor in self.peers.frozen(elapsed):
                 self._peer_fault(origin, f"kept its promise at {floor}, behind this node's")
                 self._suspect(origin, "did not move its promise")
+        self.stream_set.pay(elapsed)
         states = self.peers.states
         for name in list(self.active):
             state = self.streams[name]
@@ -300,7 +302,7 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
             accepts=tuple(accepts),
             leaving=self.state is NodeState.LEAVING,
             epochs=tuple((n, p.epoch) for n, p in self.peers.by_id.items() if p.epoch),
-            shared=tuple(sorted(self.stream_set.shared.items())),
+            shared=tuple(r for peer in self.peers.by_id for r in self.stream_set.digests_for(peer)),
         )
         self._effects.append(Broadcast(hb))
         self.peers.promised(self.elapsed_ms, hb.floor)

@@ -27,7 +27,7 @@ class Heard(Enum):
 
 
 class Peer:
-    __slots__ = ("accepts", "epoch", "floor", "heard", "silence", "up", "up_since")
+    __slots__ = ("accepts", "behind_at", "epoch", "floor", "heard", "silence", "up", "up_since")
 
     def __init__(self, fence_after_ms: int, suspect_after_ms: int) -> None:
         self.epoch = 0
@@ -35,6 +35,7 @@ class Peer:
         self.up_since = 0  # when it last came up or started an epoch (elapsed ms)
         self.floor = 0  # its latest promise in this epoch
         self.accepts: frozenset[tuple[int, int]] = frozenset()  # the origins it admits
+        self.behind_at = -1  # when this node last left frames of it unread (elapsed ms)
         self.heard = Timeout(fence_after_ms)  # running and not fired: heard recently
         self.silence = Timeout(suspect_after_ms)  # fired: suspect it
 
@@ -88,10 +89,18 @@ class Peers:
         while len(self.sent) >= 2 and self.sent[1][0] <= due:
             self.sent.popleft()
 
+    def behind(self, elapsed_ms: int, peers: frozenset[int]) -> None:
+        """This node left frames of ``peers`` unread: it hears them late."""
+        for n in peers:
+            if n in self.by_id:
+                self.by_id[n].behind_at = elapsed_ms
+
     def frozen(self, elapsed_ms: int) -> list[tuple[int, int]]:
         """(peer, its promise) of the up peers whose promise has not reached the floor this
         node sent ``promise_lag_max_ms`` ago: a promise that does not move stalls every
-        stream's folding, so such a peer is treated as a silent one."""
+        stream's folding, so such a peer is treated as a silent one. A peer whose frames
+        this node left unread within that time is not judged: its promise is late because
+        this node reads it late (thousands of streams acking at once after a restart)."""
         due = elapsed_ms - self.promise_lag_max_ms
         if not self.sent or self.sent[0][0] > due:
             return []
@@ -99,7 +108,7 @@ class Peers:
         return [
             (n, p.floor)
             for n, p in self.by_id.items()
-            if p.up and p.up_since <= due and p.floor < floor
+            if p.up and p.up_since <= due and p.behind_at < due and p.floor < floor
         ]
 
     def down(self, node: int) -> None:

@@ -274,6 +274,7 @@ class StreamReplica(TimelineRebuild):
         )
         tail = self.timeline.head_seq > verified
         action = self.catchup.on_tick(elapsed_ms, view, self.quorum, tail)
+        self.needs_ack |= action is CatchupAction.GENESIS
         if action is CatchupAction.REFOLD:
             return Upkeep(repairs, refolded=self.refold(elapsed_ms))
         if action is CatchupAction.SYNC and self.asks.sync.ready(elapsed_ms):

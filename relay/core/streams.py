@@ -8,15 +8,21 @@ concern every stream (a peer restarted, came back or is suspected; this node's e
 are here too; they are rare.
 
 Streams at rest say nothing, so a node that was away could miss that a stream exists. Each
-heartbeat carries, per peer, a digest of the names of the streams both replicate (an XOR of
-name hashes, kept up to date as streams appear); a node whose digest for a peer differs from
-the peer's for it announces every stream they share (at most once per ``announce_ms``), and
-the peer learns the ones it lacks.
+heartbeat carries, per peer, digests of the names of the streams both replicate, in
+``BUCKETS`` buckets by name hash (an XOR of name hashes per bucket). A bucket whose two
+digests (ours, the peer's) differ and stay the same for ``announce_ms`` is announced: every
+stream the two share in it is acked (at most once per ``announce_ms`` per peer and bucket), and
+the peer learns the ones it lacks. Streams being created make the digests differ only while
+their first messages are on the way, and each new one changes them, so a burst of new streams
+costs no announcement; a stream one node lacks costs one bucket's acks, not every stream's.
+Such acks, those owed to a peer that came back and those of streams restored at start are
+paced (``pay``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 from blake3 import blake3
 
@@ -26,9 +32,14 @@ from relay.core.routing import Routing, stream_name_problem
 from relay.core.stream import PeerStates, StreamLimits, StreamReplica
 from relay.core.timer import Timeout
 
+BUCKETS = 16  # the shared-stream digests a heartbeat carries per peer
+OWED_ACKS_PER_S = 2000  # how fast owed acks are paid (a peer came back, a restart)
+OWED_ACKS_BURST = 64  # and at most this many in one turn
+
 
 def name_mark(name: str) -> int:
-    """A 64-bit hash of a stream name; XORed together they digest a set of names."""
+    """A 64-bit hash of a stream name; XORed together they digest a set of names, and its
+    low bits pick the name's bucket."""
     return int.from_bytes(blake3(name.encode()).digest()[:8], "big")
 
 
@@ -41,8 +52,13 @@ class StreamSet:
         self.by_name: dict[str, StreamReplica] = {}
         self.active: dict[str, None] = {}  # insertion-ordered: replays stay deterministic
         self.dirty: dict[str, None] = {}
-        self.shared: dict[int, int] = {}  # peer -> digest of the stream names both replicate
-        self.announced: dict[int, Timeout] = {}  # peer -> when we last announced all to it
+        self.owed: dict[str, None] = {}  # streams that owe their peers an ack, paid by ``pay``
+        self.paid_at = 0  # elapsed ms of the last payment
+        # (peer, bucket) -> digest of the names of the streams both replicate
+        self.shared: dict[tuple[int, int], int] = {}
+        # (peer, bucket) -> (ours, theirs, since when both are so) while they differ
+        self.differ: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.announced: dict[tuple[int, int], Timeout] = {}  # (peer, bucket) -> last announced
 
     def ensure(self, name: str, epoch: int, peers: PeerStates) -> StreamReplica | None:
         """The stream, created if this node replicates it and may hold one more."""
@@ -63,10 +79,15 @@ class StreamSet:
                 state.follow(origin, peer_epoch)
         self.by_name[name] = state
         mark = name_mark(name)
+        bucket = mark % BUCKETS
         for peer in state.peers:
-            self.shared[peer] = self.shared.get(peer, 0) ^ mark
+            self.shared[peer, bucket] = self.shared.get((peer, bucket), 0) ^ mark
         self.touch(name)
         return state
+
+    def digests_for(self, peer: int) -> list[tuple[int, int, int]]:
+        """(peer, bucket, digest) of the buckets where this node shares streams with ``peer``."""
+        return [(peer, b, d) for b in range(BUCKETS) if (d := self.shared.get((peer, b), 0))]
 
     def touch(self, name: str) -> None:
         self.dirty[name] = None
@@ -81,22 +102,57 @@ class StreamSet:
     # --- rare: every stream -------------------------------------------------------------
 
     def peer_up(self, origin: int, epoch: int) -> None:
-        """A peer came back or restarted: follow it and tell it where we are everywhere."""
+        """A peer came back or restarted: follow it, and owe it where we are everywhere."""
         for name, state in self.with_origin(origin):
             state.follow(origin, epoch)
-            state.needs_ack = True
+            self.owed[name] = None
+
+    def restored(self, name: str) -> None:
+        """A stream restored from the log acks its peers when its turn comes (``pay``), not
+        in the first turn with every other one; until then it waits outside the active set
+        (it holds nothing a timer could need before its peers answer)."""
+        self.by_name[name].needs_ack = False
+        self.dirty.pop(name, None)
+        self.active.pop(name, None)
+        self.owed[name] = None
+
+    def pay(self, elapsed_ms: int) -> None:
+        """Ack some of the streams that owe their peers an ack, the oldest debts first, at
+        ``OWED_ACKS_PER_S``: a peer that restarts, or comes back, among thousands of streams
+        hears of them over a few seconds, and nobody's heartbeats wait behind every stream's
+        ack."""
+        owed = self.owed
+        due = (elapsed_ms - self.paid_at) * OWED_ACKS_PER_S // 1000
+        if not owed or due < 1:
+            if not owed:
+                self.paid_at = elapsed_ms
+            return
+        self.paid_at = elapsed_ms
+        for name in list(islice(owed, min(due, OWED_ACKS_BURST))):
+            del owed[name]
+            self.by_name[name].needs_ack = True
             self.touch(name)
 
-    def compare(self, peer: int, theirs: int, elapsed_ms: int, announce_ms: int) -> None:
-        """``peer`` holds the shared streams whose digest is ``theirs``: if it differs from
-        ours, announce every shared stream (rate-limited), so both sides learn what they lack."""
-        if theirs == self.shared.get(peer, 0):
-            return
-        timer = self.announced.setdefault(peer, Timeout(announce_ms))
-        if timer.ready(elapsed_ms):
-            for name, state in self.with_origin(peer):
-                state.needs_ack = True
-                self.touch(name)
+    def compare(self, peer: int, theirs: dict[int, int], elapsed_ms: int, announce_ms: int) -> None:
+        """``peer`` digests the streams it shares with this node as ``theirs`` (bucket ->
+        digest): a bucket whose digests have differed, unchanged, for ``announce_ms`` is
+        announced (rate-limited), so both sides learn what they lack."""
+        for bucket in range(BUCKETS):
+            at = (peer, bucket)
+            ours, their = self.shared.get(at, 0), theirs.get(bucket, 0)
+            if ours == their:
+                self.differ.pop(at, None)
+                continue
+            was = self.differ.get(at)
+            if was is None or was[:2] != (ours, their):
+                self.differ[at] = (ours, their, elapsed_ms)
+                continue
+            if elapsed_ms - was[2] < announce_ms:
+                continue
+            if self.announced.setdefault(at, Timeout(announce_ms)).ready(elapsed_ms):
+                for name, _ in self.with_origin(peer):
+                    if name_mark(name) % BUCKETS == bucket:
+                        self.owed[name] = None
 
     def suspect(self, origin: int, epoch: int) -> None:
         for name, state in self.with_origin(origin):

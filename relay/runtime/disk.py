@@ -46,6 +46,7 @@ from relay.storage.syncer import Syncer
 log = logging.getLogger("relay.disk")
 
 RETRY_MS = 1000  # after the disk refused a write, how long until the next try
+RETAIN_SCAN_MAX = 256  # logs a retention pass visits beside those written since the last
 SPAN_TXS_MAX = 10_000_000  # a span with no bound counts at most this many txs of the log
 SPAN_CHUNK = 10_000  # records read from the log at a time
 Held = Callable[[str, int, int, int], tuple[list[int], list[bytes]]]
@@ -62,6 +63,10 @@ class NodeDisk:
             dedup_keys_max=params.dedup_keys_max,
         )
         self.syncer: Syncer | None = None
+        self.written: set[str] = set()  # logs written since the last retention pass
+        self.changed: set[str] = set()  # logs written or trimmed since ``take_changed``
+        self.scan: list[str] = []  # the logs a retention pass visits in turn
+        self.scan_at = 0
         self.error = ""  # the last write or sync the disk refused, until one succeeds
         self.retry_at_ms = 0
 
@@ -100,6 +105,8 @@ class NodeDisk:
         try:
             self.store.apply(effect, wall_ms)
             self.syncer.wrote(effect.stream, len(effect.txs))
+            self.written.add(effect.stream)
+            self.changed.add(effect.stream)
         except (StorageError, OSError) as exc:
             self._refused(str(exc), elapsed_ms)
             return PersistFailed(effect.stream, self.error)
@@ -119,9 +126,20 @@ class NodeDisk:
         self.syncer.after_turn(elapsed_ms)
 
     def retain(self, wall_ms: int) -> list[Event]:
-        """Apply retention to every log; the core hears where each trimmed log now starts."""
+        """Apply retention to the logs written since the last pass and to the next
+        ``RETAIN_SCAN_MAX`` of all (so a pass costs what was written, and a log that ages
+        past ``retention_ms`` untouched is trimmed within one round of every log); the core
+        hears where each trimmed log now starts."""
+        if self.scan_at >= len(self.scan):
+            self.scan, self.scan_at = list(self.store.logs), 0
+        visit = self.written.union(self.scan[self.scan_at : self.scan_at + RETAIN_SCAN_MAX])
+        self.scan_at += RETAIN_SCAN_MAX
+        self.written = set()
         events: list[Event] = []
-        for name, stream_log in self.store.logs.items():
+        for name in sorted(visit):
+            stream_log = self.store.logs.get(name)
+            if stream_log is None:
+                continue
             try:
                 base = stream_log.retain(wall_ms)
             except OSError as exc:
@@ -129,8 +147,14 @@ class NodeDisk:
                 continue
             if base is not None:
                 log.info("retention: %s now starts after seq %d", name, base)
+                self.changed.add(name)
                 events.append(Retained(name, base))
         return events
+
+    def take_changed(self) -> set[str]:
+        """The logs written or trimmed since the last call."""
+        changed, self.changed = self.changed, set()
+        return changed
 
     def completed(self, elapsed_ms: int) -> list[Event]:
         assert self.syncer is not None

@@ -132,8 +132,14 @@ def admin_reply(raw: bytes, hooks: FaultHooks, core: NodeCore) -> bytes:
     try:
         answer = admin_command(msgpack.unpackb(raw, raw=False), hooks, core)
     except (ValueError, RecursionError) as exc:
-        answer = {"ok": False, "error": f"not a msgpack request: {exc}"}
+        return admin_error(f"not a msgpack request: {exc}")
     reply: bytes = msgpack.packb(answer)
+    return reply
+
+
+def admin_error(why: str) -> bytes:
+    """The encoded answer to an admin request refused before it was read as a command."""
+    reply: bytes = msgpack.packb({"ok": False, "error": why})
     return reply
 
 

@@ -19,12 +19,14 @@ from relay.client.groups import parse_group_stream
 from relay.core.node import NodeCore
 
 
-def group_lags(core: NodeCore) -> dict[tuple[str, str], int]:
-    """(group, stream) -> readable transactions after the group's committed position."""
+def group_lags(core: NodeCore, group_streams: set[str]) -> dict[tuple[str, str], int]:
+    """(group, stream) -> readable transactions after the group's committed position, for
+    the group streams named (``<stream>.__group.<group>``)."""
     lags: dict[tuple[str, str], int] = {}
-    for name, state in core.streams.items():
+    for name in group_streams:
         found = parse_group_stream(name)
-        if found is None or found[0] not in core.streams:
+        state = core.streams.get(name)
+        if found is None or state is None or found[0] not in core.streams:
             continue
         stream, group = found
         timeline = state.timeline

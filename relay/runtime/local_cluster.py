@@ -244,7 +244,7 @@ class LocalCluster:
                 status = self.status(node_id)
                 if status and status.state == "serving" and len(status.peers_up) >= len(wanted) - 1:
                     pending.discard(node_id)
-            time.sleep(0.05)
+            time.sleep(0.2)  # a status lists every stream: a poll is not free
         if pending:
             raise TimeoutError(f"nodes {sorted(pending)} not serving after {timeout_s} s")
 

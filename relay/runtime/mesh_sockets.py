@@ -38,6 +38,7 @@ class MeshSockets:
     ) -> None:
         self.pub = ctx.socket(zmq.PUB)
         self.peers: dict[zmq.Socket[Any], int] = {}
+        self.behind: set[int] = set()  # peers whose frames a drain left unread, until a tick
         _tune(self.pub)
         if pair is not None:
             serve(self.pub, pair, MESH_DOMAIN)
@@ -101,6 +102,8 @@ class MeshSockets:
                 messages += self._take(frames, peer, elapsed_ms, hooks, metrics, events)
                 if not holds_more(sub):
                     break
+            else:
+                self.behind.add(peer)  # the bound, not the socket, ended this drain
         except zmq.Again:
             pass
         metrics.frames_in.inc(count)

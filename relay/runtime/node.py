@@ -45,7 +45,7 @@ from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
 from relay.runtime.client_port import ClientPort
 from relay.runtime.disk import NodeDisk
-from relay.runtime.faults import FaultHooks, admin_reply
+from relay.runtime.faults import FaultHooks, admin_error, admin_reply
 from relay.runtime.gauges import Gauges
 from relay.runtime.malloc import trim_heap, tune_allocator
 from relay.runtime.mesh_sockets import MeshSockets
@@ -93,8 +93,9 @@ class NodeRuntime:
         self.pending: list[Event] = list(restored)  # the first turn's events
         self.log_reads: deque[tuple[bytes, int, LogRead]] = deque()  # waiting for the disk
         self.metrics = NodeMetrics(node_id, config.name)
-        self.gauges = Gauges(self.metrics)
+        self.gauges = Gauges(self.metrics, config.metrics_streams_max)
         self.gauges.restored(restored)
+        self.disk.changed.update(r.stream for r in restored)  # their sizes, at the first update
         self.refusal_log = Throttle()
         self.stopping = False
         try:
@@ -210,7 +211,8 @@ class NodeRuntime:
                     self.clients.drain(events, self.core, self.disk)
                 if elapsed >= next_tick:
                     next_tick = elapsed + TICK_MS
-                    events.append(Tick())
+                    events.append(Tick(frozenset(self.mesh.behind)))
+                    self.mesh.behind.clear()
                 handle_ns = time.monotonic_ns()
                 handle_cpu = time.thread_time_ns() if self.trace is not None else 0
                 effects = self.core.handle(now, events)
@@ -228,7 +230,8 @@ class NodeRuntime:
                     trim_heap()
                     open_ = len(self.clients.limits.open) + len(self.log_reads)
                     waiting = self.clients.outbox.total_bytes
-                    self.gauges.update(self.core, self.disk, open_, waiting)
+                    changed = self.disk.take_changed()
+                    self.gauges.update(self.core, self.disk, open_, waiting, changed)
                     self.pending += self.disk.retain(now.wall_ms)
             self._leave()
         finally:
@@ -294,9 +297,19 @@ class NodeRuntime:
             )
 
     def _admin(self) -> None:
-        """One operator command on the admin socket: [command, argument]."""
+        """One operator command on the admin socket: one frame, [command, argument]. A REP
+        socket must read every frame of a request before it answers, so a request of several
+        frames is read to its end and refused."""
         assert self.admin is not None
-        self.admin.send(admin_reply(self.admin.recv(), self.hooks, self.core))
+        request = self.admin.recv()
+        frames = 1
+        while self.admin.getsockopt(zmq.RCVMORE):
+            self.admin.recv()  # dropped as it comes: only the count is kept
+            frames += 1
+        if frames == 1:
+            self.admin.send(admin_reply(request, self.hooks, self.core))
+        else:
+            self.admin.send(admin_error(f"an admin request is one frame, not {frames}"))
 
     # --- input --------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ client_inflight_bytes_max = 67108864  # and their bytes
 client_connections_max = 10000  # connections the client port holds (more are shut at once)
 client_connections_per_address_max = 1000  # from one address
 streams_max = 10000         # streams a node holds at most; idle ones cost no CPU
+metrics_streams_max = 100   # streams with metric series of their own; the rest: stream="*"
 run_dir = "{run_dir}"   # pid and log files of `relay cluster up`, relative to this file
 fsync = "always"            # always: a vote waits for fdatasync; or "interval", "never"
 fsync_interval_ms = 100     # with fsync = "interval"
@@ -38,7 +39,7 @@ segment_ms = 3600000        # or at this age
 
 SECURITY = """security = "curve"          # CurveZMQ on every socket; node public keys below
 keys_dir = "{keys_dir}"    # secret keys: node-<id>, client and admin .key_secret files
-client_auth = "none"        # "keys": admit only the clients listed in client_keys
+client_auth = "keys"        # admit only the clients listed in client_keys ("none": any client)
 client_keys = ["{client}"]
 admin_keys = ["{admin}"]   # who may use a node's --admin-port
 """

@@ -70,24 +70,7 @@ def open_log(
     log = StreamLog(directory, stream, settings, segments, min(tail.mark_seq, _head(segments)))
     if segments and not segments[-1].sealed:
         log.fd = os.open(segments[-1].path, os.O_WRONLY | os.O_APPEND)
-    _make_durable(segments, log.fd, directory)
     return Recovered(log, tail.restored(stream, log.mark, window.dedup_ms), problems)
-
-
-def _make_durable(segments: list[Segment], append_fd: int | None, directory: Path) -> None:
-    """What the kernel kept of a crashed process's writes is durable from here on: every
-    segment (a sealed one may have been renamed before its last sync ran) and the directory.
-    A file with nothing left to write costs a syscall, not a disk write."""
-    for segment in segments:
-        if append_fd is not None and segment is segments[-1]:
-            os.fsync(append_fd)
-            continue
-        fd = os.open(segment.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fsync_dir(directory)
 
 
 def _order(path: Path) -> int:

@@ -28,7 +28,7 @@ from relay.core.flake import seq_unix_ms
 from relay.core.origin import reservation
 from relay.core.routing import stream_name_problem
 from relay.storage.recovery import Window, open_log
-from relay.storage.segment import fsync_dir
+from relay.storage.segment import fsync_dir, sync_file_system
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StorageError, StreamLog
 
@@ -78,6 +78,10 @@ class NodeStore:
             problems += found.problems
             if found.log.segments:
                 restored.append(found.restored)
+        # what the kernel kept of a crashed process's writes, and what recovery cut, is
+        # durable from here on: every log at once (a sealed segment may have been renamed
+        # before its last sync ran)
+        sync_file_system(self.streams_dir)
         return restored, problems
 
     def _stream_of(self, directory: Path) -> str | None:

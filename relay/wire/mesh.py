@@ -42,8 +42,9 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 6  # 2: txs carry a key and headers; 3: dedup keys carry a content tag; 4: a repair
-# answer may say it is complete; 5: an ack carries a promise apart from the floor; 6: bundles
+VERSION = 7  # 2: txs carry a key and headers; 3: dedup keys carry a content tag; 4: a repair
+# answer may say it is complete; 5: an ack carries a promise apart from the floor; 6: bundles;
+# 7: a heartbeat digests the shared streams in buckets
 FRAME_BYTES_MAX = 64 << 20
 BUNDLE_MAX = 32  # messages in one bundle frame
 BUNDLE_BYTES_MAX = 1 << 20  # a bundle takes messages while its bodies stay below this
@@ -270,7 +271,7 @@ def decode(body: bytes) -> MeshMessage:
                 tuple((as_int(n), as_int(e)) for n, e in as_rows(accepts, 2)),
                 bool(leaving),
                 tuple((as_int(n), as_int(e)) for n, e in as_rows(epochs, 2)),
-                tuple((as_int(n), as_int(d)) for n, d in as_rows(shared, 2)),
+                tuple((as_int(n), as_int(b), as_int(d)) for n, b, d in as_rows(shared, 3)),
             )
         if kind == _REPAIR_REQUEST:
             _, _, stream, requester, origin, epoch, after, upto = _shape(f, 8)

@@ -1,0 +1,66 @@
+"""Which streams a node announces when its peer's digests of their shared streams differ: not
+a burst of streams being created right now, and of a stream one side lacks only its bucket."""
+
+from __future__ import annotations
+
+from relay.core.params import CoreConfig, CoreParams
+from relay.core.routing import Subscription
+from relay.core.stream import StreamLimits
+from relay.core.streams import BUCKETS, StreamSet, name_mark
+
+SUBS = tuple(Subscription(n, ("*",)) for n in (1, 2, 3))
+UP = {1: (True, 7), 2: (True, 7), 3: (True, 7)}
+ANNOUNCE_MS = 1000
+
+
+def stream_set(node_id: int) -> StreamSet:
+    limits = StreamLimits(buffer_txs_max=1000, dedup_window_ms=60_000, dedup_keys_max=1000)
+    return StreamSet(CoreConfig(node_id, SUBS, CoreParams()), limits)
+
+
+def theirs(node: StreamSet, peer: int) -> dict[int, int]:
+    """What ``node``'s heartbeat tells ``peer`` of the streams they share."""
+    return {bucket: d for _, bucket, d in node.digests_for(peer)}
+
+
+def heartbeats(one: StreamSet, two: StreamSet, start_ms: int, end_ms: int) -> None:
+    """Both sides compare digests each 100 ms, as on heartbeats."""
+    for at in range(start_ms, end_ms, 100):
+        for node, other in ((one, two), (two, one)):
+            node.compare(other.node_id, theirs(other, node.node_id), at, ANNOUNCE_MS)
+
+
+def test_a_burst_of_new_streams_is_announced_nowhere() -> None:
+    one, two = stream_set(1), stream_set(2)
+    for i in range(2000):  # a stream a millisecond, each created on the peer 40 ms later
+        one.ensure(f"s{i}", 7, UP)
+        if i >= 40:
+            two.ensure(f"s{i - 40}", 7, UP)
+        if i % 100 == 0:
+            heartbeats(one, two, i, i + 1)
+    for i in range(1960, 2000):
+        two.ensure(f"s{i}", 7, UP)
+    for node in (one, two):
+        node.dirty.clear()
+        node.active.clear()
+    heartbeats(one, two, 2100, 6000)
+    assert not one.owed and not two.owed  # every difference was a stream on its way
+    assert theirs(one, 2) == theirs(two, 1) != {}
+
+
+def test_a_stream_one_side_lacks_is_announced_with_its_bucket_only() -> None:
+    one, two = stream_set(1), stream_set(2)
+    names = [f"s{i}" for i in range(1600)]
+    for name in names:
+        one.ensure(name, 7, UP)
+        two.ensure(name, 7, UP)
+    one.ensure("lost", 7, UP)  # node 2 never heard of it
+    for node in (one, two):
+        node.dirty.clear()
+    heartbeats(one, two, 0, ANNOUNCE_MS)
+    assert not one.owed, "a difference is announced once it held for announce_ms"
+    heartbeats(one, two, ANNOUNCE_MS, 3 * ANNOUNCE_MS)
+    bucket = name_mark("lost") % BUCKETS
+    expected = {n for n in [*names, "lost"] if name_mark(n) % BUCKETS == bucket}
+    assert set(one.owed) == expected and set(two.owed) == expected - {"lost"}
+    assert len(expected) < 2 * len(names) / BUCKETS
