@@ -32,6 +32,7 @@ STORAGE = "storage"
 CONFLICT = "conflict"
 JOURNAL_FULL = "journal_full"
 BUSY = "busy"
+AUTH = "auth"  # a node refused this client's CURVE key
 
 RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED, STORAGE, BUSY})
 

@@ -145,6 +145,39 @@ def test_a_burst_within_the_share_gets_every_answer(cluster3: LocalCluster) -> N
     assert metric(cluster3, 1, "relay_errors_total", kind="reply_undeliverable") == dropped
 
 
+def test_a_producer_restarted_under_its_fixed_id_publishes_at_once(cluster3: LocalCluster) -> None:
+    """It numbered from 1 again without a journal, and every message was a conflict."""
+    first = []
+    for incarnation in range(2):
+        with Producer(config=cluster3.config_path, producer_id="billing-1") as producer:
+            futures = [producer.send("restarts", b"%d-%d" % (incarnation, i)) for i in range(5)]
+            producer.flush()
+            first.append([f.result().seq for f in futures])
+    assert len(set(first[0] + first[1])) == 10
+    with Consumer("restarts", config=cluster3.config_path) as consumer:
+        payloads = [tx.payload for tx in consumer.take(10, timeout_s=10)]
+    assert payloads == [b"%d-%d" % (n, i) for n in range(2) for i in range(5)]
+
+
+def test_a_message_too_large_for_a_request_fails_at_once(cluster3: LocalCluster) -> None:
+    """A 9 MB message retried for 30 s and ended in "connection lost": a node drops a request
+    over request_bytes_max with its connection, before anything can answer it."""
+    spec = cluster3.config.node(1)
+    servers = [f"{spec.public_key}@{spec.host}:{spec.client_port}"]
+    cases = [
+        ({"config": cluster3.config_path}, "message too large: 9000000 bytes", "limit 1048576"),
+        ({"nodes": servers}, "request too large: a message of 9000000 bytes", "limit 8388608"),
+    ]
+    for where, what, limit in cases:
+        with Producer(**where, timeout_s=30) as producer:  # type: ignore[arg-type]
+            started = time.monotonic()
+            with pytest.raises(RelayError) as refused:
+                producer.publish("orders", b"x" * 9_000_000)
+            assert time.monotonic() - started < 5  # no retries: it took 30 s and failed
+            assert what in str(refused.value) and limit in str(refused.value)
+            assert producer.publish("orders", b"small").seq > 0
+
+
 def test_a_malformed_frame_gets_an_error_and_the_node_keeps_serving(cluster3: LocalCluster) -> None:
     spec = cluster3.config.node(2)
     sock = zmq.Context.instance().socket(zmq.DEALER)

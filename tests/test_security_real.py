@@ -238,18 +238,34 @@ def test_client_auth_keys_admits_only_listed_clients(tmp_path: Path) -> None:
             assert producer.publish("orders", b"listed").seq > 0  # keys/client.key_secret
         stranger = tmp_path / "stranger"
         keys.write(stranger, "client")
+        strange_key = keys.secret_file(stranger, "client")
+        started = time.monotonic()
         with (
-            pytest.raises((RelayError, TimeoutError)),
-            Producer(
-                config=cluster.config_path,
-                timeout_s=2,
-                client_key=keys.secret_file(stranger, "client"),
-            ) as producer,
+            pytest.raises(RelayError) as refused,
+            Producer(config=cluster.config_path, timeout_s=30, client_key=strange_key) as producer,
         ):
             producer.publish("orders", b"stranger")
+        assert refused.value.code == "auth" and "every node refused this client's key" in str(
+            refused.value
+        )
+        with (
+            pytest.raises(RelayError) as refused,
+            Consumer("orders", config=cluster.config_path, client_key=strange_key) as consumer,
+        ):
+            consumer.take(1, timeout_s=30)
+        assert refused.value.code == "auth"
+        assert time.monotonic() - started < 10  # told, not timed out (it took 10-30 s)
         assert metric(cluster, 1, "relay_auth_refused_total", domain="client") >= 1
         with Consumer("orders", config=cluster.config_path) as consumer:
             assert [tx.payload for tx in consumer.take(10, timeout_s=3)] == [b"listed"]
+        with Consumer("orders", config=cluster.config_path, group="g") as member:
+            assert [tx.payload for tx in member.take(1, timeout_s=3)] == [b"listed"]
+            member.commit()
+        with Producer(config=cluster.config_path, timeout_s=20) as producer:
+            producer.publish("orders", b"after the commit")
+        # the group's anchor reaches a second replica with the client's key too (it timed out)
+        with Consumer("orders", config=cluster.config_path, group="g") as member:
+            assert [tx.payload for tx in member.take(1, timeout_s=10)] == [b"after the commit"]
 
 
 def test_relay_fault_reaches_the_admin_port_through_the_config(cluster: LocalCluster) -> None:

@@ -267,7 +267,7 @@ class Consumer:
     def _begin(self) -> None:
         if self._group_fetcher is not None:
             name = self._group_fetcher.stream
-            anchor = Anchor(name, self._fetcher.order, self.reply_timeout_s)
+            anchor = Anchor(name, self._fetcher.order, self.reply_timeout_s, self._fetcher.pair)
             try:
                 committed = read_committed(self._group_fetcher, self.reply_timeout_s * 5, anchor)
             finally:

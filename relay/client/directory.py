@@ -9,6 +9,7 @@ from pathlib import Path
 from relay.auth.keys import KeyPair, client_pair
 from relay.auth.settings import KEY_CHARS, is_public_key
 from relay.config import load
+from relay.runtime.client_limits import ClientBounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,23 @@ def resolve(
             raise ValueError(f"no node with id {node}; the config has {ids}")
         found = first + [a for a in found if a.node_id != node]
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """What one publish request and one message may hold: the cluster file's
+    ``request_bytes_max`` and ``payload_bytes_max``; without a file, a node's defaults for the
+    request (a larger one would drop the connection) and no message check (the node answers)."""
+
+    request_bytes: int = ClientBounds().request_bytes_max
+    message_bytes: int | None = None
+
+
+def request_limits(config: str | Path | None) -> RequestLimits:
+    if config is None:
+        return RequestLimits()
+    cluster = load(config)
+    return RequestLimits(cluster.clients.request_bytes_max, cluster.params.payload_bytes_max)
 
 
 def identity(config: str | Path | None, client_key: str | Path | None = None) -> KeyPair:

@@ -100,6 +100,9 @@ class Fetcher:
                     continue  # a late answer to an earlier request
                 return self._answer(address, reply)
             if address in self._pool.disconnected() or time.monotonic() > deadline:
+                refusal = self._pool.refusal(self.order)
+                if refusal is not None:
+                    raise refusal
                 self._next_node(address)
                 return None
 

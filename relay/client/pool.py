@@ -3,7 +3,9 @@
 ZeroMQ reconnects silently and drops what was in flight on a connection that broke, so each
 connection carries a socket monitor: a broken or refused connection, or a CURVE handshake
 that failed (the node does not hold the key we expect, or does not admit ours), is reported
-by ``disconnected`` and the client fails over instead of waiting out a timeout.
+by ``disconnected`` and the client fails over instead of waiting out a timeout. A node that
+refused this client's key is remembered (``refused``) until a handshake with it succeeds: once
+every node has, ``refusal`` says so and the client stops with an ``auth`` error.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from relay import errors
 from relay.auth.keys import KeyPair, generate
 from relay.client.connection import Connection
 from relay.client.directory import NodeAddress
@@ -26,6 +29,7 @@ _WATCHED = (
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
 )
 
 
@@ -38,6 +42,7 @@ class ConnectionPool:
         self._monitors: dict[NodeAddress, zmq.Socket[Any]] = {}
         self._by_socket: dict[zmq.Socket[Any], NodeAddress] = {}
         self._poller = zmq.Poller()
+        self.refused: set[NodeAddress] = set()  # nodes that refused this client's key
 
     def get(self, address: NodeAddress) -> Connection:
         conn = self._conns.get(address)
@@ -71,10 +76,28 @@ class ConnectionPool:
             lost = False
             while monitor.poll(0):
                 event = recv_monitor_message(monitor)["event"]
+                if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    self.refused.add(address)
+                elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self.refused.discard(address)
+                    continue
                 lost = lost or event != zmq.EVENT_CONNECTED  # in-flight requests are gone
             if lost:
                 broken.append(address)
         return broken
+
+    def refusal(self, addresses: list[NodeAddress]) -> errors.RelayError | None:
+        """The ``auth`` error to stop with once every node of ``addresses`` refused this
+        client's key, else None."""
+        if not addresses or not self.refused.issuperset(addresses):
+            return None
+        return errors.RelayError(
+            errors.AUTH,
+            f"every node refused this client's key {self.pair.public} (tried "
+            f"{', '.join(map(str, addresses))}): the cluster admits only the client keys it "
+            "lists (cluster.client_keys); give a listed key (client_key=, --client-key) or "
+            "ask its operator to list this one",
+        )
 
     def drop(self, address: NodeAddress) -> None:
         conn = self._conns.pop(address, None)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from relay import errors
 from relay.client.batches import batch_stream, close_payload, item_header
-from relay.client.directory import NodeAddress, addresses_of, identity, resolve
+from relay.client.directory import NodeAddress, addresses_of, identity, request_limits, resolve
 from relay.client.futures import Ack, PublishFuture
 from relay.client.journal import Entry, Journal
 from relay.client.pool import ConnectionPool
@@ -30,7 +30,8 @@ from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Rep
 
 WINDOW = 32  # requests in flight
 BATCH_MAX = 512  # messages per request
-REQUEST_PAYLOAD_BYTES = 4 << 20  # payload bytes per request, below a node's request_bytes_max
+REQUEST_PAYLOAD_BYTES = 4 << 20  # payload bytes per request at most (half of request_bytes_max)
+REQUEST_OVERHEAD_BYTES = 1024  # a request's bytes beside its messages' and its names
 BINARY = (bytes, bytearray, memoryview)  # what a payload may be (a tuple: cheap to test)
 
 
@@ -82,10 +83,15 @@ class Producer:
         self.batch_max = batch_max
         self.window = window
         self._routes = Routes(resolve(config, nodes, node))
+        self.limits = request_limits(config)
+        self._request_payload = min(REQUEST_PAYLOAD_BYTES, self.limits.request_bytes // 2)
         self._pool = ConnectionPool(identity(config, client_key))
         self._queue: deque[PublishFuture] = deque()
         self._inflight: dict[int, _Request] = {}
-        self._next_msg_id = self._journal.next_msg_id if self._journal else 1
+        if self._journal is not None:
+            self._next_msg_id = self._journal.next_msg_id
+        else:  # a named producer without a journal may be a restarted one: number above it
+            self._next_msg_id = time.time_ns() if producer_id else 1
         self._next_req_id = 1
         self._batches: dict[str, int] = {}  # open batch -> items sent in it so far
         self.recovered: list[PublishFuture] = []  # what a journal held unacknowledged at start
@@ -130,6 +136,10 @@ class Producer:
             headers_of(headers) if headers else (),
             time.monotonic() + self.timeout_s,
         )
+        problem = self._size_problem(future)
+        if problem:  # fails at once: no node could take it
+            future._failed(errors.RelayError(errors.BAD_REQUEST, problem))
+            return future
         if self._journal is not None:
             self._journaled(future)
         self._queue.append(future)  # taken: only now may the numbering move on
@@ -143,6 +153,24 @@ class Producer:
             while len(self._queue) >= self.window * self.batch_max:  # backpressure
                 self._pump(10)
         return future
+
+    def _size_problem(self, future: PublishFuture) -> str:
+        """Why the message cannot be sent (too large for the cluster's limits), or ""."""
+        size = len(future._payload) + len(future._key or b"")
+        size += sum(len(name) + len(value) for name, value in future._headers)
+        limits = self.limits
+        if limits.message_bytes is not None and size > limits.message_bytes:
+            return (
+                f"message too large: {size} bytes (payload, key and headers; limit "
+                f"{limits.message_bytes}, the cluster's payload_bytes_max)"
+            )
+        names = len(future.stream.encode()) + len(self.producer_id)
+        if size + names + REQUEST_OVERHEAD_BYTES > limits.request_bytes:
+            return (
+                f"request too large: a message of {size} bytes does not fit in one request "
+                f"(limit {limits.request_bytes}, the cluster's request_bytes_max)"
+            )
+        return ""
 
     def publish(
         self,
@@ -219,6 +247,13 @@ class Producer:
         now = time.monotonic()
         for address in self._pool.disconnected():
             self._fail_over(address, now, "connection lost")
+        refusal = self._pool.refusal(self._routes.order)
+        if refusal is not None:  # no node admits this client: nothing can go anywhere
+            for request in self._inflight.values():
+                self._queue.extend(request.items)
+            self._inflight.clear()
+            while self._queue:
+                self._fail(self._queue.popleft(), refusal)
         for request in list(self._inflight.values()):
             if now - request.sent_at > self.request_timeout_s:
                 self._fail_over(request.address, now, "no answer in time")
@@ -251,19 +286,19 @@ class Producer:
 
     def _request_items(self, first: PublishFuture) -> list[PublishFuture]:
         """``first`` and the queued messages one request takes with it: of its stream, at
-        most ``batch_max``, their payloads within ``REQUEST_PAYLOAD_BYTES`` (taken off the
+        most ``batch_max``, their payloads within ``_request_payload`` (taken off the
         queue). The usual case is checked in C-speed passes."""
         queue = self._queue
         items = [first, *islice(queue, self.batch_max - 1)]
         stream, count = first.stream, len(items)
         if (
             list(map(_STREAM, items)).count(stream) != count
-            or sum(map(len, map(_PAYLOAD, items))) > REQUEST_PAYLOAD_BYTES
+            or sum(map(len, map(_PAYLOAD, items))) > self._request_payload
         ):
             count, size = 1, len(first._payload)
             for item in islice(items, 1, None):
                 size += len(item._payload)
-                if item.stream != stream or size > REQUEST_PAYLOAD_BYTES:
+                if item.stream != stream or size > self._request_payload:
                     break
                 count += 1
             del items[count:]
