@@ -60,7 +60,9 @@ def test_a_key_file_whose_halves_do_not_belong_together_is_refused(tmp_path: Pat
 
 
 def raw_config(**cluster: Any) -> dict[str, Any]:
-    made = keys.ClusterKeys({i: keys.generate().public for i in (1, 2, 3)}, "", "")
+    made = keys.ClusterKeys(
+        {i: keys.generate().public for i in (1, 2, 3)}, keys.generate().public, ""
+    )
     raw = tomllib.loads(cluster_toml(3, keys=made).replace('[""]', "[]"))
     raw["cluster"].update(cluster)
     return raw
@@ -71,7 +73,7 @@ def raw_config(**cluster: Any) -> dict[str, Any]:
     [
         ({"security": "tls"}, "'cluster.security' must be one of curve, none"),
         ({"client_auth": "maybe"}, "'cluster.client_auth' must be one of none, keys"),
-        ({"client_auth": "keys"}, "'cluster.client_keys', which is empty"),
+        ({"client_keys": []}, "'cluster.client_keys', which is empty"),
         ({"client_keys": ["short"]}, "'cluster.client_keys[0]' must be a 40-character"),
         ({"admin_keys": "x"}, "'cluster.admin_keys' must be a list"),
         ({"keys_dir": ""}, "'cluster.keys_dir' must be a non-empty string"),
@@ -99,7 +101,7 @@ def test_curve_needs_every_nodes_own_public_key() -> None:
 
 
 def test_without_curve_public_keys_are_ignored() -> None:
-    config = parse(raw_config(security="none"))
+    config = parse(raw_config(security="none", client_auth="none"))
     assert all(spec.public_key is None for spec in config.nodes)
 
 

@@ -74,8 +74,23 @@ def cli(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = Non
 def test_servers_and_relay_servers_reach_the_cluster_without_a_file(
     cluster: LocalCluster,
 ) -> None:
-    cli("publish", "--servers", servers(cluster), "--stream", "cli.a", "one", "two")
-    env = {"RELAY_SERVERS": servers(cluster)}
+    key = str(cluster.config.keys_dir() / "client.key_secret")  # the cluster admits only it
+    refused = CliRunner().invoke(
+        main, ["publish", "--servers", servers(cluster), "--stream", "cli.a", "x"]
+    )
+    assert refused.exit_code != 0 and "every node refused this client's key" in refused.output
+    cli(
+        "publish",
+        "--servers",
+        servers(cluster),
+        "--client-key",
+        key,
+        "--stream",
+        "cli.a",
+        "one",
+        "two",
+    )
+    env = {"RELAY_SERVERS": servers(cluster), "RELAY_CLIENT_KEY": key}
     cli("publish", "--stream", "cli.a", "three", env=env)
     out = cli("consume", "--stream", "cli.a", "-e", "--format", "%v\\n", env=env)
     assert out.split() == [b"one", b"two", b"three"]

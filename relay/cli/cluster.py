@@ -178,6 +178,12 @@ def cluster_down(config_path: str | None, count: int | None) -> None:
 @CONFIG_FILE
 @NODES
 @click.option("--servers", envvar="RELAY_SERVERS", help="Node client addresses (see consume).")
+@click.option(
+    "--client-key",
+    envvar="RELAY_CLIENT_KEY",
+    type=click.Path(dir_okay=False),
+    help="This client's .key_secret file (see consume).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the raw status of every node.")
 @click.option("--watch", is_flag=True, help="Show it again every --interval until Ctrl-C.")
 @click.option(
@@ -187,6 +193,7 @@ def cluster_status(
     config_path: str | None,
     count: int | None,
     servers: str | None,
+    client_key: str | None,
     as_json: bool,
     watch: bool,
     interval_s: float,
@@ -194,7 +201,7 @@ def cluster_status(
     """Show each node's health: state, streams, last verified seq, digest, lag."""
     if config_path is None and count is not None:
         config_path = _config_of(None, count)
-    target = target_of(config_path, servers)
+    target = target_of(config_path, servers, client_key)
     while True:
         statuses = target.statuses()
         if watch and sys.stdout.isatty():
