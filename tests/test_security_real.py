@@ -278,3 +278,30 @@ def test_relay_fault_reaches_the_admin_port_through_the_config(cluster: LocalClu
     assert cleared.exit_code == 0 and json.loads(cleared.output)["loss_in"] == 0
     unnamed = CliRunner().invoke(main, common)
     assert unnamed.exit_code != 0 and "--node ID is needed" in unnamed.output
+
+
+def test_a_node_key_receives_only_the_streams_its_node_replicates(cluster5: LocalCluster) -> None:
+    """Issue 31: a process holding node 4's key subscribed to node 1's mesh and received an
+    orders.eu payload (orders.* lives on nodes 1-3). Node 1 now applies only the subscriptions
+    node 4's own patterns give."""
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    try:
+        for prefix in (b"", b"tx|orders.", b"hb|"):  # everything, another's stream, its own
+            sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        cluster5.secure(sub, 1, cluster5.node_pair(4))
+        sub.connect(cluster5.config.node(1).mesh_address)
+        with Producer(config=cluster5.config_path, node=1) as producer:
+            for i in range(20):
+                producer.publish("orders.eu", b"secret-%d" % i)
+        topics: set[bytes] = set()
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            if sub.poll(50):
+                frame_topic, body = sub.recv_multipart()
+                assert b"secret" not in body, "a payload of orders.eu reached node 4's key"
+                topics.add(frame_topic)
+        assert topics == {b"hb|"}  # its own subscription works: the connection is up
+        assert metric(cluster5, 1, "relay_errors_total", kind="mesh_subscription_refused") >= 2
+    finally:
+        sub.close(linger=0)

@@ -1,9 +1,13 @@
-"""The node's mesh sockets: one PUB it broadcasts on, and one SUB per peer.
+"""The node's mesh sockets: one XPUB it broadcasts on, and one SUB per peer.
 
-Each SUB socket connects to one peer's PUB. With CURVE it completes a handshake only with the
+Each SUB socket connects to one peer's XPUB. With CURVE it completes a handshake only with the
 holder of that peer's secret key, so every frame it delivers comes from that peer: a frame that
-claims another sender is that peer's protocol fault, counted and dropped. The PUB admits (through
-the ZAP handler) only the configured nodes, so no one else receives a payload.
+claims another sender is that peer's protocol fault, counted and dropped. The XPUB admits
+(through the ZAP handler) only the configured nodes, so no one else receives a payload, and it
+applies a subscription by hand (``ZMQ_XPUB_MANUAL``) only if the subscriber, known by the user
+id the ZAP handler gave its key, asks for a topic prefix its own stream patterns give
+(``topic_prefixes``): a node receives only the streams it replicates, even one whose key an
+attacker holds and which subscribes to everything.
 """
 
 from __future__ import annotations
@@ -36,7 +40,14 @@ class MeshSockets:
     def __init__(
         self, ctx: zmq.Context[Any], config: ClusterConfig, spec: NodeSpec, pair: KeyPair | None
     ) -> None:
-        self.pub = ctx.socket(zmq.PUB)
+        self.pub = ctx.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.XPUB_MANUAL, 1)
+        # a node's user id (ZAP) -> the subscriptions it may make; None: no CURVE, no ids
+        self.may_subscribe: dict[str, frozenset[bytes]] | None = (
+            {str(n.id): frozenset(mesh.topic_prefixes(n.streams)) for n in config.nodes}
+            if pair is not None
+            else None
+        )
         self.peers: dict[zmq.Socket[Any], int] = {}
         self.behind: set[int] = set()  # peers whose frames a drain left unread, until a tick
         _tune(self.pub)
@@ -61,8 +72,31 @@ class MeshSockets:
             sub.connect(config.node(peer).mesh_address)
 
     def register(self, poller: zmq.Poller) -> None:
+        poller.register(self.pub, zmq.POLLIN)  # subscriptions
         for sub in self.peers:
             poller.register(sub, zmq.POLLIN)
+
+    def subscriptions(self, elapsed_ms: int, metrics: NodeMetrics) -> None:
+        """Apply the subscriptions peers asked for that their patterns allow; count and log
+        the others (a node asking for streams it does not replicate)."""
+        while holds_more(self.pub):
+            frame = self.pub.recv(zmq.NOBLOCK, copy=False)
+            body = frame.bytes
+            if not body or body[0] not in (0, 1):
+                continue  # not a subscription message
+            topic = body[1:]
+            if self.may_subscribe is not None and body[0] == 1:
+                user = frame.get("User-Id")
+                if topic not in self.may_subscribe.get(user, frozenset()):
+                    metrics.errors.labels("mesh_subscription_refused").inc()
+                    if self.fault_log.ready(("subscription", user), elapsed_ms):
+                        log.warning(
+                            "peer_fault: node %s subscribed to %r, outside its streams; refused",
+                            user,
+                            topic.decode(errors="replace"),
+                        )
+                    continue
+            self.pub.setsockopt(zmq.SUBSCRIBE if body[0] == 1 else zmq.UNSUBSCRIBE, topic)
 
     def send(self, messages: list[MeshMessage]) -> None:
         """Broadcast ``messages`` in order (a run about one stream in one frame)."""

@@ -199,6 +199,8 @@ class NodeRuntime:
                     self.metrics.loop_turns.inc()
                 if self.zap is not None and self.zap.sock in ready:
                     self._authenticate(elapsed)
+                if self.mesh.pub in ready:
+                    self.mesh.subscriptions(elapsed, self.metrics)
                 self.mesh.drain(ready, elapsed, self.hooks, self.metrics, events)
                 events.extend(MeshReceived(m) for m in self.hooks.release(elapsed))
                 if self.admin is not None and self.admin in ready:
