@@ -110,7 +110,9 @@ def settle(cluster: LocalCluster, streams: list[str], clock: Any, out: Path) -> 
         if heads is not None and all(len(set(h.values())) <= 1 for h in heads.values()):
             return float(clock() - started), heads
         time.sleep(0.2)
-    statuses = {spec.id: query_status(spec, 1000) for spec in cluster.config.nodes}
+    statuses = {
+        spec.id: query_status(spec, 1000, cluster.client_pair) for spec in cluster.config.nodes
+    }
     raw = {n: s.to_wire() if s else None for n, s in statuses.items()}
     (out / "unsettled.json").write_text(json.dumps(raw, indent=1))
     raise RuntimeError(
@@ -123,7 +125,7 @@ def final_heads(cluster: LocalCluster, streams: list[str]) -> Heads | None:
     """Each replica's verified head per stream, or None while a node is not serving or lags."""
     heads: Heads = {s: {} for s in streams}
     for spec in cluster.config.nodes:
-        status = query_status(spec, 1000)
+        status = query_status(spec, 1000, cluster.client_pair)
         if status is None or status.state != "serving":
             return None
         for s in streams:

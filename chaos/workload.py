@@ -223,7 +223,7 @@ class Workload:
         while not self.stop_consuming.is_set():
             for n in node_ids:
                 asked = self.clock()
-                status = query_status(self.cluster.config.node(n), 150)
+                status = query_status(self.cluster.config.node(n), 150, self.cluster.client_pair)
                 state = status.state if status else "unreachable"
                 if last.get(n) != state or state == "fenced":
                     last[n] = state

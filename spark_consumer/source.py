@@ -31,6 +31,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from relay import errors
+from relay.client.anchor import Anchor
 from relay.client.fetcher import Fetcher
 from spark_consumer import ranges
 from spark_consumer.options import SourceOptions, parse_options
@@ -103,9 +105,29 @@ class Planner:
         for stream in sorted(upto):
             if exact and upto[stream] <= after[stream]:
                 continue
-            planned = ranges.plan(self.of(stream), after[stream], upto[stream], self.options, exact)
+            fetcher = self.of(stream)
+            planned = ranges.plan(fetcher, after[stream], upto[stream], self.options, exact)
+            self.confirm(stream, fetcher, planned)
             found += [RangePartition(stream, r, len(found) + i) for i, r in enumerate(planned)]
         return found
+
+    def confirm(self, stream: str, fetcher: Fetcher, planned: list[ranges.SeqRange]) -> None:
+        """A second replica holds the digest the planning node gave at each range's end, as a
+        ``Consumer`` anchors its first batch: equal digests at a seq prove equal histories, so
+        a node that rewrote a stream consistently cannot plan (and then serve) its version.
+        ``DigestMismatchError`` if one disagrees; ``Unreachable`` if none confirms in time."""
+        o = self.options
+        anchor = Anchor(stream, list(o.nodes), o.read_timeout_s, o.pair())
+        try:
+            for part in planned:
+                if not anchor.confirm(fetcher.node, [part.upto], [part.digest], o.read_timeout_s):
+                    raise ranges.Unreachable(
+                        errors.UNAVAILABLE,
+                        f"{stream!r}: no second replica confirmed seq {part.upto} within "
+                        f"{o.read_timeout_s:g} s (a plan is checked against two replicas)",
+                    )
+        finally:
+            anchor.close()
 
     def close(self) -> None:
         for fetcher in self.fetchers.values():

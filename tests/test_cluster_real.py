@@ -166,7 +166,11 @@ def test_a_message_too_large_for_a_request_fails_at_once(cluster3: LocalCluster)
     servers = [f"{spec.public_key}@{spec.host}:{spec.client_port}"]
     cases = [
         ({"config": cluster3.config_path}, "message too large: 9000000 bytes", "limit 1048576"),
-        ({"nodes": servers}, "request too large: a message of 9000000 bytes", "limit 8388608"),
+        (
+            {"nodes": servers, "client_key": cluster3.config.keys_dir() / "client.key_secret"},
+            "request too large: a message of 9000000 bytes",
+            "limit 8388608",
+        ),
     ]
     for where, what, limit in cases:
         with Producer(**where, timeout_s=30) as producer:  # type: ignore[arg-type]
@@ -282,7 +286,9 @@ def test_span_cuts_a_range_at_the_digests_consumers_see(cluster3: LocalCluster) 
     seqs = sorted(f.result().seq for f in futures)
     with Consumer("orders.span", config=cluster3.config_path) as consumer:
         digest_at = {tx.seq: tx.digest for tx in consumer.take(1000, timeout_s=30)}
-    fetcher = Fetcher("orders.span", resolve(config=cluster3.config_path))
+    fetcher = Fetcher(
+        "orders.span", resolve(config=cluster3.config_path), pair=cluster3.client_pair
+    )
     try:
         whole = fetcher.span(0, 0, 0, 3, False)
         assert whole is not None and not whole.lost

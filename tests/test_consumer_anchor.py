@@ -7,6 +7,7 @@ genesis, and every span with its own digests."""
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
@@ -107,7 +108,8 @@ def test_a_node_that_rewrites_history_consistently_is_caught_by_a_second_replica
             alone = Consumer("orders", nodes=[f"127.0.0.1:{port}"], reply_timeout_s=1.0)
             with alone:  # with nobody to compare against, the forged chain holds together
                 assert alone.take(20, timeout_s=10)[0].payload == b"forged order 0"
-            watched = Consumer("orders", nodes=[f"127.0.0.1:{port}", *real_nodes])
+            key = cluster.config.keys_dir() / "client.key_secret"  # the cluster lists this key
+            watched = Consumer("orders", nodes=[f"127.0.0.1:{port}", *real_nodes], client_key=key)
             with watched, pytest.raises(DigestMismatchError, match="disagree at seq"):
                 watched.take(20, timeout_s=10)
         finally:
@@ -116,3 +118,33 @@ def test_a_node_that_rewrites_history_consistently_is_caught_by_a_second_replica
             assert [t.payload for t in confirmed.take(20, timeout_s=10)] == [
                 t.payload for t in real
             ]
+
+
+@pytest.mark.spark
+def test_spark_plans_only_what_a_second_replica_holds(tmp_path: Path, spark: Any) -> None:
+    """Spark's planner and its first partition read from the first listed node, and checked
+    the chain against that node's own digests: a consistent rewrite passed."""
+    with LocalCluster(tmp_path / "c", 3) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        with Producer(config=cluster.config_path) as producer:
+            futures = [producer.send("orders", b"order %d" % i) for i in range(20)]
+            producer.flush()
+        with Consumer("orders", config=cluster.config_path) as honest:
+            real = honest.take(20, timeout_s=10)
+        assert [t.seq for t in real] == [f.result().seq for f in futures]
+        txs = [
+            Tx(t.seq, 0, t.origin, 0, t.producer_id, t.msg_id, t.payload, t.key, t.headers)
+            for t in real
+        ]
+        port = free_ports(1)[0]
+        forger = Forger("orders", txs, port)
+        try:
+            nodes = ",".join([f"127.0.0.1:{port}", *(a.text for a in resolve(cluster.config_path))])
+            key = str(cluster.config.keys_dir() / "client.key_secret")
+            reader = spark.read.format("relay").option("stream", "orders")
+            reader = reader.option("nodes", nodes).option("clientKey", key)
+            with pytest.raises(Exception, match="disagree at seq"):
+                reader.load().collect()
+        finally:
+            forger.close()

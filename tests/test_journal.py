@@ -152,7 +152,7 @@ def test_a_producer_killed_mid_run_resends_from_its_journal_exactly_once(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_reused_producer_id_is_refused_as_a_conflict_never_answered_with_the_old_seq(
+def test_a_reused_message_id_is_refused_as_a_conflict_never_answered_with_the_old_seq(
     tmp_path: Path,
 ) -> None:
     from relay import Producer, RelayError
@@ -161,10 +161,10 @@ def test_a_reused_producer_id_is_refused_as_a_conflict_never_answered_with_the_o
         cluster.start()
         cluster.wait_serving()
         with Producer(config=cluster.config_path, producer_id="billing") as first:
-            old = first.publish("orders", b"invoice 1", key="eu")
+            old = first.publish("orders", b"invoice 1", key="eu", msg_id=1)
         with Producer(config=cluster.config_path, producer_id="billing", node=2) as restarted:
-            with pytest.raises(RelayError) as info:  # numbering from 1 again, other content
-                restarted.publish("orders", b"invoice 2", key="eu")
+            with pytest.raises(RelayError) as info:  # message id 1 again, other content
+                restarted.publish("orders", b"invoice 2", key="eu", msg_id=1)
             assert restarted.publish("orders", b"invoice 1", key="eu", msg_id=1).seq == old.seq
             assert info.value.code == "conflict" and str(old.seq) in info.value.message  # a retry:
             with pytest.raises(RelayError, match="conflict"):

@@ -57,6 +57,8 @@ def relay_read(
     reader = spark.read.format("relay").option("stream", stream)
     if "nodes" not in options:
         reader = reader.option("config", str(cluster.config_path))
+    else:  # the cluster admits only its client key
+        reader = reader.option("clientKey", str(cluster.config.keys_dir() / "client.key_secret"))
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load()
@@ -142,7 +144,9 @@ def test_a_streaming_query_restarted_from_its_checkpoint_writes_each_tx_once(
     seqs = [r.seq for r in spark.read.parquet(str(out)).select("seq").collect()]
     assert len(seqs) == len(set(seqs)) == 4000
     assert sorted(seqs) == first + second
-    reported = Fetcher(group_stream(stream, "spark"), resolve(cluster.config_path))
+    reported = Fetcher(
+        group_stream(stream, "spark"), resolve(cluster.config_path), pair=cluster.client_pair
+    )
     try:
         found = read_committed(reported, 10.0)
     finally:
