@@ -222,3 +222,10 @@ def test_client_requests_decode_and_bad_ones_keep_their_req_id() -> None:
 def test_topic_prefixes_cover_the_patterns() -> None:
     prefixes = mesh.topic_prefixes(("orders.*", "payments.eu"))
     assert b"tx|orders." in prefixes and b"ack|payments.eu" in prefixes and b"hb|" in prefixes
+
+
+def test_a_brief_status_request_asks_for_no_streams() -> None:
+    from relay.wire.client import StatusFrame, decode_request, status_request
+
+    assert decode_request(status_request(7)) == StatusFrame(7, False)
+    assert decode_request(status_request(8, brief=True)) == StatusFrame(8, True)

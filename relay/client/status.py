@@ -18,11 +18,11 @@ STATUS_BYTES_MAX = 64 << 20  # a node's status with streams_max streams is well 
 
 
 def node_status(
-    address: NodeAddress, timeout_ms: int = 1000, pair: KeyPair | None = None
+    address: NodeAddress, timeout_ms: int = 1000, pair: KeyPair | None = None, brief: bool = False
 ) -> NodeStatus | None:
     """The node's status, or None if it does not answer in time; ``ProtocolError`` if the
     answer is not a status. ``pair``: who asks a node that uses CURVE (default: a new pair,
-    which a cluster with ``client_auth = "none"`` admits)."""
+    which a cluster with ``client_auth = "none"`` admits). ``brief``: no streams in the answer."""
     ctx: zmq.Context[Any] = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -31,7 +31,7 @@ def node_status(
         if address.public_key is not None:
             connect_to(sock, address.public_key, pair or generate())
         sock.connect(address.endpoint)
-        sock.send(status_request(1))
+        sock.send(status_request(1, brief))
         if not sock.poll(timeout_ms):
             return None
         reply = decode_reply(sock.recv())

@@ -129,7 +129,8 @@ class ClientPort:
                     got = disk.span(got, core.held)
                 self.answer(client, s.req_id, got)
             elif isinstance(request, StatusFrame):
-                self.send(client, replies.encode_status(request.req_id, disk.status(core.status())))
+                status = disk.status(core.status(streams=not request.brief))
+                self.send(client, replies.encode_status(request.req_id, status))
 
     # --- output -------------------------------------------------------------------------
 

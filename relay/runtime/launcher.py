@@ -84,11 +84,11 @@ def stop_node(proc: NodeProcess, timeout_s: float = 5.0) -> bool:
 
 
 def query_status(
-    spec: NodeSpec, timeout_ms: int = 1000, pair: KeyPair | None = None
+    spec: NodeSpec, timeout_ms: int = 1000, pair: KeyPair | None = None, brief: bool = False
 ) -> NodeStatus | None:
     """A node's status (``node_status``), or None if it does not answer in time."""
     address = NodeAddress(spec.id, spec.host, spec.client_port, spec.public_key)
-    return node_status(address, timeout_ms, pair)
+    return node_status(address, timeout_ms, pair, brief)
 
 
 def wait_until_answering(
@@ -98,7 +98,7 @@ def wait_until_answering(
     while time.monotonic() < deadline:
         if not _alive(pid):
             return False
-        if query_status(spec, 300, pair) is not None:
+        if query_status(spec, 300, pair, brief=True) is not None:
             return True
     return False
 

@@ -226,8 +226,8 @@ class LocalCluster:
 
     # --- waiting ------------------------------------------------------------------------
 
-    def status(self, node_id: int) -> NodeStatus | None:
-        return query_status(self.config.node(node_id), 500, self.client_pair)
+    def status(self, node_id: int, brief: bool = False) -> NodeStatus | None:
+        return query_status(self.config.node(node_id), 500, self.client_pair, brief)
 
     def wait_serving(self, node_ids: list[int] | None = None, timeout_s: float = 20.0) -> None:
         """Until every named node (default: every started node) answers and is serving."""
@@ -241,10 +241,10 @@ class LocalCluster:
                     raise RuntimeError(
                         f"node {node_id} exited with {proc.returncode}; log:\n" + self.log(node_id)
                     )
-                status = self.status(node_id)
+                status = self.status(node_id, brief=True)
                 if status and status.state == "serving" and len(status.peers_up) >= len(wanted) - 1:
                     pending.discard(node_id)
-            time.sleep(0.2)  # a status lists every stream: a poll is not free
+            time.sleep(0.05)
         if pending:
             raise TimeoutError(f"nodes {sorted(pending)} not serving after {timeout_s} s")
 

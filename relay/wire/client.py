@@ -56,6 +56,7 @@ class SpanFrame:
 @dataclass(frozen=True, slots=True)
 class StatusFrame:
     req_id: int
+    brief: bool = False  # the node's state and peers, no stream: what a readiness check needs
 
 
 Request = PublishFrame | FetchFrame | SpanFrame | StatusFrame
@@ -117,8 +118,8 @@ def decode_request(body: bytes) -> Request:
             if parts < 1:
                 raise ValueError("parts must be at least 1")
             return SpanFrame(req_id, as_str(f[3]), after, upto, max_txs, parts, bool(f[8]))
-        if kind == "status" and len(f) == 3:
-            return StatusFrame(req_id)
+        if kind == "status" and len(f) in (3, 4):
+            return StatusFrame(req_id, len(f) == 4 and bool(f[3]))
     except (TypeError, ValueError) as exc:
         raise BadRequest(req_id, f"bad field in {kind!r} request: {exc}") from None
     raise BadRequest(req_id, f"unknown request kind {kind!r} with {len(f)} fields")
@@ -155,5 +156,5 @@ def span_request(
     return pack("span", req_id, stream, after_seq, upto_seq, max_txs, parts, strict)
 
 
-def status_request(req_id: int) -> bytes:
-    return pack("status", req_id)
+def status_request(req_id: int, brief: bool = False) -> bytes:
+    return pack("status", req_id, True) if brief else pack("status", req_id)
