@@ -26,13 +26,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield made
 
 
-def raw_admin(cluster: LocalCluster, node_id: int, frame: bytes) -> dict[str, object]:
+def raw_admin(cluster: LocalCluster, node_id: int, *frames: bytes) -> dict[str, object]:
     sock = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         cluster.secure(sock, node_id, cluster.admin_pair)
         sock.connect(f"tcp://127.0.0.1:{cluster.admin_ports[node_id]}")
-        sock.send(frame)
+        sock.send_multipart(list(frames))
         assert sock.poll(5000), "the node did not answer"
         reply: dict[str, object] = msgpack.unpackb(sock.recv(), raw=False)
         return reply
@@ -81,16 +81,7 @@ def test_a_malformed_admin_frame_gets_an_error(cluster: LocalCluster, frame: byt
 def test_a_request_of_several_frames_gets_an_error_and_the_node_serves_on(
     cluster: LocalCluster,
 ) -> None:
-    sock = zmq.Context.instance().socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        cluster.secure(sock, 1, cluster.admin_pair)
-        sock.connect(f"tcp://127.0.0.1:{cluster.admin_ports[1]}")
-        sock.send_multipart([msgpack.packb(["status", None]), b"second"])
-        assert sock.poll(5000), "the node did not answer"
-        reply = msgpack.unpackb(sock.recv(), raw=False)
-    finally:
-        sock.close(linger=0)
+    reply = raw_admin(cluster, 1, msgpack.packb(["status", None]), b"second")
     assert reply == {"ok": False, "error": "an admin request is one frame, not 2"}
     assert admin(cluster, 1, "status", None)["ok"] is True
 

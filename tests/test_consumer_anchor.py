@@ -13,6 +13,7 @@ import pytest
 import zmq
 
 from relay import Consumer, Producer
+from relay.client.consumer import Transaction
 from relay.client.directory import resolve
 from relay.core.digest import genesis
 from relay.core.events import ReadResult, SpanResult
@@ -85,24 +86,32 @@ class Forger:
         self.context.term()
 
 
+def publish_20(cluster: LocalCluster) -> list[Transaction]:
+    """20 messages in "orders", as an honest consumer reads them."""
+    with Producer(config=cluster.config_path) as producer:
+        for i in range(20):
+            producer.send("orders", b"order %d" % i)
+        producer.flush()
+    with Consumer("orders", config=cluster.config_path) as honest:
+        return honest.take(20, timeout_s=10)
+
+
+def as_txs(read: list[Transaction]) -> list[Tx]:
+    return [
+        Tx(t.seq, 0, t.origin, 0, t.producer_id, t.msg_id, t.payload, t.key, t.headers)
+        for t in read
+    ]
+
+
 def test_a_node_that_rewrites_history_consistently_is_caught_by_a_second_replica(
     tmp_path: Path,
 ) -> None:
     with LocalCluster(tmp_path / "c", 3) as cluster:
         cluster.start()
         cluster.wait_serving()
-        with Producer(config=cluster.config_path) as producer:
-            for i in range(20):
-                producer.send("orders", b"order %d" % i)
-            producer.flush()
-        with Consumer("orders", config=cluster.config_path) as honest:
-            real = honest.take(20, timeout_s=10)
-        txs = [
-            Tx(t.seq, 0, t.origin, 0, t.producer_id, t.msg_id, t.payload, t.key, t.headers)
-            for t in real
-        ]
+        real = publish_20(cluster)
         port = free_ports(1)[0]
-        forger = Forger("orders", txs, port)
+        forger = Forger("orders", as_txs(real), port)
         try:
             real_nodes = [a.text for a in resolve(cluster.config_path)]
             alone = Consumer("orders", nodes=[f"127.0.0.1:{port}"], reply_timeout_s=1.0)
@@ -127,18 +136,8 @@ def test_spark_plans_only_what_a_second_replica_holds(tmp_path: Path, spark: Any
     with LocalCluster(tmp_path / "c", 3) as cluster:
         cluster.start()
         cluster.wait_serving()
-        with Producer(config=cluster.config_path) as producer:
-            futures = [producer.send("orders", b"order %d" % i) for i in range(20)]
-            producer.flush()
-        with Consumer("orders", config=cluster.config_path) as honest:
-            real = honest.take(20, timeout_s=10)
-        assert [t.seq for t in real] == [f.result().seq for f in futures]
-        txs = [
-            Tx(t.seq, 0, t.origin, 0, t.producer_id, t.msg_id, t.payload, t.key, t.headers)
-            for t in real
-        ]
         port = free_ports(1)[0]
-        forger = Forger("orders", txs, port)
+        forger = Forger("orders", as_txs(publish_20(cluster)), port)
         try:
             nodes = ",".join([f"127.0.0.1:{port}", *(a.text for a in resolve(cluster.config_path))])
             key = str(cluster.config.keys_dir() / "client.key_secret")
