@@ -52,6 +52,7 @@ class NodeSpec:
     data_dir: str | None = None  # default: <run_dir>/data/node-<id>
     public_key: str | None = None  # Z85 CURVE key; required unless cluster.security = "none"
     bind_host: str | None = None  # the interface to listen on; default: host
+    metrics_host: str | None = None  # the interface /metrics listens on; default: bind_host
 
     @property
     def listen_host(self) -> str:
@@ -119,7 +120,7 @@ _CLUSTER_KEYS = (
     | client_limits.KEYS
 )
 _NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
-_NODE_OPTIONAL = {"data_dir", "public_key", "bind_host"}
+_NODE_OPTIONAL = {"data_dir", "public_key", "bind_host", "metrics_host"}
 
 
 def load(path: str | Path) -> ClusterConfig:
@@ -249,7 +250,7 @@ def _node(where: str, i: int, n: Any) -> NodeSpec:
                 f"{where}: unknown key '{label}.{key}'; known keys: "
                 + ", ".join(sorted(_NODE_KEYS | _NODE_OPTIONAL))
             )
-    for key in ("data_dir", "bind_host"):
+    for key in ("data_dir", "bind_host", "metrics_host"):
         value = n.get(key)
         if value is not None and (type(value) is not str or not value):
             raise ConfigError(f"{where}: '{label}.{key}' must be a non-empty string")
@@ -295,6 +296,7 @@ def _node(where: str, i: int, n: Any) -> NodeSpec:
         n.get("data_dir"),
         public_key,
         n.get("bind_host"),
+        n.get("metrics_host"),
     )
 
 

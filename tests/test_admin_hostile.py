@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import msgpack
 import pytest
@@ -115,3 +116,17 @@ def test_a_metrics_port_in_use_names_the_key_and_the_address(tmp_path: Path) -> 
     message = str(info.value)
     assert "metrics_port" in message and f"{spec.host}:{spec.metrics_port}" in message
     assert "Address already in use" in message
+
+
+def test_metrics_can_listen_on_an_interface_of_their_own(tmp_path: Path) -> None:
+    """/metrics listened wherever the node's client port did; metrics_host moves it alone."""
+    with LocalCluster(tmp_path / "c", nodes=3) as made:
+        port = made.config.node(1).metrics_port
+        text = made.config_path.read_text()
+        line = f"metrics_port = {port}\n"
+        made.config_path.write_text(text.replace(line, line + 'metrics_host = "127.0.0.2"\n', 1))
+        made.start()
+        made.wait_serving()
+        assert b"relay_node_info" in urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5).read()
+        with pytest.raises(OSError):
+            urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)

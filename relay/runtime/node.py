@@ -127,7 +127,9 @@ class NodeRuntime:
                 self.admin.setsockopt(zmq.MAXMSGSIZE, ADMIN_REQUEST_BYTES_MAX)
                 self._bind(self.admin, admin_port, "--admin-port", admin_host)
             if metrics:
-                self._bind(None, self.spec.metrics_port, "metrics_port")
+                self._bind(
+                    None, self.spec.metrics_port, "metrics_port", self.spec.metrics_host or ""
+                )
         except BaseException:
             self.close()
             raise
