@@ -11,8 +11,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from relay.auth import keys, local_keys
+from relay.auth import grants, keys, local_keys
 from relay.auth import settings as auth
+from relay.auth.grants import Grant
 from relay.auth.settings import AuthSettings
 from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
@@ -79,6 +80,7 @@ class ClusterConfig:
     auth: AuthSettings = field(default_factory=AuthSettings)
     clients: ClientBounds = field(default_factory=ClientBounds)
     metrics_streams_max: int = METRICS_STREAMS_MAX
+    grants: dict[str, Grant] = field(default_factory=dict)  # client key -> what it may do
 
     def node(self, node_id: int) -> NodeSpec:
         for spec in self.nodes:
@@ -140,11 +142,11 @@ def load(path: str | Path) -> ClusterConfig:
 
 def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     where = str(path) if path else "config"
-    unknown = set(raw) - {"cluster", "node"}
+    unknown = set(raw) - {"cluster", "node", "client"}
     if unknown:
         raise ConfigError(
             f"{where}: unknown top-level key {sorted(unknown)[0]!r}; "
-            "expected [cluster] and [[node]] tables"
+            "expected [cluster], [[node]] and [[client]] tables"
         )
     cluster = raw.get("cluster", {})
     if not isinstance(cluster, dict):
@@ -159,9 +161,17 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     params: dict[str, Any] = {}
     try:
         stored = storage.parse(where, cluster)
+        listed = grants.parse(where, raw.get("client"))
+        if listed:  # a key with a table of its own is admitted
+            cluster = {**cluster, "client_keys": [*cluster.get("client_keys", []), *listed]}
         security = auth.parse(where, cluster)
     except (storage.SettingsError, auth.SettingsError) as exc:
         raise ConfigError(str(exc)) from None
+    if listed and security.client_auth != "keys":
+        raise ConfigError(
+            f'{where}: [[client]] tables need cluster.client_auth = "keys": without it a node '
+            "cannot tell its clients apart"
+        )
     for key in sorted(_PARAM_KEYS):
         value = cluster.get(key, getattr(defaults, key))
         least, most = PARAM_BOUNDS.get(key, (1, MAX_INT))
@@ -219,6 +229,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         auth=security,
         clients=bounds,
         metrics_streams_max=series,
+        grants=listed,
     )
     if params["quorum"] > len(specs):
         raise ConfigError(

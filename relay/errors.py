@@ -33,6 +33,7 @@ CONFLICT = "conflict"
 JOURNAL_FULL = "journal_full"
 BUSY = "busy"
 AUTH = "auth"  # a node refused this client's CURVE key
+FORBIDDEN = "forbidden"  # the client's [[client]] table does not allow the request
 
 RETRYABLE = frozenset({UNAVAILABLE, TIMEOUT, NOT_COMMITTED, STORAGE, BUSY})
 

@@ -166,3 +166,19 @@ def test_cluster_init_writes_keys_and_keys_gen_adds_one(tmp_path: Path) -> None:
     assert again.exit_code != 0 and "already exists" in again.output
     plain = runner.invoke(main, ["cluster", "init", "--no-keys", "-o", str(tmp_path / "p.toml")])
     assert plain.exit_code == 0 and not load(tmp_path / "p.toml").auth.curve
+
+
+def test_client_tables_are_checked_and_need_client_keys() -> None:
+    key = keys.generate().public
+    raw = raw_config()
+    raw["client"] = [{"name": "billing", "key": key, "publish": ["orders.*"]}]
+    grant = parse(raw).grants[key]
+    assert grant.may_publish("orders.eu") and not grant.may_consume("orders.eu")
+    assert key in parse(raw).auth.client_keys  # a listed key is admitted
+    raw["client"][0]["publish"] = "orders.*"
+    with pytest.raises(ConfigError, match=r"'client\[0\].publish' must be a list of glob"):
+        parse(raw)
+    raw = raw_config(client_auth="none")
+    raw["client"] = [{"key": key}]
+    with pytest.raises(ConfigError, match=r"\[\[client\]\] tables need cluster.client_auth"):
+        parse(raw)

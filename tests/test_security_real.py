@@ -305,3 +305,52 @@ def test_a_node_key_receives_only_the_streams_its_node_replicates(cluster5: Loca
         assert metric(cluster5, 1, "relay_errors_total", kind="mesh_subscription_refused") >= 2
     finally:
         sub.close(linger=0)
+
+
+def test_client_tables_say_which_streams_each_key_may_publish_and_read(tmp_path: Path) -> None:
+    """Issue 31: any admitted key could publish to and read every stream. A [[client]] table
+    now limits its key, names it and the stream in each refusal, and admits it."""
+    with LocalCluster(tmp_path / "c", nodes=3) as cluster:
+        billing = keys.write(tmp_path / "billing", "client")
+        reader = keys.write(tmp_path / "reader", "client")
+        tables = (
+            f'\n[[client]]\nname = "billing"\nkey = "{billing.public}"\n'
+            'publish = ["orders.*"]\nconsume = ["orders.*"]\n'
+            f'\n[[client]]\nname = "reader"\nkey = "{reader.public}"\nconsume = ["orders.*"]\n'
+        )
+        cluster.config_path.write_text(cluster.config_path.read_text() + tables)
+        cluster.start()
+        cluster.wait_serving()
+        as_billing = {
+            "config": cluster.config_path,
+            "client_key": tmp_path / "billing" / "client.key_secret",
+        }
+        as_reader = {
+            "config": cluster.config_path,
+            "client_key": tmp_path / "reader" / "client.key_secret",
+        }
+        with Producer(**as_billing) as producer:  # type: ignore[arg-type]
+            assert producer.publish("orders.eu", b"allowed").seq > 0
+            with pytest.raises(RelayError) as refused:
+                producer.publish("payments.eu", b"not allowed")
+        assert refused.value.code == "forbidden"
+        assert (
+            "client billing" in refused.value.message and "'payments.eu'" in refused.value.message
+        )
+        with Consumer("orders.eu", group="g", **as_billing) as member:  # type: ignore[arg-type]
+            assert [t.payload for t in member.take(1, timeout_s=10)] == [b"allowed"]
+            member.commit()  # a group's commit: a publish to orders.eu.__group.g
+        with (
+            Producer(**as_reader) as producer,  # type: ignore[arg-type]
+            pytest.raises(RelayError, match=r"client reader .* may not publish to"),
+        ):
+            producer.publish("orders.eu", b"a reader")
+        with Consumer("orders.eu", **as_reader) as consumer:  # type: ignore[arg-type]
+            assert [t.payload for t in consumer.take(1, timeout_s=10)] == [b"allowed"]
+        with (
+            Consumer("payments.eu", **as_reader) as consumer,  # type: ignore[arg-type]
+            pytest.raises(RelayError, match=r"may not read stream 'payments\.eu'"),
+        ):
+            consumer.take(1, timeout_s=10)
+        with Producer(config=cluster.config_path) as producer:  # a key with no table: all
+            assert producer.publish("payments.eu", b"the operator's client").seq > 0

@@ -60,6 +60,7 @@ class ClientPort:
         self, ctx: zmq.Context[Any], config: ClusterConfig, port: int, metrics: NodeMetrics
     ) -> None:
         self.config = config
+        self.grants = config.grants  # client key -> what it may do; empty: every key all
         self.metrics = metrics
         self.publishes_ok = metrics.publish_requests.labels("ok")  # found once, not per reply
         self.sock = ctx.socket(zmq.ROUTER)
@@ -93,7 +94,11 @@ class ClientPort:
             if taken > DRAIN_BYTES_MAX or (i and not holds_more(self.sock)):
                 return
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                if self.grants:  # the frames, to read who sent them (the ZAP user id)
+                    parts = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    frames, user = [p.bytes for p in parts], parts[-1].get("User-Id")
+                else:
+                    frames, user = self.sock.recv_multipart(zmq.NOBLOCK), ""
             except zmq.Again:
                 return
             taken += sum(map(len, frames))
@@ -107,6 +112,11 @@ class ClientPort:
             except BadRequest as exc:
                 self.metrics.errors.labels("bad_request").inc()
                 self.answer(client, exc.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
+                continue
+            forbidden = self._forbidden(user, request)
+            if forbidden is not None:
+                self.metrics.errors.labels(errors.FORBIDDEN).inc()
+                self.answer(client, request.req_id, forbidden)
                 continue
             if isinstance(request, PublishFrame | FetchFrame):
                 refused = self.limits.admit(client, request.req_id, len(frames[1]))
@@ -131,6 +141,18 @@ class ClientPort:
             elif isinstance(request, StatusFrame):
                 status = disk.status(core.status(streams=not request.brief))
                 self.send(client, replies.encode_status(request.req_id, status))
+
+    def _forbidden(self, user: str, request: Request) -> Rejected | None:
+        """Why the client's ``[[client]]`` table refuses ``request``, or None."""
+        grant = self.grants.get(user) if self.grants else None
+        if grant is None or isinstance(request, StatusFrame):
+            return None
+        if isinstance(request, PublishFrame):
+            if not grant.may_publish(request.stream):
+                return Rejected(errors.FORBIDDEN, grant.refusal("publish to", request.stream))
+        elif not grant.may_consume(request.stream):
+            return Rejected(errors.FORBIDDEN, grant.refusal("read", request.stream))
+        return None
 
     # --- output -------------------------------------------------------------------------
 

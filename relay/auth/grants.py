@@ -1,0 +1,87 @@
+"""What each client key may do, as Kafka's ACLs and NATS' permissions say it: ``[[client]]``
+tables in the cluster file, one per key, with glob patterns of the streams the key may publish
+to (``publish``) and read (``consume``). A consumer group's commits and a batch's acks are
+publishes to the group's and the batch's streams (``orders.__group.*``, ``orders.__batch.*``),
+so ``publish`` also says which groups and batches a key may change. Publishing is also how a
+stream is made: a key creates only the streams its ``publish`` patterns allow.
+
+A listed key is admitted (it needs no line in ``client_keys``); a key admitted through
+``client_keys`` without a table of its own may do everything, as before. Tables need
+``client_auth = "keys"``: without it a node cannot tell its clients apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from relay.auth.settings import SettingsError, public_key
+
+GRANTS_MAX = 10_000
+PATTERNS_MAX = 1000
+KEYS = {"key", "name", "publish", "consume"}
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    key: str  # the client's public key (Z85)
+    name: str  # how refusals name it
+    publish: tuple[str, ...]
+    consume: tuple[str, ...]
+
+    def may_publish(self, stream: str) -> bool:
+        return any(fnmatchcase(stream, p) for p in self.publish)
+
+    def may_consume(self, stream: str) -> bool:
+        return any(fnmatchcase(stream, p) for p in self.consume)
+
+    def refusal(self, verb: str, stream: str) -> str:
+        patterns = self.publish if verb == "publish to" else self.consume
+        return (
+            f"client {self.name} (key {self.key}) may not {verb} stream {stream!r}: its "
+            f"[[client]] table allows {list(patterns) or 'nothing'}"
+        )
+
+
+def parse(where: str, tables: object) -> dict[str, Grant]:
+    """The ``[[client]]`` tables by key; ``SettingsError`` naming the first bad one."""
+    if tables is None:
+        return {}
+    if not isinstance(tables, list) or len(tables) > GRANTS_MAX:
+        raise SettingsError(f"{where}: 'client' must be at most {GRANTS_MAX} [[client]] tables")
+    found: dict[str, Grant] = {}
+    for i, table in enumerate(tables):
+        label = f"client[{i}]"
+        if not isinstance(table, dict):
+            raise SettingsError(f"{where}: '{label}' must be a table")
+        unknown = set(table) - KEYS
+        if unknown:
+            raise SettingsError(
+                f"{where}: unknown key '{label}.{sorted(unknown)[0]}'; known: {sorted(KEYS)}"
+            )
+        key = public_key(where, f"{label}.key", table.get("key"))
+        name = table.get("name", f"client[{i}]")
+        if type(name) is not str or not name:
+            raise SettingsError(f"{where}: '{label}.name' must be a non-empty string")
+        lists = {
+            verb: _patterns(where, f"{label}.{verb}", table.get(verb, []))
+            for verb in ("publish", "consume")
+        }
+        if key in found:
+            raise SettingsError(f"{where}: '{label}.key' is listed by another [[client]] too")
+        found[key] = Grant(key, name, lists["publish"], lists["consume"])
+    return found
+
+
+def _patterns(where: str, label: str, value: Any) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list)
+        or len(value) > PATTERNS_MAX
+        or not all(isinstance(p, str) and p for p in value)
+    ):
+        raise SettingsError(
+            f"{where}: '{label}' must be a list of glob patterns such as [\"orders.*\"], "
+            f"got {value!r:.60}"
+        )
+    return tuple(value)
