@@ -18,8 +18,9 @@ from relay.auth.settings import AuthSettings
 from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Routing, Subscription
-from relay.runtime import client_limits
+from relay.runtime import client_limits, memory_budget
 from relay.runtime.client_limits import ClientBounds
+from relay.runtime.memory_budget import MemoryBudget
 from relay.storage import settings as storage
 from relay.storage.settings import StorageSettings
 
@@ -79,6 +80,7 @@ class ClusterConfig:
     storage: StorageSettings = field(default_factory=StorageSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     clients: ClientBounds = field(default_factory=ClientBounds)
+    memory: MemoryBudget = field(default_factory=lambda: MemoryBudget(1 << 30))
     metrics_streams_max: int = METRICS_STREAMS_MAX
     grants: dict[str, Grant] = field(default_factory=dict)  # client key -> what it may do
 
@@ -113,9 +115,9 @@ class ClusterConfig:
         return Routing(self.subscriptions())
 
 
-_PARAM_KEYS = {f.name for f in fields(CoreParams)} - {"votes_wait_for_disk"}
+_PARAM_KEYS = {f.name for f in fields(CoreParams)} - {"votes_wait_for_disk", "rings_bytes_max"}
 _CLUSTER_KEYS = (
-    {"name", "allow_small_replication", "run_dir", "metrics_streams_max"}
+    {"name", "allow_small_replication", "run_dir", "metrics_streams_max", "memory_bytes_max"}
     | _PARAM_KEYS
     | storage.KEYS
     | auth.KEYS
@@ -193,7 +195,8 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         )
     try:
         bounds = client_limits.parse(where, cluster, params["payload_bytes_max"])
-    except client_limits.SettingsError as exc:
+        memory = memory_budget.parse(where, cluster, bounds.request_bytes_max)
+    except (client_limits.SettingsError, memory_budget.SettingsError) as exc:
         raise ConfigError(str(exc)) from None
     name = cluster.get("name", "relay")
     allow_small = cluster.get("allow_small_replication", False)
@@ -221,13 +224,16 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     config = ClusterConfig(
         name=name,
         path=path,
-        params=CoreParams(**params, votes_wait_for_disk=stored.votes_wait),
+        params=CoreParams(
+            **params, votes_wait_for_disk=stored.votes_wait, rings_bytes_max=memory.rings
+        ),
         nodes=specs,
         allow_small_replication=allow_small,
         run_dir=(base / run_dir).resolve(),
         storage=stored,
         auth=security,
         clients=bounds,
+        memory=memory,
         metrics_streams_max=series,
         grants=listed,
     )

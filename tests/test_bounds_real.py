@@ -3,7 +3,7 @@ grow a node without bound or get it cut: a 50 MB frame and a request of 60 x 1 M
 dropped by the socket, ``request_bytes_max``), a connection that parks more long polls than
 its share (answered ``busy``), hundreds of 1 MiB payloads (the memory ring is bounded by
 ``buffer_bytes_max``), a thousand fetches nobody reads (an answer is at most 1 MiB and a
-connection queues at most 64), and thousands of idle connections (shut past the per-address
+connection queues at most 16), and thousands of idle connections (shut past the per-address
 bound). Through each the nodes keep their epochs and serve."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_fetches_nobody_reads_cannot_grow_a_node(cluster: LocalCluster) -> None:
     try:
         for req_id in range(1, 2501):
             sock.send(fetch_request(req_id, "orders.unread", 0, 5000, 0, False))
-        # answers of 1 MiB past the 64 the connection's queue holds wait, up to 16 MiB
+        # answers of 1 MiB past the 16 the connection's queue holds wait, up to 16 MiB
         waiting = until(lambda: answers_waiting(cluster, 3), lambda b: b > 0, timeout_s=10)
         assert 0 < waiting <= CONNECTION_BYTES_MAX
         with Consumer("orders.unread", config=cluster.config_path, node=3) as consumer:

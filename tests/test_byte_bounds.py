@@ -8,6 +8,7 @@ from relay.core.events import Persist
 from relay.core.flake import make_seq
 from relay.core.messages import (
     ANSWER_BYTES_MAX,
+    FETCH_BYTES_MAX,
     Item,
     Tx,
     fold_tx,
@@ -15,7 +16,7 @@ from relay.core.messages import (
     within_bytes,
 )
 from relay.core.origin import Origin
-from relay.core.reads import FETCH_BYTES_MAX, read
+from relay.core.reads import read
 from relay.core.timeline import Timeline
 from relay.core.timer import Now
 from relay.storage.settings import StorageSettings

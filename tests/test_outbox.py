@@ -40,7 +40,7 @@ class Rig:
         self.limits = ClientLimits(ClientBounds(client_inflight_max=1000))
         self.registry = CollectorRegistry()
         self.dropped = Counter("dropped", "answers dropped", registry=self.registry)
-        self.outbox = ClientOutbox(self.router, self.limits, self.dropped)
+        self.outbox = ClientOutbox(self.router, self.limits, self.dropped, 256 << 20)
         deadline = time.monotonic() + 5  # until the router can route to the dealer
         while time.monotonic() < deadline:
             try:

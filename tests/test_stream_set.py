@@ -3,6 +3,8 @@ a burst of streams being created right now, and of a stream one side lacks only 
 
 from __future__ import annotations
 
+from relay.core.flake import SEQ_MAX
+from relay.core.messages import Tx, tx_bytes
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Subscription
 from relay.core.stream import StreamLimits
@@ -64,3 +66,43 @@ def test_a_stream_one_side_lacks_is_announced_with_its_bucket_only() -> None:
     expected = {n for n in [*names, "lost"] if name_mark(n) % BUCKETS == bucket}
     assert set(one.owed) == expected and set(two.owed) == expected - {"lost"}
     assert len(expected) < 2 * len(names) / BUCKETS
+
+
+def filled(node: StreamSet, name: str, seqs: range) -> None:
+    """``name`` holds a verified, logged 1,000-byte tx at each of ``seqs``."""
+    state = node.ensure(name, 7, UP)
+    assert state is not None
+    txs = [Tx(seq, 0, 1, 7, "", 0, bytes(1000)) for seq in seqs]
+    state.timeline.extend(txs, [bytes(32)] * len(txs))
+    state.timeline.verify_upto(seqs[-1])
+    state.log.restored(seqs[-1], seqs[-1])
+
+
+def test_rings_over_the_memory_budget_shed_the_oldest_entries_of_every_stream() -> None:
+    node = stream_set(1)
+    filled(node, "a", range(1, 11))  # the oldest
+    filled(node, "c", range(21, 31))
+    filled(node, "b", range(11, 21))
+    one = tx_bytes(Tx(1, 0, 1, 7, "", 0, bytes(1000)))
+    assert node.ring.total == 30 * one
+    node.shed(40 * one, lambda name: SEQ_MAX)  # under the budget: nothing goes
+    assert node.ring.total == 30 * one
+    node.shed(16 * one, lambda name: SEQ_MAX)
+    held = {name: node.by_name[name].timeline.seqs for name in "abc"}
+    assert node.ring.total <= 16 * one * 7 // 8
+    assert held["a"] == [] and held["b"] == list(range(17, 21)) and held["c"] == list(range(21, 31))
+    assert node.by_name["a"].timeline.trimmed_seq == 10  # a reader of 'a' goes to the log
+
+
+def test_shedding_keeps_what_a_waiting_publish_needs_and_waits_after_falling_short() -> None:
+    node = stream_set(1)
+    filled(node, "a", range(1, 11))
+    filled(node, "b", range(11, 21))
+    one = tx_bytes(Tx(1, 0, 1, 7, "", 0, bytes(1000)))
+    waiting = {"a": 3, "b": 11}  # each stream has a publish waiting for an answer there
+    node.shed(4 * one, lambda name: waiting[name])
+    assert node.by_name["a"].timeline.seqs == list(range(3, 11))
+    assert node.by_name["b"].timeline.seqs == list(range(11, 21))
+    assert node.shed_at == 18 * one  # fell short: the next try waits for the rings to grow
+    node.shed(4 * one, lambda name: SEQ_MAX)
+    assert node.ring.total == 18 * one

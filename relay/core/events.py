@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from relay.core.messages import Item, KeyRecord, MeshMessage, Tx
+from relay.core.messages import FETCH_BYTES_MAX, Item, KeyRecord, MeshMessage, Tx
 
 # --- events ------------------------------------------------------------------------------
 
@@ -27,7 +27,8 @@ class PublishRequested:
 @dataclass(frozen=True, slots=True)
 class FetchRequested:
     """A consumer asks for verified txs after ``after_seq``; with ``wait_ms`` > 0 the answer
-    waits (long poll) until there is something new or the wait runs out."""
+    waits (long poll) until there is something new or the wait runs out. The answer holds at
+    most ``bytes_max`` of txs (the shell's memory budget may ask for less than the default)."""
 
     client: bytes
     req_id: int
@@ -35,6 +36,7 @@ class FetchRequested:
     after_seq: int
     limit: int
     wait_ms: int
+    bytes_max: int = FETCH_BYTES_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,13 +166,14 @@ class ReadResult:
 @dataclass(frozen=True, slots=True)
 class LogRead:
     """A read the memory ring no longer holds: the shell answers it from the log, with the
-    verified txs in (``after_seq``, ``upto_seq``], at most ``limit``."""
+    verified txs in (``after_seq``, ``upto_seq``], at most ``limit`` and ``bytes_max``."""
 
     stream: str
     after_seq: int
     upto_seq: int
     limit: int
     verified_seq: int
+    bytes_max: int = FETCH_BYTES_MAX
 
 
 @dataclass(frozen=True, slots=True)

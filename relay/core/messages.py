@@ -55,6 +55,7 @@ class Item(NamedTuple):
 
 
 TX_OVERHEAD_BYTES = 200  # what a held tx costs beyond its payload, key and headers
+FETCH_BYTES_MAX = 1 << 20  # a fetch answer's txs (one larger tx still goes), as Kafka's default
 ANSWER_BYTES_MAX = 4 << 20  # the txs in one mesh message (a frame may carry 64 MiB): a peer
 # handles one in a few ms, so its loop turns stay short
 

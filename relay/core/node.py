@@ -50,7 +50,7 @@ from relay.core.fencing import FenceInput, NodeState, next_state
 from relay.core.flake import SEQ_MAX
 from relay.core.intake import MeshIntake
 from relay.core.log_events import LogEvents
-from relay.core.messages import Heartbeat, RepairRequest, StreamAck, SyncRequest
+from relay.core.messages import FETCH_BYTES_MAX, Heartbeat, RepairRequest, StreamAck, SyncRequest
 from relay.core.origin import Origin
 from relay.core.params import CoreConfig
 from relay.core.peers import Peers
@@ -159,13 +159,15 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
 
     # --- queries (no state change) ------------------------------------------------------
 
-    def read(self, stream: str, after_seq: int, limit: int) -> Answer:
+    def read(
+        self, stream: str, after_seq: int, limit: int, bytes_max: int = FETCH_BYTES_MAX
+    ) -> Answer:
         timeline = self._readable(stream)
         if not isinstance(timeline, Timeline):
             return timeline
         state = self.streams.get(stream)
         log_base = state.log.base_seq if state else 0
-        return reads.read(timeline, stream, after_seq, limit, log_base)
+        return reads.read(timeline, stream, after_seq, limit, log_base, bytes_max)
 
     def span(
         self, stream: str, after_seq: int, upto_seq: int, max_txs: int, parts: int
@@ -219,7 +221,7 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
     # --- publish and fetch --------------------------------------------------------------
 
     def _read_of(self, fetch: FetchRequested) -> Answer:
-        return self.read(fetch.stream, fetch.after_seq, fetch.limit)
+        return self.read(fetch.stream, fetch.after_seq, fetch.limit, fetch.bytes_max)
 
     def _answer(
         self, fetch: FetchRequested, answer: Answer, park: bool, deadline: Timeout | None = None
@@ -360,6 +362,7 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
                 )
                 self._effects.append(Broadcast(ack))
         self.stream_set.dirty.clear()
+        self.stream_set.shed(self.params.rings_bytes_max, self.publishes.oldest_awaited)
 
     def _verified(self, name: str, state: StreamReplica) -> None:
         self._effects.append(Verified(name, state.timeline.readable_seq))

@@ -18,6 +18,7 @@ class CoreParams:
     repair_batch_txs_max: int = 2000
     buffer_txs_max: int = 200_000
     buffer_bytes_max: int = 64 << 20  # the memory ring of each stream, by bytes
+    rings_bytes_max: int = 1 << 62  # every stream's ring together (the node's memory budget)
     dedup_window_ms: int = 120_000
     dedup_keys_max: int = 200_000
     quorum: int = 0  # 0: a majority of each stream's replicas

@@ -24,12 +24,11 @@ from relay.core.events import (
     Rejected,
     SpanResult,
 )
-from relay.core.messages import within_bytes
+from relay.core.messages import FETCH_BYTES_MAX, within_bytes
 from relay.core.timeline import Timeline
 from relay.core.timer import Timeout
 
 FETCH_TXS_MAX = 5000  # txs in one fetch answer
-FETCH_BYTES_MAX = 1 << 20  # and their bytes (one larger tx still goes), as Kafka's default
 FETCH_WAIT_MS_MAX = 30_000  # the longest a fetch may be parked
 PARKED_FETCHES_MAX = 10_000  # parked fetches per node, over all streams
 
@@ -77,21 +76,26 @@ def readable(
 
 
 def read(
-    timeline: Timeline, stream: str, after_seq: int, limit: int, log_base: int
+    timeline: Timeline,
+    stream: str,
+    after_seq: int,
+    limit: int,
+    log_base: int,
+    bytes_max: int = FETCH_BYTES_MAX,
 ) -> ReadResult | LogRead:
-    """Up to ``limit`` verified txs after ``after_seq``: from memory, or from the log
-    (``LogRead``) below the memory ring. A start the log no longer holds either (retention) is
-    data loss, except after seq 0: "from the oldest available"."""
+    """Up to ``limit`` verified txs (and ``bytes_max`` of them) after ``after_seq``: from
+    memory, or from the log (``LogRead``) below the memory ring. A start the log no longer
+    holds either (retention) is data loss, except after seq 0: "from the oldest available"."""
     limit = min(limit, FETCH_TXS_MAX)
     trimmed = timeline.trimmed_seq
     if after_seq < trimmed and log_base < trimmed:
         if after_seq >= log_base:
-            return LogRead(stream, after_seq, trimmed, limit, timeline.readable_seq)
+            return LogRead(stream, after_seq, trimmed, limit, timeline.readable_seq, bytes_max)
         if after_seq == 0:
-            return LogRead(stream, log_base, trimmed, limit, timeline.readable_seq)
+            return LogRead(stream, log_base, trimmed, limit, timeline.readable_seq, bytes_max)
     start, indexes = timeline.read_verified(after_seq, limit)
     held = timeline.txs
-    indexes = indexes[: within_bytes([held[i] for i in indexes], FETCH_BYTES_MAX)]
+    indexes = indexes[: within_bytes([held[i] for i in indexes], bytes_max)]
     return ReadResult(
         stream=stream,
         txs=tuple(timeline.txs[i] for i in indexes),

@@ -36,7 +36,7 @@ from relay.core.messages import (
 )
 from relay.core.ordering import Floors
 from relay.core.rebuild import TimelineRebuild
-from relay.core.timeline import Timeline
+from relay.core.timeline import RingBytes, Timeline
 from relay.core.votes import Votes
 
 
@@ -72,6 +72,7 @@ class StreamReplica(TimelineRebuild):
         replicas: tuple[int, ...],
         quorum: int,
         limits: StreamLimits,
+        ring: RingBytes | None = None,
     ) -> None:
         assert self_id in replicas
         self.stream = stream
@@ -82,7 +83,7 @@ class StreamReplica(TimelineRebuild):
         self.lanes: dict[int, Lane] = {
             r: Lane(r, limits.repair_after_ms, limits.cut_grace_ms) for r in replicas
         }
-        self.timeline = Timeline(stream, limits.buffer_txs_max, limits.buffer_bytes_max)
+        self.timeline = Timeline(stream, limits.buffer_txs_max, limits.buffer_bytes_max, ring)
         self.dedup = DedupIndex(limits.dedup_window_ms, limits.dedup_keys_max)
         self.votes = Votes(self_id, replicas, quorum)
         self.catchup = Catchup(limits.stuck_after_ms)
@@ -178,9 +179,7 @@ class StreamReplica(TimelineRebuild):
         timeline.readable_seq = self.announced_seq = readable
         return True
 
-    @property
-    def verified_seq(self) -> int:
-        return self.timeline.verified_seq
+    verified_seq = property(lambda self: self.timeline.verified_seq)
 
     @property
     def acked_seq(self) -> int:
@@ -211,11 +210,12 @@ class StreamReplica(TimelineRebuild):
         if self.log.persisted(generation, seq, mark) and self.log.votes_wait:
             self.needs_ack = True
 
-    def trim(self, keep_from: int) -> None:
-        """Let the timeline drop verified entries beyond its capacity, but none the vote or
-        the log still needs (a refused write is made again from what the log held)."""
+    def trim(self, keep_from: int, shed_bytes: int = 0) -> int:
+        """Let the timeline drop verified entries beyond its bounds (and ``shed_bytes``
+        more), but none the vote or the log still needs (a refused write is made again from
+        what the log held); the bytes freed."""
         needed = min(self.log.vote_seq(self.timeline), self.log.confirmed_seq)
-        self.timeline.trim(min(keep_from, needed + 1))
+        return self.timeline.trim(min(keep_from, needed + 1), shed_bytes)
 
     # --- origins: their epochs and cuts -------------------------------------------------
 

@@ -21,15 +21,18 @@ paced (``pay``).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator
 from itertools import islice
 
 from blake3 import blake3
 
+from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
 from relay.core.params import CoreConfig
 from relay.core.routing import Routing, stream_name_problem
 from relay.core.stream import PeerStates, StreamLimits, StreamReplica
+from relay.core.timeline import RingBytes
 from relay.core.timer import Timeout
 
 BUCKETS = 16  # the shared-stream digests a heartbeat carries per peer
@@ -59,6 +62,8 @@ class StreamSet:
         # (peer, bucket) -> (ours, theirs, since when both are so) while they differ
         self.differ: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.announced: dict[tuple[int, int], Timeout] = {}  # (peer, bucket) -> last announced
+        self.ring = RingBytes()  # what every stream's timeline holds
+        self.shed_at = 0  # the ring total after the last shed that fell short, 0 if none
 
     def ensure(self, name: str, epoch: int, peers: PeerStates) -> StreamReplica | None:
         """The stream, created if this node replicates it and may hold one more."""
@@ -71,7 +76,7 @@ class StreamSet:
         if self.node_id not in replicas:
             return None
         quorum = self.config.quorum_of(len(replicas))
-        state = StreamReplica(name, self.node_id, replicas, quorum, self.limits)
+        state = StreamReplica(name, self.node_id, replicas, quorum, self.limits, self.ring)
         state.rejoin(epoch)
         for origin in state.peers:
             up, peer_epoch = peers[origin]
@@ -100,6 +105,28 @@ class StreamSet:
         return [self.by_name[name] for name in self.active]
 
     # --- rare: every stream -------------------------------------------------------------
+
+    def shed(self, ring_bytes_max: int, keep_from: Callable[[str], int]) -> None:
+        """Over ``ring_bytes_max`` together, the timelines drop their oldest verified entries
+        (the log on disk still holds them) until they are under seven eighths of it: the
+        streams whose first held entry is oldest go first. What a publish waiting for its
+        answer needs (``keep_from``) stays, and after a shed that fell short the next waits
+        until the rings grew by another sixteenth."""
+        total = self.ring.total
+        if total <= ring_bytes_max or total < self.shed_at + ring_bytes_max // 16:
+            return
+        wanted = total - ring_bytes_max * 7 // 8
+        oldest = [(s.timeline.earliest_seq(), n) for n, s in self.by_name.items() if s.timeline.txs]
+        heapq.heapify(oldest)
+        while oldest and wanted > 0:
+            _, name = heapq.heappop(oldest)
+            state = self.by_name[name]
+            until = oldest[0][0] if oldest else SEQ_MAX  # shed up to the next stream's oldest
+            freed = state.trim(min(keep_from(name), until), wanted)
+            wanted -= freed
+            if freed and state.timeline.txs:
+                heapq.heappush(oldest, (state.timeline.earliest_seq(), name))
+        self.shed_at = self.ring.total if wanted > 0 else 0
 
     def peer_up(self, origin: int, epoch: int) -> None:
         """A peer came back or restarted: follow it, and owe it where we are everywhere."""

@@ -7,7 +7,9 @@ waiting to be answered with them.
 ``verified_seq`` marks how far a quorum agreed, ``readable_seq`` how far a quorum's logs
 durably record that (the same without ``fsync = "always"``); readers see only that prefix.
 The digest of the last trimmed entry is kept so a reader starting at the head of the buffer
-can still check the chain.
+can still check the chain. Every timeline of a node adds its bytes to one ``RingBytes``, so
+the node can shed the oldest verified entries of all its rings when they outgrow its memory
+budget (readers find shed entries in the log on disk).
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ from relay.core.digest import genesis
 from relay.core.messages import Tx, seq_of, tx_bytes, txs_bytes
 
 
+class RingBytes:
+    """What a node's timelines hold, together (``tx_bytes``)."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
+
+
 class Timeline:
     __slots__ = (
         "bytes",
@@ -26,6 +37,7 @@ class Timeline:
         "capacity",
         "digests",
         "readable_seq",
+        "ring",
         "seqs",
         "trimmed_digest",
         "trimmed_seq",
@@ -33,11 +45,14 @@ class Timeline:
         "verified_seq",
     )
 
-    def __init__(self, stream: str, capacity: int, bytes_max: int = 1 << 62) -> None:
+    def __init__(
+        self, stream: str, capacity: int, bytes_max: int = 1 << 62, ring: RingBytes | None = None
+    ) -> None:
         if capacity < 1:
             raise ValueError("a timeline needs room for at least one transaction")
         self.capacity = capacity
         self.bytes_max = bytes_max
+        self.ring = RingBytes() if ring is None else ring  # the node's timelines together
         self.bytes = 0  # what the held txs take (``tx_bytes``)
         self.seqs: list[int] = []
         self.digests: list[bytes] = []
@@ -61,7 +76,7 @@ class Timeline:
         self.seqs.extend(map(seq_of, txs))
         self.digests.extend(digests)
         self.txs.extend(txs)
-        self.bytes += txs_bytes(txs)
+        self._count(txs_bytes(txs))
 
     def digest_at(self, seq: int) -> bytes | None:
         """The digest at ``seq`` if ``seq`` is a held entry (or the trimmed boundary)."""
@@ -125,7 +140,7 @@ class Timeline:
         cut = bisect_right(self.seqs, seq)
         dropped = self.txs[cut:]
         del self.seqs[cut:], self.digests[cut:], self.txs[cut:]
-        self.bytes -= txs_bytes(dropped)
+        self._count(-txs_bytes(dropped))
         return dropped
 
     def restart_at(self, base_seq: int, base_digest: bytes) -> list[Tx]:
@@ -133,18 +148,20 @@ class Timeline:
         base, verified by the peers); the txs it held."""
         dropped = self.txs
         self.seqs, self.digests, self.txs = [], [], []
-        self.bytes = 0
+        self._count(-self.bytes)
         self.trimmed_seq = base_seq
         self.trimmed_digest = base_digest
         self.verified_seq = base_seq
         self.readable_seq = min(self.readable_seq, base_seq)
         return dropped
 
-    def trim(self, keep_from: int) -> None:
-        """Drop the oldest verified entries beyond ``capacity``, none at or above
-        ``keep_from`` (a seq someone still needs: a publish waiting for its answer)."""
-        if not self.over_capacity():
-            return
+    def trim(self, keep_from: int, shed_bytes: int = 0) -> int:
+        """Drop the oldest verified entries beyond ``capacity`` and ``bytes_max`` and, beyond
+        that, at least ``shed_bytes`` more (the node's memory budget asks); none at or above
+        ``keep_from`` (a seq someone still needs: a publish waiting for its answer). The
+        bytes freed."""
+        if not shed_bytes and not self.over_capacity():
+            return 0
         limit = min(
             bisect_right(self.seqs, self.verified_seq),
             bisect_left(self.seqs, keep_from),
@@ -152,14 +169,20 @@ class Timeline:
         txs = self.txs
         cut = min(limit, max(0, len(self.seqs) - self.capacity))
         freed = txs_bytes(txs[:cut])
-        while cut < limit and self.bytes - freed > self.bytes_max:  # the fewest for both bounds
+        goal = max(self.bytes - self.bytes_max, freed + shed_bytes)
+        while cut < limit and freed < goal:  # the fewest for every bound
             freed += tx_bytes(txs[cut])
             cut += 1
         if cut <= 0:
-            return
-        self.bytes -= freed
+            return 0
+        self._count(-freed)
         self.trimmed_seq = self.seqs[cut - 1]
         self.trimmed_digest = self.digests[cut - 1]
         del self.seqs[:cut]
         del self.digests[:cut]
         del self.txs[:cut]
+        return freed
+
+    def _count(self, change: int) -> None:
+        self.bytes += change
+        self.ring.total += change

@@ -3,9 +3,10 @@ its loop: requests and their bytes until each is answered, and the size of one r
 
 How this works: the shell admits each publish and fetch before the core sees it, keyed by the
 connection and the request id, and lets it go when its answer leaves. A connection over its
-share is answered ``busy`` at once (the client backs off or goes to another node); a request
-over ``request_bytes_max`` never reaches the loop (the socket drops the connection:
-``ZMQ_MAXMSGSIZE``). The settings are ``[cluster]`` keys.
+share, or a request that would take the node's requests over their share of the memory budget
+(``memory_bytes_max``), is answered ``busy`` at once (the client backs off or goes to another
+node); a request over ``request_bytes_max`` never reaches the loop (the socket drops the
+connection: ``ZMQ_MAXMSGSIZE``). The settings are ``[cluster]`` keys.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ def parse(where: str, cluster: dict[str, Any], payload_bytes_max: int) -> Client
 
 
 class ClientLimits:
-    def __init__(self, bounds: ClientBounds) -> None:
+    def __init__(self, bounds: ClientBounds, total_bytes_max: int = 1 << 62) -> None:
         self.bounds = bounds
+        self.total_bytes_max = total_bytes_max  # over every connection (the memory budget)
+        self.total_bytes = 0
         self.open: dict[tuple[bytes, int], int] = {}  # (connection, req id) -> its bytes
         self.held: dict[bytes, list[int]] = {}  # connection -> [requests, bytes] in flight
         self.waiting: set[tuple[bytes, int]] = set()  # open, but their answers wait to leave
@@ -94,6 +97,13 @@ class ClientLimits:
                 f"(client_inflight_bytes_max {b.client_inflight_bytes_max}); wait for answers"
             )
             return Rejected(errors.BUSY, why)
+        if self.total_bytes + size > self.total_bytes_max:
+            why = (
+                f"the node holds {self.total_bytes} bytes of requests (a quarter of "
+                "memory_bytes_max); try again or another node"
+            )
+            return Rejected(errors.BUSY, why)
+        self.total_bytes += size
         self.open[(client, req_id)] = size
         self.held[client] = [held[0] + 1, held[1] + size]
         return None
@@ -110,6 +120,7 @@ class ClientLimits:
         if size is None:
             return
         self.waiting.discard((client, req_id))
+        self.total_bytes -= size
         held = self.held[client]
         held[0] -= 1
         held[1] -= size

@@ -69,9 +69,13 @@ class ClientPort:
         self.sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.MAXMSGSIZE, config.clients.request_bytes_max)
-        self.limits = ClientLimits(config.clients)
+        self.memory = config.memory
+        self.limits = ClientLimits(config.clients, config.memory.requests)
         self.outbox = ClientOutbox(
-            self.sock, self.limits, metrics.errors.labels("reply_undeliverable")
+            self.sock,
+            self.limits,
+            metrics.errors.labels("reply_undeliverable"),
+            config.memory.outbox,
         )
         self.specs = {n.id: n for n in config.nodes}
         bounds = config.clients
@@ -129,8 +133,11 @@ class ClientPort:
                 events.append(PublishRequested(client, q.req_id, q.stream, q.producer_id, q.items))
             elif isinstance(request, FetchFrame):
                 f = request
+                most = self.memory.fetch_bytes(len(self.connections.by_fd), QUEUED_MAX)
                 events.append(
-                    FetchRequested(client, f.req_id, f.stream, f.after_seq, f.limit, f.wait_ms)
+                    FetchRequested(
+                        client, f.req_id, f.stream, f.after_seq, f.limit, f.wait_ms, most
+                    )
                 )
             elif isinstance(request, SpanFrame):
                 s = request

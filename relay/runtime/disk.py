@@ -35,7 +35,7 @@ from relay.core.events import (
     SpanResult,
 )
 from relay.core.messages import ANSWER_BYTES_MAX, SyncData, Tx
-from relay.core.reads import FETCH_BYTES_MAX, cut_span
+from relay.core.reads import cut_span
 from relay.core.status import NodeStatus
 from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
@@ -61,6 +61,7 @@ class NodeDisk:
             keep_bytes=params.buffer_bytes_max // 2,
             dedup_ms=params.dedup_window_ms,
             dedup_keys_max=params.dedup_keys_max,
+            total_bytes=params.rings_bytes_max // 2,  # a restart leaves room for new writes
         )
         self.syncer: Syncer | None = None
         self.written: set[str] = set()  # logs written since the last retention pass
@@ -185,7 +186,7 @@ class NodeDisk:
 
     def read(self, q: LogRead) -> ReadResult | Rejected:
         """A consumer's read from the log, re-checked record by record."""
-        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit, FETCH_BYTES_MAX)
+        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit, q.bytes_max)
         if isinstance(found, Rejected):
             return found
         log_ = self.store.logs.get(q.stream)

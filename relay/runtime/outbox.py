@@ -11,13 +11,13 @@ after a millisecond, then after twice as long each time nothing moved (at most
 ``RETRY_MAX_MS``), so a connection that stopped reading costs the loop little.
 
 A waiting answer's request keeps its place in the connection's share (``ClientLimits``) until
-the answer is handed over, but no longer counts towards the node's total, which bounds the
-work in the core. What a connection that does not read can make the node hold is bounded:
+the answer is handed over, but no longer counts towards the node's total, which bounds the work
+in the core. What a connection that does not read can make the node hold is bounded:
 ``CONNECTION_BYTES_MAX`` of answers (with ``ENTRY_BYTES`` for each answer's bookkeeping; one
-answer may always wait), ``OTHERS_MAX`` answers to requests outside the share (refusals,
-spans, status), and ``TOTAL_BYTES_MAX`` over all connections; an answer past a bound, every
-answer of a connection whose oldest waited ``WAIT_MS``, and an answer for a connection that went
-away are dropped and counted (``reply_undeliverable``).
+answer may always wait), ``OTHERS_MAX`` answers to requests outside the share (refusals, spans,
+status), and ``bytes_max`` over all connections (the memory budget's share); an answer past a
+bound, every answer of a connection whose oldest waited ``WAIT_MS``, and an answer for a
+connection that went away are dropped and counted (``reply_undeliverable``).
 """
 
 from __future__ import annotations
@@ -34,10 +34,9 @@ from relay.runtime.client_limits import ClientLimits
 
 log = logging.getLogger("relay.node")
 
-QUEUED_MAX = 64  # answers the socket queues per connection (at most 64 MiB of fetch answers)
+QUEUED_MAX = 16  # answers the socket queues per connection (the memory budget cuts fetches)
 ENTRY_BYTES = 200  # what a waiting answer costs besides its bytes
 CONNECTION_BYTES_MAX = 16 << 20
-TOTAL_BYTES_MAX = 256 << 20
 OTHERS_MAX = 64
 WAIT_MS = 3_000  # a producer gives a request up after 3 s
 RETRY_FIRST_MS, RETRY_MAX_MS = 1, 64
@@ -55,8 +54,11 @@ class _Backlog:
 
 
 class ClientOutbox:
-    def __init__(self, sock: zmq.Socket[Any], limits: ClientLimits, dropped: Counter) -> None:
+    def __init__(
+        self, sock: zmq.Socket[Any], limits: ClientLimits, dropped: Counter, bytes_max: int
+    ) -> None:
         self.sock = sock
+        self.bytes_max = bytes_max  # what the answers waiting here may hold together
         self.limits = limits
         self.dropped = dropped  # reply_undeliverable
         self.waiting: dict[bytes, _Backlog] = {}  # connection -> its answers waiting
@@ -79,7 +81,7 @@ class ClientOutbox:
         cost = len(body) + ENTRY_BYTES
         if backlog.answers and (
             backlog.bytes + cost > CONNECTION_BYTES_MAX
-            or self.total_bytes + cost > TOTAL_BYTES_MAX
+            or self.total_bytes + cost > self.bytes_max
             or (admitted is None and backlog.others >= OTHERS_MAX)
         ):
             self._drop(client, [(body, admitted, now_ms)], "too many answers wait for it")

@@ -18,6 +18,7 @@ repair_after_ms = 200       # a gap open this long is repaired from peers
 stuck_after_ms = 1000       # peers ahead and no progress this long: catch up by sync
 buffer_txs_max = 200000     # verified txs each stream keeps in memory (older ones: from disk)
 buffer_bytes_max = 67108864 # and at most this many bytes of them (64 MiB)
+memory_bytes_max = 0        # each node's memory budget: rings, answers, requests (0: 1/8 of RAM)
 dedup_window_ms = 120000    # producer retries within this window never duplicate
 dedup_keys_max = 200000
 quorum = 0                  # 0: a majority of each stream's replicas

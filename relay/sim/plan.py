@@ -112,4 +112,5 @@ def _params(rng: random.Random) -> CoreParams:
         stuck_after_ms=rng.randint(200, 600),
         buffer_txs_max=rng.choice([1000, 5000]),
         buffer_bytes_max=rng.choice([1 << 20, 150_000]),  # the latter binds before the count
+        rings_bytes_max=rng.choice([1 << 62, 8_000, 20_000]),  # the node's rings, together
     )

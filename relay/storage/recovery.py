@@ -48,6 +48,7 @@ class Window:
     keep_bytes: int  # and at most this many bytes of them (``tx_bytes``)
     dedup_ms: int
     dedup_keys_max: int
+    total_bytes: int = 1 << 62  # over every log (a share of the node's memory budget)
 
 
 def open_log(

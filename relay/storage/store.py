@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -68,7 +69,10 @@ class NodeStore:
             raise StorageError(f"data_dir {self.data_dir}: {exc.strerror or exc}") from None
         self.meta = self._read_meta()
         restored, problems = [], []
-        for directory in sorted(self.streams_dir.iterdir()):
+        directories = sorted(self.streams_dir.iterdir())
+        share = window.total_bytes // max(1, len(directories))
+        window = replace(window, keep_bytes=min(window.keep_bytes, share))
+        for directory in directories:
             stream = self._stream_of(directory)
             if stream is None:
                 problems.append(f"{directory}: not a stream directory; left alone")
