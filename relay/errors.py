@@ -30,6 +30,7 @@ BAD_REQUEST = "bad_request"
 PROTOCOL = "protocol"
 STORAGE = "storage"
 CONFLICT = "conflict"
+FENCED = "fenced"  # a newer producer took over this producer id
 JOURNAL_FULL = "journal_full"
 BUSY = "busy"
 AUTH = "auth"  # a node refused this client's CURVE key

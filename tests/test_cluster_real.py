@@ -159,6 +159,30 @@ def test_a_producer_restarted_under_its_fixed_id_publishes_at_once(cluster3: Loc
     assert payloads == [b"%d-%d" % (n, i) for n in range(2) for i in range(5)]
 
 
+def test_a_second_live_producer_with_the_same_id_fences_the_first(cluster3: LocalCluster) -> None:
+    """Both published side by side under one id; now the older one is refused, clearly, and
+    its retries of what the stream holds are still answered."""
+    with Producer(config=cluster3.config_path, producer_id="billing-2") as old:
+        kept = old.send("fences", b"old-1")
+        old.flush()
+        time.sleep(0.01)  # a later millisecond: a newer incarnation
+        with Producer(config=cluster3.config_path, producer_id="billing-2") as new:
+            assert new.publish("fences", b"new-1").seq > kept.result().seq
+            refused = old.send("fences", b"old-2")
+            old.flush()
+            with pytest.raises(RelayError) as caught:
+                refused.result()
+            assert caught.value.code == "fenced"
+            assert "in use by a newer producer" in caught.value.message
+            retry = old.send("fences", b"old-1", msg_id=kept.msg_id)
+            old.flush()
+            assert retry.result().seq == kept.result().seq
+            assert new.publish("fences", b"new-2").seq > 0
+    with Consumer("fences", config=cluster3.config_path) as consumer:
+        payloads = [tx.payload for tx in consumer.take(3, timeout_s=10)]
+    assert payloads == [b"old-1", b"new-1", b"new-2"]
+
+
 def test_a_message_too_large_for_a_request_fails_at_once(cluster3: LocalCluster) -> None:
     """A 9 MB message retried for 30 s and ended in "connection lost": a node drops a request
     over request_bytes_max with its connection, before anything can answer it."""

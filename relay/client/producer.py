@@ -25,6 +25,7 @@ from relay.client.futures import Ack, PublishFuture
 from relay.client.journal import Entry, Journal
 from relay.client.pool import ConnectionPool
 from relay.client.routes import HeadersIn, Routes, headers_of, key_of
+from relay.core.dedup import incarnation_start
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Reply
 
@@ -90,8 +91,8 @@ class Producer:
         self._inflight: dict[int, _Request] = {}
         if self._journal is not None:
             self._next_msg_id = self._journal.next_msg_id
-        else:  # a named producer without a journal may be a restarted one: number above it
-            self._next_msg_id = time.time_ns() if producer_id else 1
+        else:  # a named producer without a journal: a new incarnation, fencing older ones
+            self._next_msg_id = incarnation_start(int(time.time() * 1000)) if producer_id else 1
         self._next_req_id = 1
         self._batches: dict[str, int] = {}  # open batch -> items sent in it so far
         self.recovered: list[PublishFuture] = []  # what a journal held unacknowledged at start

@@ -18,6 +18,14 @@ message id (a producer restarted with a fixed id that numbers from 1 again) does
 kept copy's content tag (``content_tag``) is kept too, and a copy whose tag differs is a
 conflict, refused (``conflicts``), never answered with the original's seq. Every replica
 computes the same tags, so the decision at fold time is the same everywhere.
+
+A named producer without a journal numbers its messages in *incarnations*
+(``FENCING_IDS``): the high bits of a msg id are the millisecond it started, so a restarted
+producer numbers above everything it sent before, and the index keeps each such producer's
+newest incarnation among the txs it saw (``newest``). A request of an older incarnation
+that carries any message the stream does not hold is refused (``superseded``): a second
+live producer with the same id fences the first, as a Kafka producer's epoch does. The
+coordinator decides on what its replica has seen; the timeline is never changed by it.
 """
 
 from __future__ import annotations
@@ -32,9 +40,29 @@ from relay.core.digest import Folder
 from relay.core.flake import TIME_SHIFT
 from relay.core.in_flight import InFlight
 from relay.core.kept import KeptCopies
-from relay.core.messages import Item, KeyRecord, Tx, payload_of, plain, producer_key_of, seq_of
+from relay.core.messages import (
+    Item,
+    KeyRecord,
+    Tx,
+    msg_id_of,
+    payload_of,
+    plain,
+    producer_key_of,
+    seq_of,
+)
 
 _LENGTH = Struct(">I").pack
+FENCING_IDS = 1 << 62  # msg ids from here up are (incarnation << COUNTER_BITS) + a counter
+COUNTER_BITS = 22
+NEWEST_MAX = 10_000  # producers whose newest incarnation a stream remembers
+INCARNATIONS_FROM_MS = 1_577_836_800_000  # 2020-01-01: incarnations count ms from there
+
+
+def incarnation_start(wall_ms: int) -> int:
+    """The first msg id of a producer incarnation started at ``wall_ms``."""
+    return FENCING_IDS + ((wall_ms - INCARNATIONS_FROM_MS) << COUNTER_BITS)
+
+
 BATCH_FOLD_MIN = 16  # a batch folds in passes from this size (1 tx: 4.7 us so, 2.3 alone)
 
 
@@ -63,6 +91,7 @@ class DedupIndex:
         "in_flight",
         "kept",
         "keys_max",
+        "newest",
         "skipped",
         "skips",
         "window_ms",
@@ -77,6 +106,7 @@ class DedupIndex:
         # a later copy's seq -> (tx, the kept copy's seq, whether its content differs)
         self.skipped: dict[int, tuple[Tx, int, bool]] = {}
         self.skips = 0  # changes when later copies are skipped or dropped (waiters look again)
+        self.newest: dict[str, int] = {}  # producer id -> its newest incarnation seen
 
     def size(self) -> int:
         """Keys held: kept copies, txs in flight and skipped later copies."""
@@ -85,6 +115,27 @@ class DedupIndex:
     def note_pending(self, txs: Sequence[Tx]) -> None:
         """Txs held but not yet stable (a batch in seq order)."""
         self.in_flight.note(txs)
+        if txs and max(map(msg_id_of, txs)) >= FENCING_IDS:
+            newest = self.newest
+            for tx in txs:
+                if tx.msg_id >= FENCING_IDS:
+                    born = (tx.msg_id - FENCING_IDS) >> COUNTER_BITS
+                    if born > newest.get(tx.producer_id, -1):
+                        newest.pop(tx.producer_id, None)  # the most recent stays the last
+                        newest[tx.producer_id] = born
+            if len(newest) > NEWEST_MAX:
+                for producer_id in list(islice(newest, len(newest) - NEWEST_MAX // 2)):
+                    del newest[producer_id]
+
+    def superseded(self, producer_id: str, msg_ids: list[int], head_seq: int) -> int | None:
+        """The newer incarnation of ``producer_id`` that fences a request of these msg ids
+        (one that is not all retries of messages the stream holds), or None."""
+        top = max(msg_ids)
+        newest = self.newest.get(producer_id)
+        if newest is None or top < FENCING_IDS or (top - FENCING_IDS) >> COUNTER_BITS >= newest:
+            return None
+        held = [self.lookup(producer_id, msg_id, head_seq) for msg_id in msg_ids]
+        return None if all(h is not None for h in held) else newest
 
     def forget_pending(self) -> None:
         self.in_flight.clear()

@@ -20,7 +20,7 @@ from itertools import repeat
 from operator import itemgetter
 
 from relay import errors
-from relay.core.dedup import content_tag
+from relay.core.dedup import COUNTER_BITS, FENCING_IDS, content_tag
 from relay.core.events import Acked, PublishRequested, PublishResults, Rejected, Reply
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
@@ -101,6 +101,22 @@ def attach_retries(
             pending.results[i] = conflict(req.producer_id, item.msg_id, held[0])
         pending.seqs.append(held[0])
     return fresh, copies
+
+
+def superseded(state: StreamReplica, req: PublishRequested) -> Rejected | None:
+    """The refusal of a request from an incarnation of its producer id that a newer one
+    fenced, if it is one (``DedupIndex.superseded``)."""
+    msg_ids = list(map(_MSG_ID, req.items))
+    newer = state.dedup.superseded(req.producer_id, msg_ids, state.timeline.head_seq)
+    if newer is None:
+        return None
+    started = (max(msg_ids) - FENCING_IDS) >> COUNTER_BITS
+    why = (
+        f"producer id {req.producer_id!r} is in use by a newer producer (started "
+        f"{newer - started} ms after this one): this one is fenced; two live producers "
+        "must not share an id"
+    )
+    return Rejected(errors.FENCED, why)
 
 
 def request_problem(req: PublishRequested, params: CoreParams) -> str | None:

@@ -29,6 +29,7 @@ from relay.core.publish import (
     refusal,
     request_bytes,
     request_problem,
+    superseded,
     unadmitted,
 )
 from relay.core.routing import stream_name_problem
@@ -125,7 +126,9 @@ class PublishIntake(NodeParts):
         problem = (
             refusal(state, self.peers.up_nodes()) if state else "this node holds too many streams"
         )
-        return self._unavailable(req, problem) if problem else None
+        if problem:
+            return self._unavailable(req, problem)
+        return superseded(state, req) if state and req.producer_id else None
 
     def _unavailable(self, req: PublishRequested, why: str) -> Rejected:
         replicas = self.stream_set.routing.replicas_of(req.stream)
