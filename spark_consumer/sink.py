@@ -6,7 +6,8 @@ micro-batch and the partition, numbering the rows 1, 2, ... as message ids. A ta
 retries, or a micro-batch replayed after a restart (same batch id, same rows, same
 partitions), sends the same ids again, and the nodes answer with the seqs they gave the first
 time instead of publishing copies (invariant 6), within the cluster's dedup window
-(``dedup_window_ms``, 2 minutes by default). Columns as Kafka's sink takes them: ``value`` (or
+(``dedup_window_ms``, 2 minutes by default); past it, a named write's commit records
+(``sink_commits``) say what is there. Columns as Kafka's sink takes them: ``value`` (or
 ``payload``; binary or string), optional ``key``, ``headers`` (array of struct key, value) and
 ``stream`` (or ``topic``) naming each row's stream; without one, option ``stream`` does.
 """
@@ -23,6 +24,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from relay.core.routing import stream_name_problem
+from spark_consumer import sink_commits
 
 SINK_OPTIONS = {
     "config": "a cluster config file (TOML) readable on the driver and every executor",
@@ -33,6 +35,8 @@ SINK_OPTIONS = {
     "producerId": "names this write, so that writing the same rows again under the same name "
     "(a foreachBatch replay) adds nothing; give each write of one batch its own (default: the "
     "streaming query's id, else a new name per write)",
+    "commitStream": "where a named write keeps its commit records (default: "
+    "<stream>.__sink.<name>; a stream the config's patterns cover)",
 }
 SPARKS_OWN = {"checkpointlocation", "path"}  # options Spark hands every writer
 STREAM_COLUMNS = ("stream", "topic")
@@ -52,6 +56,7 @@ class SinkOptions:
     timeout_s: float
     name: str  # option producerId: names every write of these rows ("" if not given)
     job: str  # names this write when nothing else does (a new id per write)
+    commit_stream: str  # option commitStream ("" if not given)
 
 
 @dataclass
@@ -83,6 +88,11 @@ def parse_sink_options(raw: Mapping[str, str], schema: StructType) -> SinkOption
         raise ValueError(f"relay sink: option 'stream': {problem}")
     if not stream and stream_column is None:
         raise ValueError("relay sink: give option 'stream', or a column 'stream' (or 'topic')")
+    commits = options.get("commitStream", "")
+    if commits and (problem := stream_name_problem(commits)):
+        raise ValueError(f"relay sink: option 'commitStream': {problem}")
+    if commits and commits == stream:
+        raise ValueError("relay sink: option 'commitStream' must not be the stream of the rows")
     timeout_ms = options.get("publishTimeoutMs", "30000")
     if not timeout_ms.isdigit() or int(timeout_ms) < 100:
         raise ValueError("relay sink: option 'publishTimeoutMs' is a number of ms, at least 100")
@@ -98,25 +108,48 @@ def parse_sink_options(raw: Mapping[str, str], schema: StructType) -> SinkOption
         timeout_s=int(timeout_ms) / 1000,
         name=options.get("producerId", ""),
         job=uuid.uuid4().hex,
+        commit_stream=commits,
     )
 
 
 def publish_rows(options: SinkOptions, rows: Iterator[Any], streaming: bool) -> Published:
     """Publish one task's rows under the producer id of its (write, batch, partition): the
-    write is named by option ``producerId``, else by the streaming query, else anew. The rows
-    of a partition must come in the same order when a batch is replayed (they do from the
-    relay source, whose batches are fixed ranges; sort what comes from elsewhere)."""
-    from relay import Producer, RelayError
+    write is named by option ``producerId``, else by the streaming query, else anew. A named
+    write keeps commit records (``sink_commits``), so a task run again publishes only what is
+    not there, however long after. The rows of a partition must come in the same order when a
+    batch is replayed (they do from the relay source, whose batches are fixed ranges; sort
+    what comes from elsewhere)."""
+    from relay import Producer
 
     context = TaskContext.get()
     assert context is not None, "a relay sink's write runs in a Spark task"
     query = context.getLocalProperty("sql.streaming.queryId")
-    batch = context.getLocalProperty("streaming.sql.batchId")
-    if streaming and (query is None or batch is None):
+    batch_id = context.getLocalProperty("streaming.sql.batchId")
+    if streaming and (query is None or batch_id is None):
         raise RuntimeError("relay sink: a streaming write without Spark's query and batch ids")
-    name = options.name or query or options.job
-    producer_id = f"spark-{name}-{batch or 0}-{context.partitionId()}"
-    futures = []
+    named = options.name or query or ""
+    name = named or options.job
+    batch, partition = int(batch_id or 0), context.partitionId()
+    producer_id = f"spark-{name}-{batch}-{partition}"
+    commits = options.commit_stream or (
+        sink_commits.commit_stream(options.stream, name) if named and options.stream else ""
+    )
+    cluster = sink_commits.Cluster(
+        options.config, list(options.nodes) or None, options.client_key, options.timeout_s
+    )
+    found = (
+        sink_commits.find(cluster, commits, batch, partition)
+        if commits
+        else sink_commits.Records(0, None)
+    )
+    if found.committed_rows is not None:
+        return Published(found.committed_rows)  # every row is there already
+    there: set[tuple[str, int]] = set()
+    if found.begin_seq:  # a run before this one published some rows: which?
+        held = list(rows)
+        rows = iter(held)
+        streams = {_stream_of(options, row, i) for i, row in enumerate(held, start=1)}
+        there = sink_commits.published_since(cluster, streams, found.begin_seq, producer_id)
     with Producer(
         config=options.config,
         nodes=list(options.nodes) or None,
@@ -124,24 +157,45 @@ def publish_rows(options: SinkOptions, rows: Iterator[Any], streaming: bool) -> 
         timeout_s=options.timeout_s,
         client_key=options.client_key,
     ) as producer:
-        for msg_id, row in enumerate(rows, start=1):
-            stream = (
-                row[options.stream_column] if options.stream_column else None
-            ) or options.stream
-            if not stream:
-                raise ValueError(
-                    f"relay sink: row {msg_id} names no stream and there is no default"
-                )
-            futures.append(
-                producer.send(stream, _bytes(row[options.value]), msg_id, *_extras(options, row))
-            )
-        producer.flush()
+        if commits and not found.begin_seq:
+            sink_commits.write(producer, commits, batch, partition, None)
+        count = _publish(options, producer, rows, there)
+        if commits:
+            sink_commits.write(producer, commits, batch, partition, count)
+    return Published(count)
+
+
+def _publish(
+    options: SinkOptions, producer: Any, rows: Iterator[Any], there: set[tuple[str, int]]
+) -> int:
+    """Publish the rows not ``there`` (numbered 1, 2, ... as message ids) and wait for every
+    acknowledgement; how many rows there were."""
+    from relay import RelayError
+
+    futures = []
+    count = 0
+    for msg_id, row in enumerate(rows, start=1):
+        count = msg_id
+        stream = _stream_of(options, row, msg_id)
+        if (stream, msg_id) in there:
+            continue
+        futures.append(
+            producer.send(stream, _bytes(row[options.value]), msg_id, *_extras(options, row))
+        )
+    producer.flush()
     for future in futures:
         try:
             future.result()
         except RelayError as exc:  # the task fails; Spark's retry resends the same ids
             raise RuntimeError(f"relay sink: {future.stream}: {exc.code}: {exc.message}") from exc
-    return Published(len(futures))
+    return count
+
+
+def _stream_of(options: SinkOptions, row: Any, number: int) -> str:
+    stream = (row[options.stream_column] if options.stream_column else None) or options.stream
+    if not stream:
+        raise ValueError(f"relay sink: row {number} names no stream and there is no default")
+    return str(stream)
 
 
 def _extras(options: SinkOptions, row: Any) -> tuple[bytes | None, list[tuple[str, bytes]]]:

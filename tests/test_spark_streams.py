@@ -17,6 +17,7 @@ from test_spark import publish, relay_read, wait_until
 from relay import Consumer, Producer
 from relay.core.flake import seq_unix_ms
 from relay.runtime.local_cluster import LocalCluster
+from spark_consumer import sink_commits
 from spark_consumer.options import parse_options
 from spark_consumer.source import RelayStreamReader
 
@@ -206,6 +207,64 @@ def test_rows_written_to_relay_arrive_once_even_when_a_batch_is_replayed(
     assert len(copied) == len(source) == 300  # the replayed batch's 100 rows came back once
     with Producer(config=cluster.config_path) as producer:  # the sink's acks were quorum acks
         assert producer.publish("sink.out", b"after").seq > copied[-1].seq
+
+
+def test_a_batch_replayed_after_a_million_later_messages_adds_nothing(
+    spark: SparkSession, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The dedup window (200,000 ids per stream) had long forgotten the batch's ids, and a
+    replay published copies; now each named write keeps commit records."""
+    publish(cluster, "late.in", 300)
+    checkpoint = tmp_path / "checkpoint"
+
+    def copy() -> None:
+        query = (
+            stream_reader(
+                cluster,
+                spark,
+                stream="late.in",
+                startingOffsets="earliest",
+                maxOffsetsPerTrigger=100,
+            )
+            .selectExpr("value")
+            .writeStream.format("relay")
+            .option("config", str(cluster.config_path))
+            .option("stream", "late.out")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(180), "the copy did not finish"
+        assert query.exception() is None, query.exception()
+
+    copy()
+    # a batch write named "w1" that died after its begin record and 10 of its 25 rows
+    with Producer(config=cluster.config_path, producer_id="spark-w1-0-0") as crashed:
+        sink_commits.write(crashed, "late.out.__sink.w1", 0, 0, None)
+        for msg_id in range(1, 11):
+            crashed.send("late.out", b"w%d" % msg_id, msg_id)
+        crashed.flush()
+    with Producer(config=cluster.config_path) as flood:
+        for _ in range(1_000_000):
+            flood.send("late.out", b"later")
+        flood.flush()
+        after_flood = flood.publish("late.out", b"end of the flood").seq
+    for name in ("2", ".2.crc"):  # forget the last batch's commit: the restart replays it
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    copy()
+    rows = spark.createDataFrame([(b"w%d" % i,) for i in range(1, 26)], "value BINARY")
+    (
+        rows.coalesce(1)
+        .write.format("relay")
+        .option("config", str(cluster.config_path))
+        .option("stream", "late.out")
+        .option("producerId", "w1")
+        .mode("append")
+        .save()
+    )
+    with Consumer("late.out", config=cluster.config_path, start=after_flood + 1) as consumer:
+        new = consumer.take(100, timeout_s=5)
+    assert [t.payload for t in new] == [b"w%d" % i for i in range(11, 26)]  # the rest of w1
 
 
 def test_the_example_job_publishes_its_totals_into_a_relay_stream(
