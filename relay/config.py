@@ -82,6 +82,7 @@ class ClusterConfig:
     clients: ClientBounds = field(default_factory=ClientBounds)
     memory: MemoryBudget = field(default_factory=lambda: MemoryBudget(1 << 30))
     metrics_streams_max: int = METRICS_STREAMS_MAX
+    metrics_token_sha256: str = ""  # a scrape of /metrics must carry the token (hex SHA-256)
     grants: dict[str, Grant] = field(default_factory=dict)  # client key -> what it may do
 
     def node(self, node_id: int) -> NodeSpec:
@@ -117,7 +118,14 @@ class ClusterConfig:
 
 _PARAM_KEYS = {f.name for f in fields(CoreParams)} - {"votes_wait_for_disk", "rings_bytes_max"}
 _CLUSTER_KEYS = (
-    {"name", "allow_small_replication", "run_dir", "metrics_streams_max", "memory_bytes_max"}
+    {
+        "name",
+        "allow_small_replication",
+        "run_dir",
+        "metrics_streams_max",
+        "memory_bytes_max",
+        "metrics_token_sha256",
+    }
     | _PARAM_KEYS
     | storage.KEYS
     | auth.KEYS
@@ -214,6 +222,14 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
             f"{where}: 'cluster.metrics_streams_max' must be an integer from 0 to 100000, "
             f"got {series!r:.60}"
         )
+    token = cluster.get("metrics_token_sha256", "")
+    if not isinstance(token, str) or (
+        token and (len(token) != 64 or token.strip("0123456789abcdef"))
+    ):
+        raise ConfigError(
+            f"{where}: 'cluster.metrics_token_sha256' must be the 64 lower-case hex digits of "
+            "a token's SHA-256 (relay keys metrics-token makes one)"
+        )
     nodes = raw.get("node")
     if not isinstance(nodes, list) or not nodes:
         raise ConfigError(f"{where}: at least one [[node]] table is required")
@@ -235,6 +251,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         clients=bounds,
         memory=memory,
         metrics_streams_max=series,
+        metrics_token_sha256=token,
         grants=listed,
     )
     if params["quorum"] > len(specs):

@@ -7,13 +7,16 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.request import urlopen
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
 
 import msgpack
 import pytest
 import zmq
+from click.testing import CliRunner
 
 from relay import Producer
+from relay.cli import main
 from relay.runtime.admin import admin_call
 from relay.runtime.local_cluster import LocalCluster
 from relay.runtime.node import NodeRuntime, StartupError
@@ -130,3 +133,24 @@ def test_metrics_can_listen_on_an_interface_of_their_own(tmp_path: Path) -> None
         assert b"relay_node_info" in urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5).read()
         with pytest.raises(OSError):
             urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
+def test_metrics_can_require_a_bearer_token(tmp_path: Path) -> None:
+    """Anyone who reached the port read every node's metrics; a token now guards them, and
+    the file holds only its hash."""
+    token_file = tmp_path / "metrics.token"
+    made_token = CliRunner().invoke(main, ["keys", "metrics-token", "--out", str(token_file)])
+    assert made_token.exit_code == 0, made_token.output
+    digest = made_token.output.split('"')[1]
+    token = token_file.read_text().strip()
+    assert token not in made_token.output and (token_file.stat().st_mode & 0o777) == 0o600
+    with LocalCluster(tmp_path / "c", nodes=3, overrides={"metrics_token_sha256": digest}) as made:
+        made.start()
+        made.wait_serving()
+        url = f"http://127.0.0.1:{made.config.node(1).metrics_port}/metrics"
+        for header in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
+            with pytest.raises(HTTPError) as refused:
+                urlopen(Request(url, headers=header), timeout=5)
+            assert refused.value.code == 401
+        scraped = urlopen(Request(url, headers={"Authorization": f"Bearer {token}"}), timeout=5)
+        assert b"relay_node_info" in scraped.read()

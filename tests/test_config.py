@@ -54,6 +54,14 @@ def test_init_writes_loadable_3_and_5_node_configs() -> None:
     ("edit", "key"),
     [
         (lambda t: t.replace("id = 2", "id = 1"), "node[1].id"),
+        (
+            lambda t: t.replace('metrics_token_sha256 = ""', 'metrics_token_sha256 = "secret"'),
+            "cluster.metrics_token_sha256",
+        ),
+        (
+            lambda t: t.replace("memory_bytes_max = 0 ", "memory_bytes_max = 1000 "),
+            "cluster.memory_bytes_max",
+        ),
         (lambda t: t.replace('fsync = "always"', 'fsync = "sometimes"'), "cluster.fsync"),
         (lambda t: t.replace("segment_bytes = 67108864", "segment_bytes = 10"), "segment_bytes"),
         (lambda t: t.replace("segment_ms = 3600000", "segment_ms = -1"), "cluster.segment_ms"),

@@ -38,3 +38,28 @@ def keys_gen(folder: str, name: str) -> None:
     except keys.KeyFileError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(pair.public)
+
+
+@keys_group.command("metrics-token")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the token (owner-only), for Prometheus' credentials_file.",
+)
+def keys_metrics_token(out: str) -> None:
+    """Make a bearer token for /metrics and print the metrics_token_sha256 line for
+    [cluster]."""
+    import os
+    import secrets
+
+    from relay.runtime.metrics_server import token_hash
+
+    token = secrets.token_urlsafe(32)
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise click.ClickException(f"{out}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "w") as file:
+        file.write(token + "\n")
+    click.echo(f'metrics_token_sha256 = "{token_hash(token)}"')

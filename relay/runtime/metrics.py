@@ -10,8 +10,9 @@ from prometheus_client import (
     Info,
     PlatformCollector,
     ProcessCollector,
-    start_http_server,
 )
+
+from relay.runtime import metrics_server
 
 
 class NodeMetrics:
@@ -151,5 +152,5 @@ class NodeMetrics:
         counter.inc()
         self.frames_out.inc()
 
-    def serve(self, host: str, port: int) -> None:
-        start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, host: str, port: int, token_sha256: str = "") -> None:
+        metrics_server.serve(self.registry, host, port, token_sha256)

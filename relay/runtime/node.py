@@ -149,7 +149,7 @@ class NodeRuntime:
         host = host or self.spec.listen_host
         try:
             if sock is None:
-                self.metrics.serve(host, port)
+                self.metrics.serve(host, port, self.config.metrics_token_sha256)
             else:
                 sock.bind(f"tcp://{host}:{port}")
         except (zmq.ZMQError, OSError) as exc:

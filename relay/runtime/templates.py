@@ -30,6 +30,7 @@ client_connections_max = 10000  # connections the client port holds (more are sh
 client_connections_per_address_max = 1000  # from one address
 streams_max = 10000         # streams a node holds at most; idle ones cost no CPU
 metrics_streams_max = 100   # streams with metric series of their own; the rest: stream="*"
+metrics_token_sha256 = ""   # a scrape of /metrics must carry this token (relay keys metrics-token)
 run_dir = "{run_dir}"   # pid and log files of `relay cluster up`, relative to this file
 fsync = "always"            # always: a vote waits for fdatasync; or "interval", "never"
 fsync_interval_ms = 100     # with fsync = "interval"
