@@ -183,6 +183,20 @@ def test_a_second_live_producer_with_the_same_id_fences_the_first(cluster3: Loca
     assert payloads == [b"old-1", b"new-1", b"new-2"]
 
 
+def test_messages_with_large_headers_are_split_into_requests_that_fit(
+    cluster3: LocalCluster,
+) -> None:
+    """Requests were cut by payload bytes alone: 60 small payloads with 200 KB headers each
+    went as one 12 MB request, which a node drops with its connection, again and again."""
+    with Producer(config=cluster3.config_path, timeout_s=15) as producer:
+        futures = [
+            producer.send("headers.large", b"%d" % i, headers={"blob": bytes(200_000)})
+            for i in range(60)
+        ]
+        producer.flush()
+        assert all(f.result().seq > 0 for f in futures)
+
+
 def test_a_message_too_large_for_a_request_fails_at_once(cluster3: LocalCluster) -> None:
     """A 9 MB message retried for 30 s and ended in "connection lost": a node drops a request
     over request_bytes_max with its connection, before anything can answer it."""

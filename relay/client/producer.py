@@ -31,13 +31,14 @@ from relay.wire.replies import AckRow, AcksReply, ErrorReply, RedirectReply, Rep
 
 WINDOW = 32  # requests in flight
 BATCH_MAX = 512  # messages per request
-REQUEST_PAYLOAD_BYTES = 4 << 20  # payload bytes per request at most (half of request_bytes_max)
+REQUEST_PAYLOAD_BYTES = 4 << 20  # message bytes per request at most (half of request_bytes_max)
 REQUEST_OVERHEAD_BYTES = 1024  # a request's bytes beside its messages' and its names
 BINARY = (bytes, bytearray, memoryview)  # what a payload may be (a tuple: cheap to test)
 
 
 _ROW = attrgetter("msg_id", "_payload", "_key", "_headers")  # a message as a request carries it
 _STREAM, _PAYLOAD = attrgetter("stream"), attrgetter("_payload")
+_KEY, _HEADERS = attrgetter("_key"), attrgetter("_headers")
 
 
 @dataclass(slots=True, eq=False)
@@ -157,8 +158,7 @@ class Producer:
 
     def _size_problem(self, future: PublishFuture) -> str:
         """Why the message cannot be sent (too large for the cluster's limits), or ""."""
-        size = len(future._payload) + len(future._key or b"")
-        size += sum(len(name) + len(value) for name, value in future._headers)
+        size = message_bytes(future)
         limits = self.limits
         if limits.message_bytes is not None and size > limits.message_bytes:
             return (
@@ -287,18 +287,20 @@ class Producer:
 
     def _request_items(self, first: PublishFuture) -> list[PublishFuture]:
         """``first`` and the queued messages one request takes with it: of its stream, at
-        most ``batch_max``, their payloads within ``_request_payload`` (taken off the
-        queue). The usual case is checked in C-speed passes."""
+        most ``batch_max``, their bytes (payloads, keys and headers) within
+        ``_request_payload`` (taken off the queue). The usual case (no keys or headers) is
+        checked in C-speed passes."""
         queue = self._queue
         items = [first, *islice(queue, self.batch_max - 1)]
         stream, count = first.stream, len(items)
-        if (
-            list(map(_STREAM, items)).count(stream) != count
-            or sum(map(len, map(_PAYLOAD, items))) > self._request_payload
-        ):
-            count, size = 1, len(first._payload)
+        if any(map(_KEY, items)) or any(map(_HEADERS, items)):
+            size = sum(map(message_bytes, items))
+        else:
+            size = sum(map(len, map(_PAYLOAD, items)))
+        if list(map(_STREAM, items)).count(stream) != count or size > self._request_payload:
+            count, size = 1, message_bytes(first)
             for item in islice(items, 1, None):
-                size += len(item._payload)
+                size += message_bytes(item)
                 if item.stream != stream or size > self._request_payload:
                     break
                 count += 1
@@ -363,3 +365,9 @@ class Producer:
 
 
 __all__ = ["Ack", "Producer", "PublishFuture"]
+
+
+def message_bytes(future: PublishFuture) -> int:
+    """What a message puts in a request beside its msg id: payload, key and headers."""
+    size = len(future._payload) + len(future._key or b"")
+    return size + sum(len(name) + len(value) for name, value in future._headers)
