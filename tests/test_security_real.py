@@ -16,6 +16,7 @@ import zmq
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from test_faults_real import FAST
+from waits import until
 from zmq.utils.monitor import recv_monitor_message
 
 from relay import Consumer, Producer
@@ -305,6 +306,40 @@ def test_a_node_key_receives_only_the_streams_its_node_replicates(cluster5: Loca
         assert metric(cluster5, 1, "relay_errors_total", kind="mesh_subscription_refused") >= 2
     finally:
         sub.close(linger=0)
+
+
+def test_a_node_key_that_writes_other_messages_to_a_mesh_publisher_is_banned(
+    fresh_cluster3: LocalCluster,
+) -> None:
+    """A message that is not a subscription, written to node 1's XPUB by a holder of node
+    3's key, shifted which connection libzmq applied each later subscription to. Node 1 now
+    refuses that key and makes its XPUB anew; node 2 reconnects and the cluster serves."""
+    cluster = fresh_cluster3
+
+    def attacker() -> zmq.Socket[Any]:
+        sock = zmq.Context.instance().socket(zmq.XSUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        cluster.secure(sock, 1, cluster.node_pair(3))
+        sock.connect(cluster.config.node(1).mesh_address)
+        return sock
+
+    first = attacker()
+    try:
+        first.send(b"\x01hb|")  # a subscription it may make: the connection is up
+        assert first.poll(3000), "node 1 sent node 3's key no heartbeat"
+        first.send(b"not a subscription")
+        kind = "mesh_not_a_subscription"
+        assert until(lambda: metric(cluster, 1, "relay_errors_total", kind=kind), bool, 10)
+    finally:
+        first.close(linger=0)
+    again = attacker()
+    try:
+        again.send(b"\x01hb|")
+        assert not again.poll(2000), "node 1 still admits node 3's key"
+    finally:
+        again.close(linger=0)
+    with Producer(config=cluster.config_path, node=1) as producer:  # nodes 1 and 2: a quorum
+        assert producer.publish("after.ban", b"x").seq > 0
 
 
 def test_client_tables_say_which_streams_each_key_may_publish_and_read(tmp_path: Path) -> None:

@@ -62,5 +62,13 @@ class ZapHandler:
         who = (domain.decode(errors="replace"), address.decode(errors="replace"))
         return [b"1.0", request_id, b"400", b"key not admitted", b"", b""], who
 
+    def ban(self, domain: str, user: str) -> None:
+        """Admit the key known as ``user`` under ``domain`` no more (until a restart)."""
+        admitted = self.admitted.get(domain.encode())
+        if admitted:
+            for key, known in list(admitted.items()):
+                if known == user.encode():
+                    del admitted[key]
+
     def close(self) -> None:
         self.sock.close(linger=0)

@@ -8,11 +8,20 @@ applies a subscription by hand (``ZMQ_XPUB_MANUAL``) only if the subscriber, kno
 id the ZAP handler gave its key, asks for a topic prefix its own stream patterns give
 (``topic_prefixes``): a node receives only the streams it replicates, even one whose key an
 attacker holds and which subscribes to everything.
+
+libzmq pairs each subscription message with the connection that sent it in two queues, and a
+message that is not a subscription (which a node's SUB never sends: its peer connected an XSUB
+and wrote something else) enters one queue and not the other, so every later subscription
+would be applied to the connection before it. Such a sender is banned (``subscriptions``
+returns its user id: the ZAP handler admits its key no more) and the XPUB is made anew on the
+same port (``rebuild``): every peer's SUB reconnects and subscribes again, and what was
+broadcast meanwhile is repaired as after any lost frame.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import zmq
@@ -34,14 +43,15 @@ DRAIN_FRAMES_MAX = 2000  # messages taken from one socket per loop turn
 DRAIN_BYTES_MAX = 8 << 20  # and their bytes: a turn with large payloads stays short, so
 # ticks and heartbeats keep their pace (a turn of many 16 MiB frames got peers cut)
 HWM_FRAMES = 200_000
+REBIND_TRIES, REBIND_WAIT_S = 100, 0.01  # a rebuilt XPUB binds its address again within 1 s
 
 
 class MeshSockets:
     def __init__(
         self, ctx: zmq.Context[Any], config: ClusterConfig, spec: NodeSpec, pair: KeyPair | None
     ) -> None:
-        self.pub = ctx.socket(zmq.XPUB)
-        self.pub.setsockopt(zmq.XPUB_MANUAL, 1)
+        self.ctx, self.pair = ctx, pair
+        self.pub = self._xpub()
         # a node's user id (ZAP) -> the subscriptions it may make; None: no CURVE, no ids
         self.may_subscribe: dict[str, frozenset[bytes]] | None = (
             {str(n.id): frozenset(mesh.topic_prefixes(n.streams)) for n in config.nodes}
@@ -50,9 +60,6 @@ class MeshSockets:
         )
         self.peers: dict[zmq.Socket[Any], int] = {}
         self.behind: set[int] = set()  # peers whose frames a drain left unread, until a tick
-        _tune(self.pub)
-        if pair is not None:
-            serve(self.pub, pair, MESH_DOMAIN)
         for other in config.nodes:
             if other.id == spec.id:
                 continue
@@ -66,6 +73,31 @@ class MeshSockets:
             self.peers[sub] = other.id
         self.fault_log = Throttle()  # a warning a second at most per faulty peer
 
+    def _xpub(self) -> zmq.Socket[Any]:
+        pub: zmq.Socket[Any] = self.ctx.socket(zmq.XPUB)
+        pub.setsockopt(zmq.XPUB_MANUAL, 1)
+        _tune(pub)
+        if self.pair is not None:
+            serve(pub, self.pair, MESH_DOMAIN)
+        return pub
+
+    def rebuild(self, poller: zmq.Poller) -> None:
+        """Replace the XPUB by a new one on the same address (its connections go; the
+        peers' SUBs reconnect). ``zmq.ZMQError`` if the address cannot be bound again."""
+        endpoint = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        poller.unregister(self.pub)
+        self.pub.close(linger=0)
+        self.pub = self._xpub()
+        for attempt in range(REBIND_TRIES):
+            try:
+                self.pub.bind(endpoint)
+                break
+            except zmq.ZMQError:  # the old listener is closed by libzmq's I/O thread
+                if attempt == REBIND_TRIES - 1:
+                    raise
+                time.sleep(REBIND_WAIT_S)
+        poller.register(self.pub, zmq.POLLIN)
+
     def connect(self, config: ClusterConfig) -> None:
         """Connect every SUB to its peer (after the PUB is bound)."""
         for sub, peer in self.peers.items():
@@ -76,17 +108,28 @@ class MeshSockets:
         for sub in self.peers:
             poller.register(sub, zmq.POLLIN)
 
-    def subscriptions(self, elapsed_ms: int, metrics: NodeMetrics) -> None:
+    def subscriptions(self, elapsed_ms: int, metrics: NodeMetrics) -> str | None:
         """Apply the subscriptions peers asked for that their patterns allow; count and log
-        the others (a node asking for streams it does not replicate)."""
+        the others (a node asking for streams it does not replicate). The user id of a peer
+        that sent something else than a subscription, if one did: the caller bans it and
+        rebuilds the XPUB, whose pairing of subscriptions and connections it shifted."""
         while holds_more(self.pub):
             frame = self.pub.recv(zmq.NOBLOCK, copy=False)
             body = frame.bytes
+            if self.may_subscribe is not None and (not body or body[0] != 1):
+                offender = str(frame.get("User-Id"))
+                metrics.errors.labels("mesh_not_a_subscription").inc()
+                log.warning(
+                    "peer_fault: node %s sent its mesh publisher something else than a "
+                    "subscription; its key is refused until a restart",
+                    offender,
+                )
+                return offender
             if not body or body[0] not in (0, 1):
                 continue  # not a subscription message
             topic = body[1:]
-            if self.may_subscribe is not None and body[0] == 1:
-                user = frame.get("User-Id")
+            if self.may_subscribe is not None:
+                user = str(frame.get("User-Id"))
                 if topic not in self.may_subscribe.get(user, frozenset()):
                     metrics.errors.labels("mesh_subscription_refused").inc()
                     if self.fault_log.ready(("subscription", user), elapsed_ms):
@@ -97,6 +140,7 @@ class MeshSockets:
                         )
                     continue
             self.pub.setsockopt(zmq.SUBSCRIBE if body[0] == 1 else zmq.UNSUBSCRIBE, topic)
+        return None
 
     def send(self, messages: list[MeshMessage]) -> None:
         """Broadcast ``messages`` in order (a run about one stream in one frame)."""

@@ -20,7 +20,7 @@ import zmq
 
 from relay.auth import cluster as trust
 from relay.auth.keys import KeyFileError
-from relay.auth.sockets import ADMIN_DOMAIN, CLIENT_DOMAIN, serve
+from relay.auth.sockets import ADMIN_DOMAIN, CLIENT_DOMAIN, MESH_DOMAIN, serve
 from relay.auth.zap import ZapHandler
 from relay.config import ClusterConfig
 from relay.core.events import (
@@ -202,7 +202,7 @@ class NodeRuntime:
                 if self.zap is not None and self.zap.sock in ready:
                     self._authenticate(elapsed)
                 if self.mesh.pub in ready:
-                    self.mesh.subscriptions(elapsed, self.metrics)
+                    self._subscriptions(elapsed)
                 self.mesh.drain(ready, elapsed, self.hooks, self.metrics, events)
                 events.extend(MeshReceived(m) for m in self.hooks.release(elapsed))
                 if self.admin is not None and self.admin in ready:
@@ -265,6 +265,16 @@ class NodeRuntime:
         if self.zap is not None:
             self.zap.close()
         self.ctx.term()
+
+    def _subscriptions(self, elapsed_ms: int) -> None:
+        """Take the peers' subscriptions; a peer that sent the XPUB anything else is banned
+        and the XPUB made anew (``MeshSockets``)."""
+        offender = self.mesh.subscriptions(elapsed_ms, self.metrics)
+        if offender is None:
+            return
+        if self.zap is not None:
+            self.zap.ban(MESH_DOMAIN, offender)
+        self.mesh.rebuild(self.poller)
 
     def _authenticate(self, elapsed_ms: int) -> None:
         """Answer the CURVE handshakes waiting on the ZAP handler; log who was refused (at
