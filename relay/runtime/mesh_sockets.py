@@ -116,8 +116,9 @@ class MeshSockets:
         while holds_more(self.pub):
             frame = self.pub.recv(zmq.NOBLOCK, copy=False)
             body = frame.bytes
-            if self.may_subscribe is not None and (not body or body[0] != 1):
-                offender = str(frame.get("User-Id"))
+            sender = _user_of(frame)  # None: libzmq's own notice (a connection ended)
+            if self.may_subscribe is not None and sender is not None and body[:1] != b"\x01":
+                offender = sender
                 metrics.errors.labels("mesh_not_a_subscription").inc()
                 log.warning(
                     "peer_fault: node %s sent its mesh publisher something else than a "
@@ -128,8 +129,8 @@ class MeshSockets:
             if not body or body[0] not in (0, 1):
                 continue  # not a subscription message
             topic = body[1:]
-            if self.may_subscribe is not None:
-                user = str(frame.get("User-Id"))
+            if self.may_subscribe is not None and body[0] == 1:
+                user = str(sender)
                 if topic not in self.may_subscribe.get(user, frozenset()):
                     metrics.errors.labels("mesh_subscription_refused").inc()
                     if self.fault_log.ready(("subscription", user), elapsed_ms):
@@ -236,6 +237,15 @@ class MeshSockets:
         self.pub.close()
         for sub in self.peers:
             sub.close()
+
+
+def _user_of(frame: zmq.Frame) -> str | None:
+    """The ZAP user id of a frame's connection; None for a frame without one (without CURVE,
+    or a notice libzmq made itself)."""
+    try:
+        return str(frame.get("User-Id"))
+    except zmq.ZMQError:
+        return None
 
 
 def _tune(sock: zmq.Socket[Any]) -> None:
