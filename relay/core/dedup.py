@@ -56,6 +56,7 @@ FENCING_IDS = 1 << 62  # msg ids from here up are (incarnation << COUNTER_BITS) 
 COUNTER_BITS = 22
 NEWEST_MAX = 10_000  # producers whose newest incarnation a stream remembers
 INCARNATIONS_FROM_MS = 1_577_836_800_000  # 2020-01-01: incarnations count ms from there
+FUTURE_MS = 60_000  # an incarnation this far ahead of the node's clock fences nobody
 
 
 def incarnation_start(wall_ms: int) -> int:
@@ -127,12 +128,18 @@ class DedupIndex:
                 for producer_id in list(islice(newest, len(newest) - NEWEST_MAX // 2)):
                     del newest[producer_id]
 
-    def superseded(self, producer_id: str, msg_ids: list[int], head_seq: int) -> int | None:
+    def superseded(
+        self, producer_id: str, msg_ids: list[int], head_seq: int, wall_ms: int
+    ) -> int | None:
         """The newer incarnation of ``producer_id`` that fences a request of these msg ids
-        (one that is not all retries of messages the stream holds), or None."""
+        (one that is not all retries of messages the stream holds), or None. An incarnation
+        more than ``FUTURE_MS`` ahead of this node's clock fences nobody: a message from a
+        producer whose clock is wrong (or forged) would lock its id out."""
         top = max(msg_ids)
         newest = self.newest.get(producer_id)
         if newest is None or top < FENCING_IDS or (top - FENCING_IDS) >> COUNTER_BITS >= newest:
+            return None
+        if newest > wall_ms - INCARNATIONS_FROM_MS + FUTURE_MS:
             return None
         held = [self.lookup(producer_id, msg_id, head_seq) for msg_id in msg_ids]
         return None if all(h is not None for h in held) else newest

@@ -362,7 +362,9 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
                 )
                 self._effects.append(Broadcast(ack))
         self.stream_set.dirty.clear()
-        self.stream_set.shed(self.params.rings_bytes_max, self.publishes.oldest_awaited)
+        self.stream_set.shed(
+            self.params.rings_bytes_max, self.publishes.oldest_awaited, self.elapsed_ms
+        )
 
     def _verified(self, name: str, state: StreamReplica) -> None:
         self._effects.append(Verified(name, state.timeline.readable_seq))

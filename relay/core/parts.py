@@ -24,6 +24,7 @@ class NodeParts:
     streams: dict[str, StreamReplica]
     storage_error: str  # what the disk refused last, until a write succeeds
     elapsed_ms: int
+    wall_ms: int  # the wall clock of the turn (ms)
     _effects: list[Effect]
 
     @property

@@ -103,11 +103,11 @@ def attach_retries(
     return fresh, copies
 
 
-def superseded(state: StreamReplica, req: PublishRequested) -> Rejected | None:
+def superseded(state: StreamReplica, req: PublishRequested, wall_ms: int) -> Rejected | None:
     """The refusal of a request from an incarnation of its producer id that a newer one
     fenced, if it is one (``DedupIndex.superseded``)."""
     msg_ids = list(map(_MSG_ID, req.items))
-    newer = state.dedup.superseded(req.producer_id, msg_ids, state.timeline.head_seq)
+    newer = state.dedup.superseded(req.producer_id, msg_ids, state.timeline.head_seq, wall_ms)
     if newer is None:
         return None
     started = (max(msg_ids) - FENCING_IDS) >> COUNTER_BITS

@@ -128,7 +128,7 @@ class PublishIntake(NodeParts):
         )
         if problem:
             return self._unavailable(req, problem)
-        return superseded(state, req) if state and req.producer_id else None
+        return superseded(state, req, self.wall_ms) if state and req.producer_id else None
 
     def _unavailable(self, req: PublishRequested, why: str) -> Rejected:
         replicas = self.stream_set.routing.replicas_of(req.stream)

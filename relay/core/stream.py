@@ -210,12 +210,15 @@ class StreamReplica(TimelineRebuild):
         if self.log.persisted(generation, seq, mark) and self.log.votes_wait:
             self.needs_ack = True
 
-    def trim(self, keep_from: int, shed_bytes: int = 0) -> int:
-        """Let the timeline drop verified entries beyond its bounds (and ``shed_bytes``
-        more), but none the vote or the log still needs (a refused write is made again from
-        what the log held); the bytes freed."""
+    def trim(self, keep_from: int) -> None:
+        """Let the timeline drop entries beyond its bounds, but none ``keep_from`` needs."""
+        self.timeline.trim(self.kept_from(keep_from))
+
+    def kept_from(self, keep_from: int) -> int:
+        """The first seq the timeline must keep: ``keep_from``, and what the vote or the log
+        still needs (a refused write is made again from what the log held)."""
         needed = min(self.log.vote_seq(self.timeline), self.log.confirmed_seq)
-        return self.timeline.trim(min(keep_from, needed + 1), shed_bytes)
+        return min(keep_from, needed + 1)
 
     # --- origins: their epochs and cuts -------------------------------------------------
 

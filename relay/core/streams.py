@@ -29,6 +29,7 @@ from blake3 import blake3
 
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
+from relay.core.messages import tx_bytes
 from relay.core.params import CoreConfig
 from relay.core.routing import Routing, stream_name_problem
 from relay.core.stream import PeerStates, StreamLimits, StreamReplica
@@ -38,6 +39,7 @@ from relay.core.timer import Timeout
 BUCKETS = 16  # the shared-stream digests a heartbeat carries per peer
 OWED_ACKS_PER_S = 2000  # how fast owed acks are paid (a peer came back, a restart)
 OWED_ACKS_BURST = 64  # and at most this many in one turn
+SHED_RETRY_MS = 100  # a shed of the rings that fell short is tried again this much later
 
 
 def name_mark(name: str) -> int:
@@ -63,7 +65,7 @@ class StreamSet:
         self.differ: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.announced: dict[tuple[int, int], Timeout] = {}  # (peer, bucket) -> last announced
         self.ring = RingBytes()  # what every stream's timeline holds
-        self.shed_at = 0  # the ring total after the last shed that fell short, 0 if none
+        self.shed_retry_at = 0  # after a shed that fell short, the elapsed ms to try again
 
     def ensure(self, name: str, epoch: int, peers: PeerStates) -> StreamReplica | None:
         """The stream, created if this node replicates it and may hold one more."""
@@ -106,27 +108,38 @@ class StreamSet:
 
     # --- rare: every stream -------------------------------------------------------------
 
-    def shed(self, ring_bytes_max: int, keep_from: Callable[[str], int]) -> None:
-        """Over ``ring_bytes_max`` together, the timelines drop their oldest verified entries
-        (the log on disk still holds them) until they are under seven eighths of it: the
-        streams whose first held entry is oldest go first. What a publish waiting for its
-        answer needs (``keep_from``) stays, and after a shed that fell short the next waits
-        until the rings grew by another sixteenth."""
+    def shed(self, ring_bytes_max: int, keep_from: Callable[[str], int], elapsed_ms: int) -> None:
+        """Over ``ring_bytes_max`` together, the timelines drop their oldest entries that may
+        go (the log on disk still holds them) until they are under seven eighths of it. The
+        cut is one seq for every stream (seqs are times: the oldest entries of the node go
+        first), found by merging the streams' droppable prefixes until they add up to what
+        must go, so a shed costs the entries it drops and one visit per stream. What a
+        publish waiting for its answer needs (``keep_from``) stays; a shed that fell short
+        is tried again ``SHED_RETRY_MS`` later."""
         total = self.ring.total
-        if total <= ring_bytes_max or total < self.shed_at + ring_bytes_max // 16:
+        if total <= ring_bytes_max or elapsed_ms < self.shed_retry_at:
             return
         wanted = total - ring_bytes_max * 7 // 8
-        oldest = [(s.timeline.earliest_seq(), n) for n, s in self.by_name.items() if s.timeline.txs]
-        heapq.heapify(oldest)
-        while oldest and wanted > 0:
-            _, name = heapq.heappop(oldest)
-            state = self.by_name[name]
-            until = oldest[0][0] if oldest else SEQ_MAX  # shed up to the next stream's oldest
-            freed = state.trim(min(keep_from(name), until), wanted)
-            wanted -= freed
-            if freed and state.timeline.txs:
-                heapq.heappush(oldest, (state.timeline.earliest_seq(), name))
-        self.shed_at = self.ring.total if wanted > 0 else 0
+        keeps: dict[str, int] = {}
+        prefixes = []
+        for name, state in self.by_name.items():
+            timeline = state.timeline
+            if not timeline.txs:
+                continue
+            keep = keeps[name] = state.kept_from(keep_from(name))
+            end = timeline.sheddable(keep)
+            if end:
+                sizes = map(tx_bytes, islice(timeline.txs, end))
+                prefixes.append(zip(islice(timeline.seqs, end), sizes, strict=False))
+        cutoff, freed = SEQ_MAX, 0
+        for seq, size in heapq.merge(*prefixes):
+            freed += size
+            if freed >= wanted:
+                cutoff = seq + 1
+                break
+        for name, keep in keeps.items():
+            self.by_name[name].timeline.shed_before(min(keep, cutoff))
+        self.shed_retry_at = elapsed_ms + SHED_RETRY_MS if freed < wanted else 0
 
     def peer_up(self, origin: int, epoch: int) -> None:
         """A peer came back or restarted: follow it, and owe it where we are everywhere."""

@@ -155,33 +155,40 @@ class Timeline:
         self.readable_seq = min(self.readable_seq, base_seq)
         return dropped
 
-    def trim(self, keep_from: int, shed_bytes: int = 0) -> int:
-        """Drop the oldest verified entries beyond ``capacity`` and ``bytes_max`` and, beyond
-        that, at least ``shed_bytes`` more (the node's memory budget asks); none at or above
-        ``keep_from`` (a seq someone still needs: a publish waiting for its answer). The
-        bytes freed."""
-        if not shed_bytes and not self.over_capacity():
-            return 0
-        limit = min(
-            bisect_right(self.seqs, self.verified_seq),
-            bisect_left(self.seqs, keep_from),
-        )
+    def sheddable(self, keep_from: int) -> int:
+        """How many of the oldest entries may go: readable ones (a reader of what the ring
+        dropped is served from the log, up to where the ring starts, so only what readers may
+        see goes), none at or above ``keep_from`` (a seq someone still needs: a publish
+        waiting for its answer, the vote, a write the log has yet to confirm)."""
+        return min(bisect_right(self.seqs, self.readable_seq), bisect_left(self.seqs, keep_from))
+
+    def trim(self, keep_from: int) -> None:
+        """Drop the oldest entries beyond ``capacity`` and ``bytes_max`` that may go."""
+        if not self.over_capacity():
+            return
+        limit = self.sheddable(keep_from)
         txs = self.txs
         cut = min(limit, max(0, len(self.seqs) - self.capacity))
         freed = txs_bytes(txs[:cut])
-        goal = max(self.bytes - self.bytes_max, freed + shed_bytes)
-        while cut < limit and freed < goal:  # the fewest for every bound
+        while cut < limit and self.bytes - freed > self.bytes_max:  # the fewest for both bounds
             freed += tx_bytes(txs[cut])
             cut += 1
+        self._drop(cut, freed)
+
+    def shed_before(self, keep_from: int) -> None:
+        """Drop every entry below ``keep_from`` that may go (the node's memory budget asks)."""
+        cut = self.sheddable(keep_from)
+        self._drop(cut, txs_bytes(self.txs[:cut]))
+
+    def _drop(self, cut: int, freed: int) -> None:
         if cut <= 0:
-            return 0
+            return
         self._count(-freed)
         self.trimmed_seq = self.seqs[cut - 1]
         self.trimmed_digest = self.digests[cut - 1]
         del self.seqs[:cut]
         del self.digests[:cut]
         del self.txs[:cut]
-        return freed
 
     def _count(self, change: int) -> None:
         self.bytes += change
