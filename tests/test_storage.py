@@ -301,3 +301,37 @@ def test_a_cut_inside_a_batch_never_takes_what_is_below_it_off_the_disk(
     assert not again.problems and again.log.records() == len(held)
     assert again.restored.txs == (*txs[:7], *other) and again.restored.verified_seq == txs[4].seq
     again.log.close()
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_node_holds_append_descriptors_for_its_most_recently_written_logs_only(
+    tmp_path: Path,
+) -> None:
+    """Each log kept its active segment open: at 19,976 streams a node ran out of files (a
+    limit of 20,000) and every write failed. Now a node holds ``appending_max`` of them."""
+    store = NodeStore(tmp_path / "d", "east", 1, StorageSettings(fsync="never"))
+    store.open(WINDOW, T0)
+    store.appending_max = 4
+    before = open_descriptors()
+    names = [f"s{i}" for i in range(10)]
+    chains = {name: chain(name, 6) for name in names}
+    for half in (0, 3):  # the second writes to logs whose descriptor was given up
+        for name in names:
+            txs, digests = chains[name]
+            base = (txs[half - 1].seq, digests[half - 1]) if half else (0, genesis(name))
+            batch, batch_digests = tuple(txs[half : half + 3]), tuple(digests[half : half + 3])
+            for released in store.apply(
+                Persist(name, 0, *base, False, batch, batch_digests, 0), T0
+            ):
+                for fd in store.logs[released].take_unsynced().fds:  # as the syncer does
+                    os.close(fd)
+            assert open_descriptors() - before <= 4
+    store.close()
+    again = NodeStore(tmp_path / "d", "east", 1, StorageSettings(fsync="never"))
+    restored, problems = again.open(WINDOW, T0)
+    assert not problems and open_descriptors() == before  # a restart opens none
+    assert {r.stream: list(r.txs) for r in restored} == {n: chains[n][0] for n in names}
+    again.close()

@@ -104,8 +104,10 @@ class NodeDisk:
         if self.error and elapsed_ms < self.retry_at_ms:
             return PersistFailed(effect.stream, self.error)
         try:
-            self.store.apply(effect, wall_ms)
+            released = self.store.apply(effect, wall_ms)
             self.syncer.wrote(effect.stream, len(effect.txs))
+            for name in released:  # the syncer syncs and closes what it wrote
+                self.syncer.wrote(name, 0)
             self.written.add(effect.stream)
             self.changed.add(effect.stream)
         except (StorageError, OSError) as exc:

@@ -9,7 +9,9 @@ Consumer fetches are events too: the core answers them or parks them (long poll)
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import resource
 import signal
 import time
 from collections import deque
@@ -81,6 +83,7 @@ class NodeRuntime:
         self.config = config
         self.spec = config.node(node_id)
         self.hooks = FaultHooks(clock_offset_ms=clock_offset_ms)
+        raise_open_files_limit()  # before the store sizes its share of descriptors
         self.disk = NodeDisk(config, node_id)
         self.sends_first = config.storage.votes_wait  # see _carry_out
         try:
@@ -375,3 +378,12 @@ class NodeRuntime:
                 )
                 if answer is not None:
                     self.pending.append(answer)
+
+
+def raise_open_files_limit() -> None:
+    """Take the hard limit on open files as the soft one (as Go's runtime does): sockets,
+    segment reads and append descriptors share it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

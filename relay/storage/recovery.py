@@ -69,8 +69,6 @@ def open_log(
     if segments and segments[-1].sealed is False:
         segments[-1].created_ms = wall_ms
     log = StreamLog(directory, stream, settings, segments, min(tail.mark_seq, _head(segments)))
-    if segments and not segments[-1].sealed:
-        log.fd = os.open(segments[-1].path, os.O_WRONLY | os.O_APPEND)
     return Recovered(log, tail.restored(stream, log.mark, window.dedup_ms), problems)
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,15 @@ def dir_name(stream: str) -> str:
     return "h." + blake3(stream.encode()).hexdigest()[:40]
 
 
+APPENDING_LEAST = 16  # append descriptors a node may hold however low its open-file limit
+
+
+def open_files_max() -> int:
+    """The process's limit on open files (its soft ``RLIMIT_NOFILE``)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
 class NodeStore:
     def __init__(
         self, data_dir: Path, cluster: str, node_id: int, settings: StorageSettings
@@ -57,6 +68,10 @@ class NodeStore:
         self.logs: dict[str, StreamLog] = {}
         self.meta: dict[str, Any] = {}
         self.meta_lock = threading.Lock()
+        # the logs that hold an append descriptor, least recently written first: at most
+        # ``appending_max``, so a node's open files do not grow with its streams
+        self.appending: OrderedDict[str, None] = OrderedDict()
+        self.appending_max = max(APPENDING_LEAST, open_files_max() // 4)
 
     # --- opening ------------------------------------------------------------------------
 
@@ -169,7 +184,9 @@ class NodeStore:
 
     # --- the logs -----------------------------------------------------------------------
 
-    def apply(self, p: Persist, wall_ms: int) -> None:
+    def apply(self, p: Persist, wall_ms: int) -> list[str]:
+        """Write ``p`` into its stream's log; the logs whose append descriptor was given up
+        for it (``appending_max``: the syncer must still sync and close it)."""
         log = self.logs.get(p.stream)
         if log is None:
             directory = self.streams_dir / dir_name(p.stream)
@@ -179,6 +196,15 @@ class NodeStore:
             fsync_dir(self.streams_dir)
             log = self.logs[p.stream] = StreamLog(directory, p.stream, self.settings, [], 0)
         log.apply(p, wall_ms)
+        appending = self.appending
+        appending[p.stream] = None
+        appending.move_to_end(p.stream)
+        released = []
+        while len(appending) > self.appending_max:
+            name, _ = appending.popitem(last=False)
+            if self.logs[name].release():
+                released.append(name)
+        return released
 
     def close(self) -> None:
         for log in self.logs.values():

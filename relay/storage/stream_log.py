@@ -107,6 +107,7 @@ class StreamLog:
         """Make the log after ``p.base_seq`` hold ``p.txs``; ``StorageError`` if the disk
         refuses (nothing is then reported durable)."""
         try:
+            self._reopen()
             if p.reset or not self.segments:
                 self._start_over(p.base_seq, p.base_digest, wall_ms)
             elif p.base_seq < self.mark and not p.rewind:
@@ -146,6 +147,19 @@ class StreamLog:
         found = self.unsynced
         self.unsynced = Unsynced(generation=self.generation, head_seq=self.head_seq, mark=self.mark)
         return found
+
+    def release(self) -> bool:
+        """Give up the append descriptor (the next sync still covers what it wrote, and the
+        next write opens it again); whether the log held one."""
+        if self.fd is None:
+            return False
+        self._retire()
+        return True
+
+    def _reopen(self) -> None:
+        """The active segment's append descriptor, after a release or a restart."""
+        if self.fd is None and self.segments and not self.segments[-1].sealed:
+            self.fd = os.open(self.segments[-1].path, os.O_WRONLY | os.O_APPEND)
 
     def close(self) -> None:
         if self.fd is not None:
