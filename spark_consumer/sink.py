@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+from blake3 import blake3
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
@@ -36,7 +38,8 @@ SINK_OPTIONS = {
     "(a foreachBatch replay) adds nothing; give each write of one batch its own (default: the "
     "streaming query's id, else a new name per write)",
     "commitStream": "where a named write keeps its commit records (default: "
-    "<stream>.__sink.<name>; a stream the config's patterns cover)",
+    "<stream>.__sink.<name>; a stream the config's patterns cover; empty: none, and a replay "
+    "past the dedup window publishes again)",
 }
 SPARKS_OWN = {"checkpointlocation", "path"}  # options Spark hands every writer
 STREAM_COLUMNS = ("stream", "topic")
@@ -56,7 +59,7 @@ class SinkOptions:
     timeout_s: float
     name: str  # option producerId: names every write of these rows ("" if not given)
     job: str  # names this write when nothing else does (a new id per write)
-    commit_stream: str  # option commitStream ("" if not given)
+    commit_stream: str | None  # option commitStream (None if not given, "" for none)
 
 
 @dataclass
@@ -88,7 +91,7 @@ def parse_sink_options(raw: Mapping[str, str], schema: StructType) -> SinkOption
         raise ValueError(f"relay sink: option 'stream': {problem}")
     if not stream and stream_column is None:
         raise ValueError("relay sink: give option 'stream', or a column 'stream' (or 'topic')")
-    commits = options.get("commitStream", "")
+    commits = options.get("commitStream")
     if commits and (problem := stream_name_problem(commits)):
         raise ValueError(f"relay sink: option 'commitStream': {problem}")
     if commits and commits == stream:
@@ -128,67 +131,98 @@ def publish_rows(options: SinkOptions, rows: Iterator[Any], streaming: bool) -> 
     if streaming and (query is None or batch_id is None):
         raise RuntimeError("relay sink: a streaming write without Spark's query and batch ids")
     named = options.name or query or ""
-    name = named or options.job
-    batch, partition = int(batch_id or 0), context.partitionId()
-    producer_id = f"spark-{name}-{batch}-{partition}"
-    commits = options.commit_stream or (
-        sink_commits.commit_stream(options.stream, name) if named and options.stream else ""
-    )
+    task = sink_commits.Task(named or options.job, int(batch_id or 0), context.partitionId())
+    commits = options.commit_stream
+    if commits is None:  # by default a named write keeps them beside its stream
+        default = named and options.stream
+        commits = sink_commits.commit_stream(options.stream, task.write) if default else ""
     cluster = sink_commits.Cluster(
         options.config, list(options.nodes) or None, options.client_key, options.timeout_s
     )
-    found = (
-        sink_commits.find(cluster, commits, batch, partition)
-        if commits
-        else sink_commits.Records(0, None)
-    )
-    if found.committed_rows is not None:
-        return Published(found.committed_rows)  # every row is there already
+    found = sink_commits.find(cluster, commits, task) if commits else sink_commits.Records(0, None)
+    if found.committed_rows is not None:  # every row is there already, if they are these
+        if _fingerprint(options, rows) != found.fingerprint:
+            raise RuntimeError(
+                f"relay sink: {task.producer_id} already published other rows (its commit is "
+                f"in {commits!r}); give this write its own producerId"
+            )
+        return Published(found.committed_rows)
     there: set[tuple[str, int]] = set()
     if found.begin_seq:  # a run before this one published some rows: which?
         held = list(rows)
         rows = iter(held)
         streams = {_stream_of(options, row, i) for i, row in enumerate(held, start=1)}
-        there = sink_commits.published_since(cluster, streams, found.begin_seq, producer_id)
+        there = sink_commits.published_since(cluster, streams, found.begin_seq, task.producer_id)
     with Producer(
         config=options.config,
         nodes=list(options.nodes) or None,
-        producer_id=producer_id,
+        producer_id=task.producer_id,
         timeout_s=options.timeout_s,
         client_key=options.client_key,
     ) as producer:
         if commits and not found.begin_seq:
-            sink_commits.write(producer, commits, batch, partition, None)
-        count = _publish(options, producer, rows, there)
+            _begin(producer, commits, task)
+        count, fingerprint = _publish(options, producer, rows, there)
         if commits:
-            sink_commits.write(producer, commits, batch, partition, count)
+            sink_commits.write(producer, commits, task, count, fingerprint)
     return Published(count)
+
+
+def _begin(producer: Any, commits: str, task: sink_commits.Task) -> None:
+    from relay import RelayError
+
+    try:
+        sink_commits.write(producer, commits, task, None)
+    except RelayError as exc:
+        raise RuntimeError(
+            f"relay sink: cannot write commit records to {commits!r} ({exc.code}: "
+            f"{exc.message}); set option commitStream to a stream the cluster replicates and "
+            "this client may publish to, or to '' to rely on the dedup window alone"
+        ) from exc
 
 
 def _publish(
     options: SinkOptions, producer: Any, rows: Iterator[Any], there: set[tuple[str, int]]
-) -> int:
+) -> tuple[int, str]:
     """Publish the rows not ``there`` (numbered 1, 2, ... as message ids) and wait for every
-    acknowledgement; how many rows there were."""
+    acknowledgement; how many rows there were, and their fingerprint."""
     from relay import RelayError
 
     futures = []
     count = 0
+    fingerprint = blake3()
     for msg_id, row in enumerate(rows, start=1):
         count = msg_id
-        stream = _stream_of(options, row, msg_id)
+        stream, message = _message(options, row, msg_id, fingerprint)
         if (stream, msg_id) in there:
             continue
-        futures.append(
-            producer.send(stream, _bytes(row[options.value]), msg_id, *_extras(options, row))
-        )
+        futures.append(producer.send(stream, message[0], msg_id, *message[1:]))
     producer.flush()
     for future in futures:
         try:
             future.result()
         except RelayError as exc:  # the task fails; Spark's retry resends the same ids
             raise RuntimeError(f"relay sink: {future.stream}: {exc.code}: {exc.message}") from exc
-    return count
+    return count, fingerprint.hexdigest()
+
+
+def _fingerprint(options: SinkOptions, rows: Iterator[Any]) -> str:
+    fingerprint = blake3()
+    for number, row in enumerate(rows, start=1):
+        _message(options, row, number, fingerprint)
+    return fingerprint.hexdigest()
+
+
+Message = tuple[bytes, bytes | None, list[tuple[str, bytes]]]
+
+
+def _message(options: SinkOptions, row: Any, number: int, fingerprint: Any) -> tuple[str, Message]:
+    """A row's stream and message (payload, key, headers), folded into ``fingerprint``."""
+    stream = _stream_of(options, row, number)
+    payload = _bytes(row[options.value])
+    key, headers = _extras(options, row)
+    fingerprint.update(msgpack.packb([stream, payload, key, headers]))
+    return stream, (payload, key, headers)
 
 
 def _stream_of(options: SinkOptions, row: Any, number: int) -> str:

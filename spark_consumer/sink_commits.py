@@ -3,16 +3,19 @@ long after the cluster's dedup window has forgotten them.
 
 How this works: a named write (a streaming query, or option ``producerId``) keeps records in
 its commit stream, ``<stream>.__sink.<name>`` (or option ``commitStream``), replicated and
-verified like any stream. The task of batch B, partition P, publishes a *begin* record
-(key ``B/P``) before its first row and a *commit* record (with its row count) after its last
-row is acknowledged. A task run again looks for them first (``find``): with a commit it
-publishes nothing; with only a begin it reads the streams its rows go to from the begin's seq
-and publishes only the rows whose message ids are not there (``published_since``); with
-neither it publishes everything. Micro-batches run in order, so the records of batch B lie
-after any record of an earlier batch: the search looks back from the stream's head over
-windows that grow tenfold and stops at a window that holds an earlier batch's record (or the
-whole stream). Every read is a verifying ``Consumer`` (its first digests confirmed by a second
-replica), so one node cannot make a task skip its rows.
+verified like any stream. The task of batch B, partition P publishes as producer
+``spark-<name>-B-P`` a *begin* record (keyed by that producer id) before its first row and a
+*commit* record (its row count and a fingerprint of its rows) after its last row is
+acknowledged. A task run again looks for them first (``find``): with a commit for the same rows
+it publishes nothing (other rows under the same name are refused: the name was reused); with
+only a begin it reads the streams its rows go to from a minute before the begin (seqs of
+different coordinators order only within their clocks' skew) and publishes only the rows whose
+message ids are not there (``published_since``); with neither it publishes everything.
+Micro-batches run in order, so a task's records lie after any record of an earlier batch of
+its write: the search looks back from the stream's head over windows that grow tenfold and
+stops at a window that holds such a record (or the whole stream). Every read is a verifying
+``Consumer`` (its first digests confirmed by a second replica), so one node cannot make a task
+skip its rows.
 """
 
 from __future__ import annotations
@@ -27,16 +30,30 @@ from typing import Any
 
 from relay import Consumer, Producer
 from relay.client.consumer import Transaction
+from relay.core.flake import make_seq, seq_unix_ms
 
 SUFFIX = ".__sink."
 LOOK_BACK_S = 60.0  # the first window the search looks back over
 BEGIN, COMMIT = 1, 2  # the msg ids of a task's two records (retries of them dedup)
+SKEW_MS = 60_000  # how far before its begin record a task's rows may be stamped
 
 
 @dataclass(frozen=True, slots=True)
 class Records:
     begin_seq: int  # 0 if no begin record was found
     committed_rows: int | None  # the row count of the commit record, None if none
+    fingerprint: str = ""  # of the committed rows
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    write: str  # the write's name
+    batch: int
+    partition: int
+
+    @property
+    def producer_id(self) -> str:
+        return f"spark-{self.write}-{self.batch}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,38 +77,40 @@ def commit_stream(stream: str, name: str) -> str:
     return f"{stream}{SUFFIX}{name}"
 
 
-def find(cluster: Cluster, stream: str, batch: int, partition: int) -> Records:
-    """The records of (``batch``, ``partition``) in the commit stream ``stream``."""
-    key = f"{batch}/{partition}".encode()
+def find(cluster: Cluster, stream: str, task: Task) -> Records:
+    """The records of ``task`` in the commit stream ``stream``."""
+    key = task.producer_id.encode()
     window_s = LOOK_BACK_S
     deadline = time.monotonic() + cluster.timeout_s
     while True:
         since = datetime.now(UTC) - timedelta(seconds=window_s)
-        begin, rows, earlier, whole = 0, None, False, window_s > 10 * 86_400
+        begin, rows, fingerprint, earlier = 0, None, "", False
+        whole = window_s > 10 * 86_400
         with cluster.consumer(stream, "earliest" if whole else since) as reader:
             for tx in _to_head(reader, deadline):
                 record = _record(tx.payload)
-                if record is None:
+                if record is None or record.get("write") != task.write:
                     continue
-                earlier |= record["batch"] < batch
+                earlier |= record["batch"] < task.batch
                 if tx.key == key and record.get("state") == "begin":
                     begin = begin or tx.seq
                 elif tx.key == key and record.get("state") == "commit":
-                    rows = record.get("rows", 0)
+                    rows, fingerprint = record.get("rows", 0), str(record.get("rows_digest"))
         if begin or rows is not None or earlier or whole:
-            return Records(begin, rows)
+            return Records(begin, rows, fingerprint)
         window_s *= 10
 
 
 def published_since(
     cluster: Cluster, streams: Iterable[str], since_seq: int, producer_id: str
 ) -> set[tuple[str, int]]:
-    """(stream, msg id) of the txs ``producer_id`` published in ``streams`` from
-    ``since_seq`` on."""
+    """(stream, msg id) of the txs ``producer_id`` published in ``streams`` from ``SKEW_MS``
+    before ``since_seq`` (a seq of another stream) on."""
     found: set[tuple[str, int]] = set()
     deadline = time.monotonic() + cluster.timeout_s
+    start = make_seq(max(0, seq_unix_ms(since_seq) - SKEW_MS), 0, 0)
     for stream in streams:
-        with cluster.consumer(stream, since_seq) as reader:
+        with cluster.consumer(stream, start) as reader:
             found.update(
                 (stream, tx.msg_id)
                 for tx in _to_head(reader, deadline)
@@ -100,17 +119,24 @@ def published_since(
     return found
 
 
-def write(producer: Producer, stream: str, batch: int, partition: int, rows: int | None) -> None:
+def write(
+    producer: Producer, stream: str, task: Task, rows: int | None, fingerprint: str = ""
+) -> None:
     """The begin record (``rows`` None) or the commit record of a task, acknowledged."""
     state = "begin" if rows is None else "commit"
-    body: dict[str, Any] = {"batch": batch, "partition": partition, "state": state}
+    body: dict[str, Any] = {
+        "write": task.write,
+        "batch": task.batch,
+        "partition": task.partition,
+        "state": state,
+    }
     if rows is not None:
-        body["rows"] = rows
+        body["rows"], body["rows_digest"] = rows, fingerprint
     producer.publish(
         stream,
         json.dumps(body).encode(),
         msg_id=BEGIN if rows is None else COMMIT,
-        key=f"{batch}/{partition}".encode(),
+        key=task.producer_id.encode(),
     )
 
 

@@ -240,7 +240,7 @@ def test_a_batch_replayed_after_a_million_later_messages_adds_nothing(
     copy()
     # a batch write named "w1" that died after its begin record and 10 of its 25 rows
     with Producer(config=cluster.config_path, producer_id="spark-w1-0-0") as crashed:
-        sink_commits.write(crashed, "late.out.__sink.w1", 0, 0, None)
+        sink_commits.write(crashed, "late.out.__sink.w1", sink_commits.Task("w1", 0, 0), None)
         for msg_id in range(1, 11):
             crashed.send("late.out", b"w%d" % msg_id, msg_id)
         crashed.flush()
@@ -265,6 +265,16 @@ def test_a_batch_replayed_after_a_million_later_messages_adds_nothing(
     with Consumer("late.out", config=cluster.config_path, start=after_flood + 1) as consumer:
         new = consumer.take(100, timeout_s=5)
     assert [t.payload for t in new] == [b"w%d" % i for i in range(11, 26)]  # the rest of w1
+    other = spark.createDataFrame([(b"other",)], "value BINARY").coalesce(1).write
+    with pytest.raises(Exception, match="already published other rows"):  # w1 reused
+        (
+            other.format("relay")
+            .option("config", str(cluster.config_path))
+            .option("stream", "late.out")
+            .option("producerId", "w1")
+            .mode("append")
+            .save()
+        )
 
 
 def test_the_example_job_publishes_its_totals_into_a_relay_stream(

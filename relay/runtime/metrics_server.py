@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -53,10 +54,12 @@ def guarded(app: App, token_sha256: str) -> App:
 
 
 def serve(registry: CollectorRegistry, host: str, port: int, token_sha256: str = "") -> None:
-    """Serve ``/metrics`` on ``host``:``port`` in a daemon thread (``OSError`` if it cannot
-    bind)."""
+    """Serve ``/metrics`` on ``host``:``port`` (IPv4 or IPv6) in a daemon thread
+    (``OSError`` if it cannot bind)."""
     app: App = make_wsgi_app(registry)
     if token_sha256:
         app = guarded(app, token_sha256)
-    server = make_server(host, port, app, _Server, handler_class=_Quiet)
+    found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    server_class: type[_Server] = type("Server", (_Server,), {"address_family": found[0][0]})
+    server: _Server = make_server(host, port, app, server_class, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
