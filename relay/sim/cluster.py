@@ -33,7 +33,7 @@ from relay.core.events import (
     Verified,
 )
 from relay.core.flake import seq_unix_ms
-from relay.core.messages import Replicate, StreamAck
+from relay.core.messages import Replicate, StreamAck, SyncData
 from relay.core.node import NodeCore
 from relay.core.origin import reservation
 from relay.core.params import CoreConfig
@@ -202,19 +202,28 @@ class SimCluster:
         node = self.nodes[n]
         effects = node.handle(Now(self.wall_ms(n), self.now_ms), events)
         incarnation = self.incarnation[n]
-        for e in effects:
-            if isinstance(e, Verified):
-                self.checker.note_announced(incarnation, e.stream, e.seq)
+        disk = self.disks[n]
+        disk.epoch = max(disk.epoch, node.epoch)
+        # the disk first, as the shell writes before it serves reads from the log: an entry
+        # verified and shed from the ring in this turn is read back from what was written
+        syncs: dict[int, SyncData | None] = {}
+        for i, effect in enumerate(effects):
+            if isinstance(effect, Verified):
+                self.checker.note_announced(incarnation, effect.stream, effect.seq)
+            elif isinstance(effect, LogSync):
+                syncs[i] = disk.sync_data(effect, n)
+            elif isinstance(effect, Persist):
+                disk.write(effect)
+            elif isinstance(effect, Reserve):
+                disk.reserve(self.now_ms, effect.seq)
         # a stream can only change while active (the core's design); every 64th turn all
         self.turns += 1
         changed = list(node.streams) if self.turns % 64 == 0 else list(node.active)
-        self.checker.check_node(node, incarnation, changed, self.disks[n].log_state)
+        self.checker.check_node(node, incarnation, changed, disk.log_state)
         if self.delivery is not None and self.turns % 64 == 0:
             self.delivery.check(node, incarnation, final=False)
         fenced = node.state_name() == "fenced"
-        disk = self.disks[n]
-        disk.epoch = max(disk.epoch, node.epoch)
-        for effect in effects:
+        for i, effect in enumerate(effects):
             if isinstance(effect, Broadcast):
                 msg = effect.message
                 if isinstance(msg, Replicate):
@@ -231,14 +240,10 @@ class SimCluster:
             elif isinstance(effect, Reply | ReadReply):
                 self.clients.on_reply(self.now_ms, n, effect, fenced)
             elif isinstance(effect, LogSync):
-                sync = disk.sync_data(effect, n)
+                sync = syncs[i]
                 for dst in self.offsets:
                     if dst != n and sync is not None:
                         self.network.send(self.now_ms, n, dst, sync)
-            elif isinstance(effect, Persist):
-                disk.write(effect)
-            elif isinstance(effect, Reserve):
-                disk.reserve(self.now_ms, effect.seq)
         if self.plan.params.votes_wait_for_disk:
             disk.start_syncs(self.now_ms)
 
