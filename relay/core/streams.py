@@ -15,6 +15,10 @@ stream the two share in it is acked (at most once per ``announce_ms`` per peer a
 the peer learns the ones it lacks. Streams being created make the digests differ only while
 their first messages are on the way, and each new one changes them, so a burst of new streams
 costs no announcement; a stream one node lacks costs one bucket's acks, not every stream's.
+Under steady creation a bucket's digests may never rest: one that has differed without a
+break for ``DIFFER_ANNOUNCES`` times ``announce_ms`` is announced all the same, one bucket per
+peer in that time (while every bucket changes at every heartbeat, a stream the peer lacks is
+found within ``BUCKETS`` such periods, at the cost of one bucket's acks per period).
 Such acks, those owed to a peer that came back and those of streams restored at start are
 paced (``pay``).
 """
@@ -40,6 +44,7 @@ BUCKETS = 16  # the shared-stream digests a heartbeat carries per peer
 OWED_ACKS_PER_S = 2000  # how fast owed acks are paid (a peer came back, a restart)
 OWED_ACKS_BURST = 64  # and at most this many in one turn
 SHED_RETRY_MS = 100  # a shed of the rings that fell short is tried again this much later
+DIFFER_ANNOUNCES = 8  # a bucket differing this many announce_ms without a break is announced
 
 
 def name_mark(name: str) -> int:
@@ -61,9 +66,11 @@ class StreamSet:
         self.paid_at = 0  # elapsed ms of the last payment
         # (peer, bucket) -> digest of the names of the streams both replicate
         self.shared: dict[tuple[int, int], int] = {}
-        # (peer, bucket) -> (ours, theirs, since when both are so) while they differ
-        self.differ: dict[tuple[int, int], tuple[int, int, int]] = {}
+        # (peer, bucket) -> (ours, theirs, since when both are so, since when they differ or
+        # were last announced) while they differ
+        self.differ: dict[tuple[int, int], tuple[int, int, int, int]] = {}
         self.announced: dict[tuple[int, int], Timeout] = {}  # (peer, bucket) -> last announced
+        self.restless: dict[int, Timeout] = {}  # peer -> last bucket announced still changing
         self.ring = RingBytes()  # what every stream's timeline holds
         self.shed_retry_at = 0  # after a shed that fell short, the elapsed ms to try again
 
@@ -175,8 +182,11 @@ class StreamSet:
 
     def compare(self, peer: int, theirs: dict[int, int], elapsed_ms: int, announce_ms: int) -> None:
         """``peer`` digests the streams it shares with this node as ``theirs`` (bucket ->
-        digest): a bucket whose digests have differed, unchanged, for ``announce_ms`` is
-        announced (rate-limited), so both sides learn what they lack."""
+        digest): a bucket whose digests have differed, unchanged, for ``announce_ms``, or
+        changing for ``DIFFER_ANNOUNCES`` times as long (the one that has differed longest,
+        one per peer in that time), is announced, so both sides learn what they lack."""
+        restless_ms = DIFFER_ANNOUNCES * announce_ms
+        restless: tuple[int, int] | None = None  # (since when, bucket) of the longest differing
         for bucket in range(BUCKETS):
             at = (peer, bucket)
             ours, their = self.shared.get(at, 0), theirs.get(bucket, 0)
@@ -184,15 +194,29 @@ class StreamSet:
                 self.differ.pop(at, None)
                 continue
             was = self.differ.get(at)
-            if was is None or was[:2] != (ours, their):
-                self.differ[at] = (ours, their, elapsed_ms)
+            if was is None:
+                self.differ[at] = (ours, their, elapsed_ms, elapsed_ms)
                 continue
-            if elapsed_ms - was[2] < announce_ms:
-                continue
-            if self.announced.setdefault(at, Timeout(announce_ms)).ready(elapsed_ms):
-                for name, _ in self.with_origin(peer):
-                    if name_mark(name) % BUCKETS == bucket:
-                        self.owed[name] = None
+            unchanged_since, differ_since = was[2], was[3]
+            if was[:2] != (ours, their):
+                unchanged_since = elapsed_ms
+            self.differ[at] = (ours, their, unchanged_since, differ_since)
+            if elapsed_ms - unchanged_since >= announce_ms:
+                if self.announced.setdefault(at, Timeout(announce_ms)).ready(elapsed_ms):
+                    self._announce(peer, bucket, elapsed_ms)
+            elif elapsed_ms - differ_since >= restless_ms:
+                restless = min(restless or (differ_since, bucket), (differ_since, bucket))
+        timer = self.restless.setdefault(peer, Timeout(restless_ms))
+        if restless is not None and timer.ready(elapsed_ms):
+            self._announce(peer, restless[1], elapsed_ms)
+
+    def _announce(self, peer: int, bucket: int, elapsed_ms: int) -> None:
+        """Owe ``peer`` an ack of every stream the two share in ``bucket``."""
+        at = (peer, bucket)
+        self.differ[at] = (*self.differ[at][:3], elapsed_ms)
+        for name, _ in self.with_origin(peer):
+            if name_mark(name) % BUCKETS == bucket:
+                self.owed[name] = None
 
     def suspect(self, origin: int, epoch: int) -> None:
         for name, state in self.with_origin(origin):
