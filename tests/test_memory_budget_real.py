@@ -7,13 +7,14 @@ own ``BASE_MB``, and the oldest entries, shed from memory, are read from the log
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.request import urlopen
 
 import psutil
 import pytest
 import zmq
+from waits import until
 
 from relay import Consumer, Producer
 from relay.runtime.local_cluster import LocalCluster
@@ -86,6 +87,15 @@ def unread_fetches(cluster: LocalCluster) -> list[zmq.Socket[Any]]:
     return socks
 
 
+def answered_all(cluster: LocalCluster, socks: list[zmq.Socket[Any]]) -> bool:
+    """Every connection has answers to read, and node 3 holds no request open."""
+    if not all(sock.get(zmq.EVENTS) & zmq.POLLIN for sock in socks):
+        return False
+    url = f"http://127.0.0.1:{cluster.config.node(3).metrics_port}/metrics"
+    text = urlopen(url, timeout=5).read().decode()
+    return "\nrelay_client_requests_open 0.0\n" in text
+
+
 def test_fetches_nobody_reads_on_twenty_connections_stay_within_the_budget(
     cluster: LocalCluster,
 ) -> None:
@@ -96,7 +106,9 @@ def test_fetches_nobody_reads_on_twenty_connections_stay_within_the_budget(
     with PeakRss(cluster) as rss:
         socks = unread_fetches(cluster)
         try:
-            time.sleep(5)  # answers go out until every queue is full, then wait and are dropped
+            # answers go out until every queue is full; the rest wait or are dropped
+            answered = until(lambda: answered_all(cluster, socks), bool, timeout_s=60)
+            assert answered, "node 3 did not answer every connection and empty its requests"
             with Consumer("orders.unread", config=cluster.config_path, node=3) as consumer:
                 assert len(consumer.take(64, timeout_s=30)) == 64  # answered amid the flood
         finally:

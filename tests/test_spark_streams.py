@@ -4,6 +4,7 @@ that belongs to its streams, and the relay sink writing rows exactly once per ba
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -162,6 +163,38 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(cluster: LocalClu
         reader.stop()
 
 
+def copy_in_batches(
+    spark: SparkSession,
+    cluster: LocalCluster,
+    source: str,
+    checkpoint: Path,
+    columns: list[str],
+    **sink_options: str,
+) -> None:
+    """Copy ``source`` from earliest into relay in batches of 100, ``columns`` selected, as
+    one streaming query with ``checkpoint`` that runs until it has all there is."""
+    writer = (
+        stream_reader(
+            cluster, spark, stream=source, startingOffsets="earliest", maxOffsetsPerTrigger=100
+        )
+        .selectExpr(*columns)
+        .writeStream.format("relay")
+        .option("config", str(cluster.config_path))
+        .option("checkpointLocation", str(checkpoint))
+    )
+    for key, value in sink_options.items():
+        writer = writer.option(key, value)
+    query = writer.trigger(availableNow=True).start()
+    assert query.awaitTermination(180), "the copy did not finish"
+    assert query.exception() is None, query.exception()
+
+
+def forget_last_batch(checkpoint: Path) -> None:
+    """Forget the third batch's commit: the query's restart replays it."""
+    for name in ("2", ".2.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+
+
 def test_rows_written_to_relay_arrive_once_even_when_a_batch_is_replayed(
     spark: SparkSession, cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -178,30 +211,10 @@ def test_rows_written_to_relay_arrive_once_even_when_a_batch_is_replayed(
 
     source = publish(cluster, "sink.in", 300)
     checkpoint = tmp_path / "checkpoint"
-
-    def copy() -> None:
-        query = (
-            stream_reader(
-                cluster,
-                spark,
-                stream="sink.in",
-                startingOffsets="earliest",
-                maxOffsetsPerTrigger=100,
-            )
-            .selectExpr("value", "key", "'sink.out' AS stream")
-            .writeStream.format("relay")
-            .option("config", str(cluster.config_path))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(180), "the copy did not finish"
-        assert query.exception() is None, query.exception()
-
-    copy()
-    for name in ("2", ".2.crc"):  # forget the last batch's commit: the restart replays it
-        (checkpoint / "commits" / name).unlink(missing_ok=True)
-    copy()
+    copy = functools.partial(copy_in_batches, spark, cluster, "sink.in", checkpoint)
+    copy(["value", "key", "'sink.out' AS stream"])
+    forget_last_batch(checkpoint)
+    copy(["value", "key", "'sink.out' AS stream"])
     with Consumer("sink.out", config=cluster.config_path) as consumer:
         copied = consumer.take(400, timeout_s=5)
     assert len(copied) == len(source) == 300  # the replayed batch's 100 rows came back once
@@ -216,28 +229,8 @@ def test_a_batch_replayed_after_a_million_later_messages_adds_nothing(
     replay published copies; now each named write keeps commit records."""
     publish(cluster, "late.in", 300)
     checkpoint = tmp_path / "checkpoint"
-
-    def copy() -> None:
-        query = (
-            stream_reader(
-                cluster,
-                spark,
-                stream="late.in",
-                startingOffsets="earliest",
-                maxOffsetsPerTrigger=100,
-            )
-            .selectExpr("value")
-            .writeStream.format("relay")
-            .option("config", str(cluster.config_path))
-            .option("stream", "late.out")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(180), "the copy did not finish"
-        assert query.exception() is None, query.exception()
-
-    copy()
+    copy = functools.partial(copy_in_batches, spark, cluster, "late.in", checkpoint)
+    copy(["value"], stream="late.out")
     # a batch write named "w1" that died after its begin record and 10 of its 25 rows
     with Producer(config=cluster.config_path, producer_id="spark-w1-0-0") as crashed:
         sink_commits.write(crashed, "late.out.__sink.w1", sink_commits.Task("w1", 0, 0), None)
@@ -249,9 +242,8 @@ def test_a_batch_replayed_after_a_million_later_messages_adds_nothing(
             flood.send("late.out", b"later")
         flood.flush()
         after_flood = flood.publish("late.out", b"end of the flood").seq
-    for name in ("2", ".2.crc"):  # forget the last batch's commit: the restart replays it
-        (checkpoint / "commits" / name).unlink(missing_ok=True)
-    copy()
+    forget_last_batch(checkpoint)
+    copy(["value"], stream="late.out")
     rows = spark.createDataFrame([(b"w%d" % i,) for i in range(1, 26)], "value BINARY")
     (
         rows.coalesce(1)
