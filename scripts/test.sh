@@ -23,4 +23,5 @@ apt_tool nft nftables "the netns tests"
 apt_tool promtool prometheus "the promtool check of the metrics"
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy
+echo "== import layers"; lint-imports --no-cache
 echo "== pytest"; python -m pytest -q -p no:cacheprovider -rs "$@"

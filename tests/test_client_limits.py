@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from relay.runtime.client_limits import ClientBounds, ClientLimits
+from relay.config.client_bounds import ClientBounds
+from relay.runtime.client_limits import ClientLimits
 
 
 def test_a_connection_gets_its_share_and_no_more_until_answers_leave() -> None:

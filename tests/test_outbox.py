@@ -13,7 +13,8 @@ import pytest
 import zmq
 from prometheus_client import CollectorRegistry, Counter
 
-from relay.runtime.client_limits import ClientBounds, ClientLimits
+from relay.config.client_bounds import ClientBounds
+from relay.runtime.client_limits import ClientLimits
 from relay.runtime.outbox import (
     CONNECTION_BYTES_MAX,
     OTHERS_MAX,

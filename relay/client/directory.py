@@ -9,7 +9,7 @@ from pathlib import Path
 from relay.auth.keys import KeyPair, client_pair
 from relay.auth.settings import KEY_CHARS, is_public_key
 from relay.config import load
-from relay.runtime.client_limits import ClientBounds
+from relay.config.client_bounds import ClientBounds
 
 
 @dataclass(frozen=True, slots=True)

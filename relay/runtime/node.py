@@ -20,7 +20,6 @@ from typing import Any
 
 import zmq
 
-from relay.auth import cluster as trust
 from relay.auth.keys import KeyFileError
 from relay.auth.sockets import ADMIN_DOMAIN, CLIENT_DOMAIN, MESH_DOMAIN, serve
 from relay.auth.zap import ZapHandler
@@ -45,6 +44,7 @@ from relay.core.messages import MeshMessage
 from relay.core.node import NodeCore
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
+from relay.runtime import trust
 from relay.runtime.client_port import ClientPort
 from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_error, admin_reply

@@ -15,12 +15,12 @@ from relay.auth import grants, keys, local_keys
 from relay.auth import settings as auth
 from relay.auth.grants import Grant
 from relay.auth.settings import AuthSettings
+from relay.config import client_bounds, memory_budget
+from relay.config.client_bounds import ClientBounds
+from relay.config.memory_budget import MemoryBudget
 from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Routing, Subscription
-from relay.runtime import client_limits, memory_budget
-from relay.runtime.client_limits import ClientBounds
-from relay.runtime.memory_budget import MemoryBudget
 from relay.storage import settings as storage
 from relay.storage.settings import StorageSettings
 
@@ -129,7 +129,7 @@ _CLUSTER_KEYS = (
     | _PARAM_KEYS
     | storage.KEYS
     | auth.KEYS
-    | client_limits.KEYS
+    | client_bounds.KEYS
 )
 _NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
 _NODE_OPTIONAL = {"data_dir", "public_key", "bind_host", "metrics_host"}
@@ -202,9 +202,9 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
             "'cluster.heartbeat_ms', or healthy peers would be cut"
         )
     try:
-        bounds = client_limits.parse(where, cluster, params["payload_bytes_max"])
+        bounds = client_bounds.parse(where, cluster, params["payload_bytes_max"])
         memory = memory_budget.parse(where, cluster, bounds.request_bytes_max)
-    except (client_limits.SettingsError, memory_budget.SettingsError) as exc:
+    except (client_bounds.SettingsError, memory_budget.SettingsError) as exc:
         raise ConfigError(str(exc)) from None
     name = cluster.get("name", "relay")
     allow_small = cluster.get("allow_small_replication", False)
