@@ -1,4 +1,4 @@
-"""The invariants of DESIGN.md, checked over a simulated cluster after every step.
+"""The invariants of docs/design.md, checked over a simulated cluster after every step.
 
 How this works: for each stream the checker keeps one reference timeline, the longest
 verified prefix any replica has shown. Every replica's verified entries must sit in it at
