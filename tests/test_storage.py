@@ -12,6 +12,7 @@ from relay.core.events import Persist
 from relay.core.flake import make_seq
 from relay.core.messages import Tx, fold_tx
 from relay.storage import records, stream_log
+from relay.storage.files import OsFiles
 from relay.storage.recovery import Window, open_log
 from relay.storage.settings import StorageSettings
 from relay.storage.store import NodeStore, dir_name
@@ -129,22 +130,20 @@ def test_a_large_turn_is_cut_into_frames_of_about_the_batch_size(
     again.log.close()
 
 
-def test_a_turn_writes_its_records_and_its_mark_in_one_syscall(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_turn_writes_its_records_and_its_mark_in_one_syscall(tmp_path: Path) -> None:
     """A turn that appends records and moves the verified mark makes one write of both (a
     second write cost a node's turn a syscall), and the mark reads back after the records."""
     writes: list[int] = []
-    real = os.writev
 
-    def counted(fd: int, buffers: list[bytes]) -> int:
-        writes.append(len(buffers))
-        return real(fd, buffers)
+    class Counted(OsFiles):
+        def writev(self, fd: int, parts: list[bytes] | tuple[bytes, ...]) -> int:
+            writes.append(len(parts))
+            return super().writev(fd, parts)
 
     log = fresh(tmp_path)
     txs, digests = chain("s", 20)
     write_in_batches(log, txs[:10], digests[:10], 10)
-    monkeypatch.setattr(stream_log.os, "writev", counted)
+    log.files = Counted()
     log.apply(
         Persist(
             "s", 0, txs[9].seq, digests[9], False, tuple(txs[10:]), tuple(digests[10:]), txs[15].seq

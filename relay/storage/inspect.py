@@ -13,6 +13,7 @@ from pathlib import Path
 
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx
+from relay.storage.files import OS_FILES
 from relay.storage.records import TXS, CorruptRecord
 from relay.storage.segment import parse_name, scan
 from relay.storage.store import dir_name
@@ -38,7 +39,7 @@ def streams(data_dir: Path) -> list[tuple[str, Path]]:
         for path in sorted(directory.glob("*")):
             if parse_name(path.name):
                 try:
-                    header, _ = scan(path)
+                    header, _ = scan(OS_FILES, path)
                 except (CorruptRecord, OSError):
                     continue
                 if dir_name(header.stream) == directory.name:
@@ -65,7 +66,7 @@ def segments(directory: Path) -> list[SegmentInfo]:
         size = path.stat().st_size
         first = last = count = 0
         try:
-            _, frames = scan(path)
+            _, frames = scan(OS_FILES, path)
             for kind, _, _, batch, _ in frames:
                 if kind == TXS:
                     first, last = first or batch[0][0].seq, batch[-1][0].seq
@@ -94,7 +95,7 @@ def verify(directory: Path, stream: str) -> tuple[int, str | None]:
     last = 0
     for path in ordered(directory):
         try:
-            header, frames = scan(path)
+            header, frames = scan(OS_FILES, path)
             if header.stream != stream:
                 return checked, f"{path}: belongs to stream {header.stream!r}"
             if chain is not None and (header.base_seq, header.base_digest) != (last, chain):
@@ -119,7 +120,7 @@ def records(directory: Path, after_seq: int, upto_seq: int) -> Iterator[tuple[Tx
     """The records with ``after_seq < seq <= upto_seq``, in order; a bad frame raises
     ``CorruptRecord``."""
     for path in ordered(directory):
-        _, frames = scan(path)
+        _, frames = scan(OS_FILES, path)
         for _, _, _, batch, _ in frames:
             for item, digest in batch:
                 if item.seq > upto_seq:

@@ -15,8 +15,6 @@ producer keys of the dedup window before them.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,8 +25,9 @@ from relay.core.digest import genesis
 from relay.core.events import Restored
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import KeyRecord, Tx, fold_tx, tx_bytes
+from relay.storage.files import OS_FILES, Files
 from relay.storage.records import TXS, CorruptRecord
-from relay.storage.segment import Segment, fsync_dir, parse_name, reopen, scan
+from relay.storage.segment import Segment, parse_name, reopen, scan
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StreamLog
 
@@ -52,23 +51,29 @@ class Window:
 
 
 def open_log(
-    directory: Path, stream: str, settings: StorageSettings, window: Window, wall_ms: int
+    directory: Path,
+    stream: str,
+    settings: StorageSettings,
+    window: Window,
+    wall_ms: int,
+    files: Files = OS_FILES,
 ) -> Recovered:
     problems: list[str] = []
-    files = sorted((p for p in directory.iterdir() if parse_name(p.name)), key=lambda p: _order(p))
+    paths = sorted((p for p in files.listdir(directory) if parse_name(p.name)), key=_order)
     segments: list[Segment] = []
     tail = _Tail(window.keep, window.keep_bytes, window.dedup_keys_max)
-    for i, path in enumerate(files):
+    for i, path in enumerate(paths):
         try:
-            segment = _check(path, stream, segments, tail)
+            segment = _check(files, path, stream, segments, tail)
         except _Cut as cut:
             problems.append(cut.reason)
-            _quarantine(directory, files[i:], cut, segments)
+            _quarantine(files, directory, paths[i:], cut, segments, wall_ms)
             break
         segments.append(segment)
     if segments and segments[-1].sealed is False:
         segments[-1].created_ms = wall_ms
-    log = StreamLog(directory, stream, settings, segments, min(tail.mark_seq, _head(segments)))
+    mark = min(tail.mark_seq, _head(segments))
+    log = StreamLog(directory, stream, settings, segments, mark, files)
     return Recovered(log, tail.restored(stream, log.mark, window.dedup_ms), problems)
 
 
@@ -88,9 +93,9 @@ class _Cut(Exception):
         self.reason, self.path, self.offset, self.segment = reason, path, offset, segment
 
 
-def _check(path: Path, stream: str, before: list[Segment], tail: _Tail) -> Segment:
+def _check(files: Files, path: Path, stream: str, before: list[Segment], tail: _Tail) -> Segment:
     try:
-        header, frames = scan(path)
+        header, frames = scan(files, path)
     except (CorruptRecord, OSError) as exc:
         raise _Cut(f"{path}: unreadable segment ({exc}); cut here", path, 0, None) from None
     if header.stream != stream:
@@ -126,22 +131,24 @@ def _check(path: Path, stream: str, before: list[Segment], tail: _Tail) -> Segme
     return segment
 
 
-def _quarantine(directory: Path, rest: list[Path], cut: _Cut, kept: list[Segment]) -> None:
-    """Move the files from the cut on aside; the cut one keeps its good part, and a copy
-    of the whole of it goes aside too."""
-    aside = directory / "quarantine" / time.strftime("%Y%m%dT%H%M%S")
-    aside.mkdir(parents=True, exist_ok=True)
+def _quarantine(
+    files: Files, directory: Path, rest: list[Path], cut: _Cut, kept: list[Segment], wall_ms: int
+) -> None:
+    """Move the files from the cut on aside (into a folder named by the UTC time); the cut
+    one keeps its good part, and a copy of the whole of it goes aside too."""
+    aside = directory / "quarantine" / time.strftime("%Y%m%dT%H%M%S", time.gmtime(wall_ms / 1000))
+    files.mkdir(aside, parents=True)
     salvage = cut.segment if cut.segment is not None and cut.segment.first_seq else None
     for path in rest:
         if path == cut.path and salvage is not None:
-            shutil.copy2(path, aside / path.name)
+            files.copy(path, aside / path.name)
         else:
-            path.replace(aside / path.name)
+            files.rename(path, aside / path.name)
     if salvage is not None:
-        os.truncate(cut.path, cut.offset)
-        reopen(salvage)
+        files.truncate(cut.path, cut.offset)
+        reopen(files, salvage)
         kept.append(salvage)
-    fsync_dir(directory)
+    files.fsync_dir(directory)
 
 
 class _Tail:

@@ -9,9 +9,7 @@ read seeks near its start and parses forward.
 
 from __future__ import annotations
 
-import ctypes
 import mmap
-import os
 import re
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relay.core.flake import seq_unix_ms
+from relay.storage.files import Files
 from relay.storage.records import (
     CUT,
     HEADER,
@@ -116,22 +115,29 @@ class Segment:
         self.size = offset
 
 
-def create(directory: Path, header: SegmentHeader, wall_ms: int) -> tuple[Segment, int]:
+def create(
+    files: Files, directory: Path, header: SegmentHeader, wall_ms: int
+) -> tuple[Segment, int]:
     """A new open segment with its header written; (segment, fd for appending)."""
     path = directory / f"{header.base_seq:020d}.open"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    fd = files.create(path)
     data = header_frame(header)
-    os.write(fd, data)
+    try:
+        if files.writev(fd, (data,)) != len(data):
+            raise OSError(28, "short write (disk full?)")
+    except OSError:
+        files.close(fd)
+        raise
     return Segment(path, header, size=len(data), created_ms=wall_ms), fd
 
 
 Entry = tuple[int, int, int, list[Record], int]  # (kind, offset, end, records, mark seq)
 
 
-def scan(path: Path) -> tuple[SegmentHeader, Iterator[Entry]]:
+def scan(files: Files, path: Path) -> tuple[SegmentHeader, Iterator[Entry]]:
     """The header and the frames of a whole segment file; a bad frame raises
     ``CorruptRecord`` from the iterator with the offset in its message."""
-    data = path.read_bytes()
+    data = files.read_bytes(path)
     first = read_frame(data, 0)
     if first is None or first[0] != HEADER:
         raise CorruptRecord(f"{path}: no segment header at offset 0")
@@ -182,38 +188,9 @@ def _cuts_applied(
         end = found[2]
 
 
-def reopen(segment: Segment) -> None:
+def reopen(files: Files, segment: Segment) -> None:
     """Rename a sealed segment back to an open one (its tail is being cut)."""
     if segment.sealed:
         opened = segment.path.with_name(f"{segment.header.base_seq:020d}.open")
-        os.rename(segment.path, opened)
+        files.rename(segment.path, opened)
         segment.path = opened
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def sync_file_system(path: Path) -> None:
-    """Make everything written to the file system that holds ``path`` durable: one
-    ``syncfs(2)`` where the C library has it (Linux), else ``sync(2)``; either way one call,
-    not an fsync per file."""
-    syncfs = getattr(_LIBC, "syncfs", None)
-    if syncfs is None:
-        os.sync()
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if syncfs(fd) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code), str(path))
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make the directory's entries (created, renamed, removed files) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -15,7 +15,6 @@ data directory that belongs to another cluster name or node id.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import threading
 from collections import OrderedDict
@@ -30,8 +29,8 @@ from relay.core.events import Persist, Restored
 from relay.core.flake import seq_unix_ms
 from relay.core.origin import reservation
 from relay.core.routing import stream_name_problem
+from relay.storage.files import OS_FILES, Files
 from relay.storage.recovery import Window, open_log
-from relay.storage.segment import fsync_dir, sync_file_system
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StorageError, StreamLog
 
@@ -58,8 +57,14 @@ def open_files_max() -> int:
 
 class NodeStore:
     def __init__(
-        self, data_dir: Path, cluster: str, node_id: int, settings: StorageSettings
+        self,
+        data_dir: Path,
+        cluster: str,
+        node_id: int,
+        settings: StorageSettings,
+        files: Files = OS_FILES,
     ) -> None:
+        self.files = files
         self.data_dir = data_dir
         self.cluster = cluster
         self.node_id = node_id
@@ -79,12 +84,12 @@ class NodeStore:
         """Check whose directory this is and recover every stream's log: what to restore
         into the core, and what was cut (file and offset) for the operator."""
         try:
-            self.streams_dir.mkdir(parents=True, exist_ok=True)
+            self.files.mkdir(self.streams_dir, parents=True)
         except OSError as exc:
             raise StorageError(f"data_dir {self.data_dir}: {exc.strerror or exc}") from None
         self.meta = self._read_meta()
         restored, problems = [], []
-        directories = sorted(self.streams_dir.iterdir())
+        directories = self.files.listdir(self.streams_dir)
         share = window.total_bytes // max(1, len(directories))
         window = replace(window, keep_bytes=min(window.keep_bytes, share))
         for directory in directories:
@@ -92,7 +97,7 @@ class NodeStore:
             if stream is None:
                 problems.append(f"{directory}: not a stream directory; left alone")
                 continue
-            found = open_log(directory, stream, self.settings, window, wall_ms)
+            found = open_log(directory, stream, self.settings, window, wall_ms, self.files)
             self.logs[stream] = found.log
             problems += found.problems
             if found.log.segments:
@@ -100,26 +105,29 @@ class NodeStore:
         # what the kernel kept of a crashed process's writes, and what recovery cut, is
         # durable from here on: every log at once (a sealed segment may have been renamed
         # before its last sync ran)
-        sync_file_system(self.streams_dir)
+        self.files.sync_all(self.streams_dir)
         return restored, problems
 
     def _stream_of(self, directory: Path) -> str | None:
         name = directory.name
         if name.startswith("s."):
             stream = unquote(name[2:])
-        elif name.startswith("h.") and (directory / "stream").is_file():
-            stream = (directory / "stream").read_text()
+        elif name.startswith("h.") and self.files.is_file(directory / "stream"):
+            try:
+                stream = self.files.read_bytes(directory / "stream").decode()
+            except (OSError, UnicodeDecodeError):
+                return None
         else:
             return None
         return None if stream_name_problem(stream) or dir_name(stream) != name else stream
 
     def _read_meta(self) -> dict[str, Any]:
         path = self.data_dir / "node.json"
-        if not path.exists():
+        if not self.files.exists(path):
             meta = {"format": FORMAT, "cluster": self.cluster, "node_id": self.node_id}
             return {**meta, "epoch": 0, "reserved": 0}
         try:
-            meta = json.loads(path.read_text())
+            meta = json.loads(self.files.read_bytes(path))
             ok = isinstance(meta, dict) and meta.get("format") == FORMAT
             ok = ok and all(type(meta.get(k)) is int for k in ("node_id", "epoch", "reserved"))
         except (OSError, ValueError) as exc:
@@ -146,14 +154,9 @@ class NodeStore:
         path = self.data_dir / "node.json"
         temporary = path.with_suffix(".tmp")
         with self.meta_lock:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, json.dumps(self.meta).encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temporary, path)
-            fsync_dir(self.data_dir)
+            self.files.write_synced(temporary, json.dumps(self.meta).encode())
+            self.files.rename(temporary, path)
+            self.files.fsync_dir(self.data_dir)
 
     # --- the node's epoch and seqs ------------------------------------------------------
 
@@ -190,11 +193,13 @@ class NodeStore:
         log = self.logs.get(p.stream)
         if log is None:
             directory = self.streams_dir / dir_name(p.stream)
-            directory.mkdir(exist_ok=True)
-            if directory.name.startswith("h."):
-                (directory / "stream").write_text(p.stream)
-            fsync_dir(self.streams_dir)
-            log = self.logs[p.stream] = StreamLog(directory, p.stream, self.settings, [], 0)
+            self.files.mkdir(directory)
+            if directory.name.startswith("h."):  # its name, durable before any record
+                self.files.write_synced(directory / "stream", p.stream.encode())
+                self.files.fsync_dir(directory)
+            self.files.fsync_dir(self.streams_dir)
+            log = StreamLog(directory, p.stream, self.settings, [], 0, self.files)
+            self.logs[p.stream] = log
         log.apply(p, wall_ms)
         appending = self.appending
         appending[p.stream] = None

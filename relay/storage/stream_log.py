@@ -12,8 +12,6 @@ Opening a log re-checks every segment and is in ``recovery.py``.
 from __future__ import annotations
 
 import contextlib
-import mmap
-import os
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ from pathlib import Path
 from relay.core.events import Persist
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx, tx_bytes
+from relay.storage.files import IOV_MAX, OS_FILES, Files
 from relay.storage.records import (
     BATCH_BYTES,
     MARK,
@@ -35,8 +34,6 @@ from relay.storage.records import (
 )
 from relay.storage.segment import Entry, Segment, create, entries, reopen
 from relay.storage.settings import StorageSettings
-
-IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))  # buffers one writev takes (1,024 on Linux)
 
 
 class StorageError(RuntimeError):
@@ -64,7 +61,9 @@ class StreamLog:
         settings: StorageSettings,
         segments: list[Segment],
         mark: int,
+        files: Files = OS_FILES,
     ) -> None:
+        self.files = files
         self.directory = directory
         self.stream = stream
         self.settings = settings
@@ -140,7 +139,7 @@ class StreamLog:
         """A write failed part way: cut the active file back to its last whole frame."""
         if self.fd is not None and self.segments:
             with contextlib.suppress(OSError):  # else recovery cuts the torn tail at restart
-                os.ftruncate(self.fd, self.segments[-1].size)
+                self.files.ftruncate(self.fd, self.segments[-1].size)
 
     def take_unsynced(self) -> Unsynced:
         """What the next sync covers: the descriptors written and the head they hold."""
@@ -159,14 +158,14 @@ class StreamLog:
     def _reopen(self) -> None:
         """The active segment's append descriptor, after a release or a restart."""
         if self.fd is None and self.segments and not self.segments[-1].sealed:
-            self.fd = os.open(self.segments[-1].path, os.O_WRONLY | os.O_APPEND)
+            self.fd = self.files.open_append(self.segments[-1].path)
 
     def close(self) -> None:
         if self.fd is not None:
-            os.close(self.fd)
+            self.files.close(self.fd)
             self.fd = None
         for fd in self.take_unsynced().fds:
-            os.close(fd)
+            self.files.close(fd)
 
     def _append(
         self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], wall_ms: int, then: tuple[bytes, ...]
@@ -205,7 +204,7 @@ class StreamLog:
         assert self.fd is not None
         for at in range(0, len(parts), IOV_MAX):
             chunk = parts[at : at + IOV_MAX]
-            if os.writev(self.fd, chunk) != sum(map(len, chunk)):
+            if self.files.writev(self.fd, chunk) != sum(map(len, chunk)):
                 raise OSError(28, "short write (disk full?)")
         written = sum(map(len, parts))
         self.segments[-1].size += written
@@ -217,7 +216,7 @@ class StreamLog:
         """The current append descriptor has writes the next sync must cover (none comes
         with ``fsync = "never"``: no duplicate to hand over and close each turn)."""
         if not self.unsynced.active and self.fd is not None and self.settings.fsync != "never":
-            self.unsynced.fds.append(os.dup(self.fd))
+            self.unsynced.fds.append(self.files.dup(self.fd))
             self.unsynced.active = True
 
     def _retire(self) -> None:
@@ -237,7 +236,7 @@ class StreamLog:
             self._seal(last)
         if self.segments[-1].sealed:
             header = SegmentHeader(self.stream, self.head_seq, self.head_digest)
-            segment, self.fd = create(self.directory, header, wall_ms)
+            segment, self.fd = create(self.files, self.directory, header, wall_ms)
             self.segments.append(segment)
             self.unsynced.directory = True
             self._track()
@@ -246,7 +245,7 @@ class StreamLog:
     def _seal(self, segment: Segment) -> None:
         self._retire()
         sealed = segment.path.with_name(segment.sealed_name())
-        os.rename(segment.path, sealed)
+        self.files.rename(segment.path, sealed)
         segment.path = sealed
         self.unsynced.directory = True
 
@@ -254,9 +253,9 @@ class StreamLog:
         """Drop the whole log; it continues from ``base_seq`` (a peer's snapshot)."""
         self._retire()
         for segment in self.segments:
-            segment.path.unlink(missing_ok=True)
+            self.files.unlink(segment.path, missing_ok=True)
         header = SegmentHeader(self.stream, base_seq, base_digest)
-        segment, self.fd = create(self.directory, header, wall_ms)
+        segment, self.fd = create(self.files, self.directory, header, wall_ms)
         self.segments = [segment]
         self.mark = base_seq
         self.unsynced.directory = True
@@ -268,7 +267,7 @@ class StreamLog:
             raise StorageError(f"{self.stream}: a cut after {seq} reaches below the log")
         while len(self.segments) > 1 and self.segments[-1].header.base_seq >= seq:
             self._retire()  # the active segment goes, and its descriptor with it
-            self.segments.pop().path.unlink()
+            self.files.unlink(self.segments.pop().path)
             self.unsynced.directory = True
         segment = self.segments[-1]
         start = segment.offset_before(seq)
@@ -289,12 +288,12 @@ class StreamLog:
             raise StorageError(f"{self.stream}: the log holds no seq {seq} to cut after")
         self._retire()
         if segment.sealed:
-            reopen(segment)
+            reopen(self.files, segment)
             self.unsynced.directory = True
-        os.truncate(segment.path, cut)  # only frames wholly above ``seq`` (and their marks)
+        self.files.truncate(segment.path, cut)  # only frames wholly above ``seq`` (and their marks)
         segment.forget_after(cut)
         segment.records -= removed
-        self.fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
+        self.fd = self.files.open_append(segment.path)
         self._track()
         mark = min(self.mark, seq)
         tail = (cut_frame(seq) if inside else b"") + (mark_frame(mark) if mark else b"")
@@ -323,7 +322,7 @@ class StreamLog:
             big = keep_bytes and total > keep_bytes
             if not segment.sealed or segment.last_seq > self.mark or not (old or big):
                 break
-            segment.path.unlink()
+            self.files.unlink(segment.path)
             total -= segment.size
             dropped += 1
         if not dropped:
@@ -367,10 +366,7 @@ class StreamLog:
                 found.append((item, digest))
         return chain, found
 
-    @staticmethod
-    def _frames(segment: Segment, offset: int) -> Iterator[Entry]:
-        with open(segment.path, "rb") as f:
-            if os.fstat(f.fileno()).st_size <= offset:
-                return
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+    def _frames(self, segment: Segment, offset: int) -> Iterator[Entry]:
+        with self.files.view(segment.path, offset) as data:
+            if data is not None:
                 yield from entries(data, offset)

@@ -26,7 +26,6 @@ import threading
 from dataclasses import dataclass
 
 from relay.core.events import Persisted, Reserved
-from relay.storage.segment import fsync_dir
 from relay.storage.store import NodeStore
 from relay.storage.stream_log import StreamLog, Unsynced
 
@@ -82,7 +81,7 @@ class Syncer:
         if self.mode == "never":
             for log in self.touched.values():
                 for fd in log.take_unsynced().fds:
-                    os.close(fd)
+                    self.store.files.close(fd)
             self.touched.clear()
             self.touched_txs = 0
             if not self.reserving:
@@ -168,9 +167,9 @@ class Syncer:
         for log, unsynced in job.work:
             try:
                 for fd in unsynced.fds:
-                    os.fdatasync(fd)
+                    self.store.files.fdatasync(fd)
                 if unsynced.directory:
-                    fsync_dir(log.directory)
+                    self.store.files.fsync_dir(log.directory)
                 job.done.append(
                     Persisted(log.stream, unsynced.generation, unsynced.head_seq, unsynced.mark)
                 )
@@ -178,5 +177,5 @@ class Syncer:
                 job.failed.append((log.stream, f"sync failed: {exc.strerror or exc}"))
             finally:
                 for fd in unsynced.fds:
-                    os.close(fd)
+                    self.store.files.close(fd)
         self.syncs += 1
