@@ -9,17 +9,22 @@ from pathlib import Path
 
 from relay.config import load
 from relay.core.events import Persisted, Reserve, Reserved
-from relay.runtime.disk import NodeDisk
 from relay.runtime.local_cluster import write_config
+from relay.storage.node_disk import NodeDisk, restore_window
 from relay.storage.settings import StorageSettings
 from relay.storage.store import NodeStore
-from relay.storage.syncer import INLINE_TXS_MAX, RETRY_MS, Syncer
+from relay.storage.syncer import INLINE_TXS_MAX, RETRY_MS, Syncer, SyncJob, ThreadRunner
 from tests.test_storage import T0, WINDOW, chain, persist
+
+
+def runner_of(syncer: Syncer) -> ThreadRunner:
+    assert isinstance(syncer.runner, ThreadRunner)
+    return syncer.runner
 
 
 def completed(syncer: Syncer) -> list[Persisted | Reserved]:
     """What the next sync reports, waiting (bounded) for its byte on the pipe."""
-    ready, _, _ = select.select([syncer.wake_fd], [], [], 10)
+    ready, _, _ = select.select([runner_of(syncer).wake_fd], [], [], 10)
     assert ready, "the syncer never reported"
     done, failed = syncer.completed(0)
     assert not failed
@@ -34,9 +39,9 @@ def test_small_syncs_run_in_the_loop_and_others_in_the_thread(tmp_path: Path) ->
     synced_by: list[str] = []
     sync = syncer._sync
 
-    def spy(job: object) -> None:
+    def spy(job: SyncJob) -> None:
         synced_by.append(threading.current_thread().name)
-        sync(job)  # type: ignore[arg-type]
+        sync(job)
 
     syncer._sync = spy  # type: ignore[method-assign]
     try:
@@ -77,14 +82,14 @@ def test_a_sync_the_disk_refused_is_retried_at_a_pace(tmp_path: Path) -> None:
         shutil.rmtree(tmp_path / "d")  # node.json can no longer be written
         syncer.reserve(T0 + 1000)
         syncer.after_turn(0)
-        ready, _, _ = select.select([syncer.wake_fd], [], [], 10)
+        ready, _, _ = select.select([runner_of(syncer).wake_fd], [], [], 10)
         assert ready
         done, failed = syncer.completed(5)  # heard in the turn at 5 ms
         assert not done and [stream for stream, _ in failed] == ["node.json"]
         syncer.after_turn(5 + RETRY_MS - 1)  # too soon: nothing starts
-        assert select.select([syncer.wake_fd], [], [], 0.2)[0] == []
+        assert select.select([runner_of(syncer).wake_fd], [], [], 0.2)[0] == []
         syncer.after_turn(5 + RETRY_MS)
-        assert select.select([syncer.wake_fd], [], [], 10)[0]
+        assert select.select([runner_of(syncer).wake_fd], [], [], 10)[0]
         assert [stream for stream, _ in syncer.completed(5 + RETRY_MS)[1]] == ["node.json"]
     finally:
         syncer.close()
@@ -99,13 +104,15 @@ def test_a_reservation_made_while_writes_are_refused_still_reaches_the_disk(
     never originate past its bound (a review found it): the syncer, which paces a failing
     disk itself, takes it."""
     config = load(write_config(tmp_path, 3, None, None))
-    disk = NodeDisk(config, 1)
+    store = NodeStore(config.data_dir(1), config.name, 1, config.storage)
+    runner = ThreadRunner()
+    disk = NodeDisk(store, restore_window(config.params), runner)
     disk.open(T0)
     try:
         disk.error, disk.retry_at_ms = "no space left on device", 1000  # refusing writes
         assert disk.carry_out(Reserve(T0 << 22), T0, 0) is None
         disk.after_turn(0, 1)
-        assert select.select([disk.wake_fd], [], [], 10)[0], "the reservation was not written"
+        assert select.select([runner.wake_fd], [], [], 10)[0], "the reservation was not written"
         assert Reserved(T0 << 22) in disk.completed(0)
     finally:
         disk.close()

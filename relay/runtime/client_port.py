@@ -36,10 +36,10 @@ from relay.core.events import (
 from relay.core.node import NodeCore
 from relay.runtime.client_limits import ClientLimits
 from relay.runtime.connections import ClientConnections
-from relay.runtime.disk import NodeDisk
 from relay.runtime.mesh_sockets import DRAIN_BYTES_MAX, DRAIN_FRAMES_MAX, HWM_FRAMES
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.outbox import QUEUED_MAX, ClientOutbox
+from relay.storage.node_disk import NodeDisk
 from relay.wire import replies
 from relay.wire.client import (
     BadRequest,

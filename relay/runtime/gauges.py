@@ -16,10 +16,10 @@ from relay.core.events import Restored, Verified
 from relay.core.flake import seq_unix_ms
 from relay.core.node import NodeCore
 from relay.core.status import StreamStatus
-from relay.runtime.disk import NodeDisk
 from relay.runtime.group_lag import group_lags
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.stream_series import OTHERS, StreamGauge, StreamSeries
+from relay.storage.node_disk import NodeDisk
 
 GROUP_LAG_EVERY = 10  # gauge turns between two counts of the consumer groups' lag
 

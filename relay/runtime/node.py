@@ -46,7 +46,6 @@ from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
 from relay.runtime import trust
 from relay.runtime.client_port import ClientPort
-from relay.runtime.disk import NodeDisk
 from relay.runtime.faults import FaultHooks, admin_error, admin_reply
 from relay.runtime.gauges import Gauges
 from relay.runtime.malloc import trim_heap, tune_allocator
@@ -54,7 +53,10 @@ from relay.runtime.mesh_sockets import MeshSockets
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.throttle import Throttle
 from relay.runtime.turn_trace import TurnTrace
+from relay.storage.node_disk import NodeDisk, restore_window
+from relay.storage.store import NodeStore
 from relay.storage.stream_log import StorageError
+from relay.storage.syncer import ThreadRunner
 
 log = logging.getLogger("relay.node")
 
@@ -84,7 +86,9 @@ class NodeRuntime:
         self.spec = config.node(node_id)
         self.hooks = FaultHooks(clock_offset_ms=clock_offset_ms)
         raise_open_files_limit()  # before the store sizes its share of descriptors
-        self.disk = NodeDisk(config, node_id)
+        store = NodeStore(config.data_dir(node_id), config.name, node_id, config.storage)
+        self.sync_runner = ThreadRunner()
+        self.disk = NodeDisk(store, restore_window(config.params), self.sync_runner)
         self.sends_first = config.storage.votes_wait  # see _carry_out
         try:
             restored, (epoch, floor, reserved) = self.disk.open(self.now().wall_ms)
@@ -141,7 +145,7 @@ class NodeRuntime:
         self.mesh.register(self.poller)
         self.poller.register(self.clients.sock, zmq.POLLIN)
         self.poller.register(self.clients.connections.monitor, zmq.POLLIN)
-        self.poller.register(self.disk.wake_fd, zmq.POLLIN)
+        self.poller.register(self.sync_runner.wake_fd, zmq.POLLIN)
         if self.admin is not None:
             self.poller.register(self.admin, zmq.POLLIN)
         if self.zap is not None:
@@ -198,7 +202,7 @@ class NodeRuntime:
                 now = self.now()
                 elapsed = now.elapsed_ms
                 events, self.pending = self.pending, []
-                if self.disk.wake_fd in ready:
+                if self.sync_runner.wake_fd in ready:
                     events.extend(self.disk.completed(elapsed))
                 if ready:
                     self.metrics.loop_turns.inc()

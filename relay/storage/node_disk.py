@@ -5,7 +5,9 @@ How this works: at start the data directory is checked and every stream's log re
 core is built on the epoch, seq floor and reservation kept there, and the restored timelines
 are its first events. Each turn, ``Persist`` effects are written and ``Reserve`` effects made
 durable at once (rare and tiny); after the turn the syncer starts a group commit, and its
-completions come back through ``wake_fd`` as ``Persisted`` events. A write or sync the disk
+completions come back (through the runner's wake-up) as ``Persisted`` events. The node and the
+simulator run this same code: the node on the operating system's files and a sync thread, the
+simulator on simulated files and simulated time. A write or sync the disk
 refuses is reported (``storage_error``), never acknowledged: the core's vote waits for a
 ``Persisted`` that does not come.
 """
@@ -17,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from relay import errors
-from relay.config import ClusterConfig
 from relay.core.events import (
     Event,
     LogRead,
@@ -35,13 +36,14 @@ from relay.core.events import (
     SpanResult,
 )
 from relay.core.messages import ANSWER_BYTES_MAX, SyncData, Tx
+from relay.core.params import CoreParams
 from relay.core.reads import cut_span
 from relay.core.status import NodeStatus
 from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
 from relay.storage.store import NodeStore
 from relay.storage.stream_log import StorageError
-from relay.storage.syncer import Syncer
+from relay.storage.syncer import Syncer, SyncRunner, ThreadRunner
 
 log = logging.getLogger("relay.disk")
 
@@ -52,17 +54,22 @@ SPAN_CHUNK = 10_000  # records read from the log at a time
 Held = Callable[[str, int, int, int], tuple[list[int], list[bytes]]]
 
 
+def restore_window(params: CoreParams) -> Window:
+    """How much of its logs a node takes back into memory at start."""
+    return Window(
+        keep=max(1, params.buffer_txs_max // 2),
+        keep_bytes=params.buffer_bytes_max // 2,
+        dedup_ms=params.dedup_window_ms,
+        dedup_keys_max=params.dedup_keys_max,
+        total_bytes=params.rings_bytes_max // 2,  # a restart leaves room for new writes
+    )
+
+
 class NodeDisk:
-    def __init__(self, config: ClusterConfig, node_id: int) -> None:
-        self.store = NodeStore(config.data_dir(node_id), config.name, node_id, config.storage)
-        params = config.params
-        self.window = Window(
-            keep=max(1, params.buffer_txs_max // 2),
-            keep_bytes=params.buffer_bytes_max // 2,
-            dedup_ms=params.dedup_window_ms,
-            dedup_keys_max=params.dedup_keys_max,
-            total_bytes=params.rings_bytes_max // 2,  # a restart leaves room for new writes
-        )
+    def __init__(self, store: NodeStore, window: Window, runner: SyncRunner | None = None) -> None:
+        self.store = store
+        self.window = window
+        self.runner = runner if runner is not None else ThreadRunner()
         self.syncer: Syncer | None = None
         self.written: set[str] = set()  # logs written since the last retention pass
         self.changed: set[str] = set()  # logs written or trimmed since ``take_changed``
@@ -77,7 +84,7 @@ class NodeDisk:
         for problem in problems:
             log.error("recovery: %s", problem)
         start = self.store.start(wall_ms)
-        self.syncer = Syncer(self.store)
+        self.syncer = Syncer(self.store, self.runner)
         held = sum(len(r.txs) for r in restored)
         log.info(
             "restored %d streams (%d txs in memory) from %s",
@@ -86,11 +93,6 @@ class NodeDisk:
             self.store.data_dir,
         )
         return restored, start
-
-    @property
-    def wake_fd(self) -> int:
-        assert self.syncer is not None
-        return self.syncer.wake_fd
 
     def carry_out(self, effect: Persist | Reserve, wall_ms: int, elapsed_ms: int) -> Event | None:
         """Write one effect; the event it answers at once, if any. After the disk refused a
