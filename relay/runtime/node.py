@@ -1,9 +1,10 @@
-"""The ZeroMQ shell around ``NodeCore``: sockets in, events to the core, effects out.
+"""The node process around ``NodeCore``: sockets in, events to the core, effects out.
 
-How this works: one thread, one loop. It polls the mesh SUB socket and the client ROUTER
-socket once, drains both without blocking (a bounded number of frames per turn), hands the
-whole batch to the core with the time (wall clock for stamps, monotonic clock for timers),
-and carries out the effects: mesh broadcasts on the PUB socket, replies on the ROUTER socket.
+How this works: one thread, one loop. It polls the mesh SUB sockets, the client ROUTER socket
+and the sync thread's pipe once, drains them without blocking (a bounded number of frames per
+turn), hands the whole batch to the core with the time (wall clock for stamps, monotonic clock
+for timers), and has the ``Shell`` carry out the effects through the node's ports: mesh
+broadcasts on the PUB socket, answers on the ROUTER socket, writes to the real files.
 Consumer fetches are events too: the core answers them or parks them (long poll).
 """
 
@@ -14,7 +15,6 @@ import logging
 import resource
 import signal
 import time
-from collections import deque
 from types import FrameType
 from typing import Any
 
@@ -25,22 +25,10 @@ from relay.auth.sockets import ADMIN_DOMAIN, CLIENT_DOMAIN, MESH_DOMAIN, serve
 from relay.auth.zap import ZapHandler
 from relay.config import ClusterConfig
 from relay.core.events import (
-    Broadcast,
-    Effect,
-    Event,
-    LogRead,
-    LogSync,
     MeshReceived,
-    Notice,
-    Persist,
-    ReadReply,
-    Reply,
-    Reserve,
     ShutdownRequested,
     Tick,
-    Verified,
 )
-from relay.core.messages import MeshMessage
 from relay.core.node import NodeCore
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
@@ -51,8 +39,10 @@ from relay.runtime.gauges import Gauges
 from relay.runtime.malloc import trim_heap, tune_allocator
 from relay.runtime.mesh_sockets import MeshSockets
 from relay.runtime.metrics import NodeMetrics
+from relay.runtime.ports import MeshOut, NodeReporter
 from relay.runtime.throttle import Throttle
 from relay.runtime.turn_trace import TurnTrace
+from relay.shell import Shell
 from relay.storage.node_disk import NodeDisk, restore_window
 from relay.storage.store import NodeStore
 from relay.storage.stream_log import StorageError
@@ -63,7 +53,6 @@ log = logging.getLogger("relay.node")
 ADMIN_REQUEST_BYTES_MAX = 64 << 10  # an admin request is a small map
 TICK_MS = 10
 GAUGE_MS = 500
-LOG_READS_PER_TURN = 4
 
 
 class StartupError(RuntimeError):
@@ -89,7 +78,6 @@ class NodeRuntime:
         store = NodeStore(config.data_dir(node_id), config.name, node_id, config.storage)
         self.sync_runner = ThreadRunner()
         self.disk = NodeDisk(store, restore_window(config.params), self.sync_runner)
-        self.sends_first = config.storage.votes_wait  # see _carry_out
         try:
             restored, (epoch, floor, reserved) = self.disk.open(self.now().wall_ms)
         except (StorageError, OSError) as exc:
@@ -97,8 +85,6 @@ class NodeRuntime:
             raise StartupError(f"node {node_id}: {exc}") from None
         core_config = config.core_config(node_id)
         self.core = NodeCore(core_config, epoch=epoch, floor=floor, reserved=reserved)
-        self.pending: list[Event] = list(restored)  # the first turn's events
-        self.log_reads: deque[tuple[bytes, int, LogRead]] = deque()  # waiting for the disk
         self.metrics = NodeMetrics(node_id, config.name)
         self.gauges = Gauges(self.metrics, config.metrics_streams_max)
         self.gauges.restored(restored)
@@ -121,6 +107,16 @@ class NodeRuntime:
         self.zap = ZapHandler(self.ctx, trust.admitted(config)) if pair is not None else None
         self.mesh = MeshSockets(self.ctx, config, self.spec, pair)
         self.clients = ClientPort(self.ctx, config, self.spec.client_port, self.metrics)
+        self.shell = Shell(
+            node_id,
+            self.core,
+            self.disk,
+            MeshOut(self.mesh, self.hooks, self.metrics, self.core),
+            self.clients,
+            NodeReporter(self.gauges, self.metrics, self.core),
+            sends_first=config.storage.votes_wait,
+        )
+        self.shell.pending = list(restored)  # the first turn's events
         self.admin = self.ctx.socket(zmq.REP) if admin_port is not None else None
         if pair is not None:
             serve(self.clients.sock, pair, CLIENT_DOMAIN)
@@ -191,7 +187,7 @@ class NodeRuntime:
         next_gauge = 0
         try:
             while not self.stopping:
-                busy = self.pending or self.log_reads
+                busy = self.shell.pending or self.shell.log_reads
                 wait = 0 if busy else max(0, next_tick - int(time.monotonic() * 1000))
                 resend_ms = self.clients.outbox.next_due_ms()
                 if resend_ms is not None:
@@ -201,9 +197,9 @@ class NodeRuntime:
                 started_cpu = time.thread_time_ns() if self.trace is not None else 0
                 now = self.now()
                 elapsed = now.elapsed_ms
-                events, self.pending = self.pending, []
+                events = self.shell.take_pending()
                 if self.sync_runner.wake_fd in ready:
-                    events.extend(self.disk.completed(elapsed))
+                    events.extend(self.shell.completed(now))
                 if ready:
                     self.metrics.loop_turns.inc()
                 if self.zap is not None and self.zap.sock in ready:
@@ -229,21 +225,20 @@ class NodeRuntime:
                 effects = self.core.handle(now, events)
                 carry_ns = time.monotonic_ns()
                 carry_cpu = time.thread_time_ns() if self.trace is not None else 0
-                self._carry_out(effects)
+                self.shell.carry_out(effects, now)
                 if self.trace is not None:
                     stamps = (started_ns, handle_ns, carry_ns, time.monotonic_ns())
                     cpu = (started_cpu, handle_cpu, carry_cpu, time.thread_time_ns())
                     self.trace.turn(stamps, cpu, events, effects)
-                self._serve_log_reads()
-                self.disk.after_turn(elapsed, self.core.epoch)
+                self.shell.after_turn(now)
                 if elapsed >= next_gauge:
                     next_gauge = elapsed + GAUGE_MS
                     trim_heap()
-                    open_ = len(self.clients.limits.open) + len(self.log_reads)
+                    open_ = len(self.clients.limits.open) + len(self.shell.log_reads)
                     waiting = self.clients.outbox.total_bytes
                     changed = self.disk.take_changed()
                     self.gauges.update(self.core, self.disk, open_, waiting, changed)
-                    self.pending += self.disk.retain(now.wall_ms)
+                    self.shell.pending += self.disk.retain(now.wall_ms)
             self._leave()
         finally:
             if self.trace is not None:
@@ -259,7 +254,7 @@ class NodeRuntime:
 
     def _leave(self) -> None:
         """Tell the peers this node is going, so they cut it at once."""
-        self._carry_out(self.core.handle(self.now(), [ShutdownRequested()]))
+        self.shell.turn(self.now(), [ShutdownRequested()])
         time.sleep(0.05)  # let the leaving heartbeat reach the wire before the sockets close
         log.info("node %d stopped", self.spec.id)
 
@@ -293,13 +288,6 @@ class NodeRuntime:
         if refused and self.refusal_log.ready("auth", elapsed_ms):
             domain, address = refused[0]
             log.warning("auth_refused: %s connection from %s: key not admitted", domain, address)
-
-    def _serve_log_reads(self) -> None:
-        """Answer a few reads from the log per turn: each may read and re-check a frame of
-        megabytes, and a flood of them must not hold back ticks and heartbeats."""
-        for _ in range(min(LOG_READS_PER_TURN, len(self.log_reads))):
-            client, req_id, read = self.log_reads.popleft()
-            self.clients.read_done(client, req_id, self.disk.read(read))
 
     def _connections(self, elapsed_ms: int) -> None:
         """Count the client port's new and closed connections; log who was shut for a bound
@@ -335,53 +323,6 @@ class NodeRuntime:
     # --- input --------------------------------------------------------------------------
 
     # --- output -------------------------------------------------------------------------
-
-    def _carry_out(self, effects: list[Effect]) -> None:
-        """With ``fsync = "always"`` the mesh first, so peers start on this turn's messages
-        while the rest is done: nothing a broadcast says then depends on this turn's writes
-        (a vote or a mark is only what the disk already confirmed). Otherwise a vote is the
-        stable head, and the turn's records reach the page cache before a peer may count it,
-        so a killed process never leaves an acknowledged tx on fewer than a quorum."""
-        if not self.sends_first:
-            self._carry_out_writes(effects)
-        outgoing: list[MeshMessage] = []
-        for effect in effects:
-            if isinstance(effect, Broadcast):
-                if self.hooks.keep_outgoing():
-                    outgoing.append(effect.message)
-                    self.metrics.sent(effect.message)
-            elif isinstance(effect, LogSync):  # read before this turn's writes, as asked
-                sync = self.disk.sync_data(effect, self.spec.id)
-                if sync is not None and self.hooks.keep_outgoing():
-                    outgoing.append(sync)
-        self.mesh.send(outgoing)
-        if self.sends_first:
-            self._carry_out_writes(effects)
-        for effect in effects:
-            if isinstance(effect, Reply):
-                self.clients.reply(effect)
-            elif isinstance(effect, ReadReply):
-                read = effect.body
-                if isinstance(read, LogRead):
-                    self.log_reads.append((effect.client, effect.req_id, read))
-                else:
-                    self.clients.read_done(effect.client, effect.req_id, read)
-            elif isinstance(effect, Verified):
-                self.gauges.verified(self.core, effect)
-            elif isinstance(effect, Notice) and effect.kind == "peer_fault":
-                self.mesh.fault(effect.peer, self.core.elapsed_ms, self.metrics, effect.text)
-            elif isinstance(effect, Notice):
-                self.metrics.events.labels(effect.kind).inc()
-                log.info("%s: %s", effect.kind, effect.text)
-
-    def _carry_out_writes(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            if isinstance(effect, Persist | Reserve):
-                answer = self.disk.carry_out(
-                    effect, int(time.time() * 1000), int(time.monotonic() * 1000)
-                )
-                if answer is not None:
-                    self.pending.append(answer)
 
 
 def raise_open_files_limit() -> None:
