@@ -17,9 +17,41 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from relay.core.digest import genesis
+from relay.core.flake import SEQ_MAX
 from relay.core.messages import Item, Tx, fold_tx
 from relay.core.node import NodeCore
-from relay.sim.disk import LogState
+from relay.storage.stream_log import StreamLog
+
+READ_CHUNK = 10_000  # records read from a log at a time
+
+
+@dataclass(slots=True)
+class LogState:
+    """What a node's log of a stream holds (as its process reads it)."""
+
+    base_seq: int
+    verified: int  # its verified mark
+    seqs: list[int] = field(default_factory=list)
+    txs: list[Tx] = field(default_factory=list)
+    digests: list[bytes] = field(default_factory=list)
+
+
+def log_state(log: StreamLog | None) -> LogState | None:
+    """Read the whole of ``log`` (through the real log code, chain-checked)."""
+    if log is None:
+        return None
+    state = LogState(log.base_seq, log.mark)
+    after = log.base_seq
+    while True:
+        found = log.read(after, SEQ_MAX, READ_CHUNK, 1 << 62)
+        if found is None or not found[1]:
+            return state
+        for tx, digest in found[1]:
+            state.seqs.append(tx.seq)
+            state.txs.append(tx)
+            state.digests.append(digest)
+        after = state.seqs[-1]
+
 
 LogOf = Callable[[str], LogState | None]  # a node's log of a stream, as its disk holds it
 

@@ -18,33 +18,21 @@ import heapq
 import random
 from dataclasses import dataclass, field, replace
 
-from relay.core.events import (
-    Broadcast,
-    Event,
-    LogRead,
-    LogSync,
-    MeshReceived,
-    Persist,
-    ReadReply,
-    Reply,
-    Reserve,
-    ShutdownRequested,
-    Tick,
-    Verified,
-)
-from relay.core.flake import seq_unix_ms
-from relay.core.messages import Replicate, StreamAck, SyncData
+from relay.core.events import Event, MeshReceived, ShutdownRequested, Tick
 from relay.core.node import NodeCore
-from relay.core.origin import reservation
 from relay.core.params import CoreConfig
 from relay.core.timer import Now
-from relay.sim.checker import InvariantChecker, InvariantViolation
+from relay.shell import Shell
+from relay.sim.checker import InvariantChecker, InvariantViolation, log_state
 from relay.sim.clients import SimClients
 from relay.sim.delivery import SimDelivery
-from relay.sim.disk import SimDisk
 from relay.sim.faults import CrashKind, Fault, FaultKind
+from relay.sim.files import SimFiles
 from relay.sim.network import LinkFaults, SimNetwork
 from relay.sim.plan import SimPlan
+from relay.sim.ports import SimAnswers, SimMesh, SimReporter, SimSyncRunner, node_disk
+from relay.storage.settings import StorageSettings
+from relay.storage.stream_log import StorageError
 
 START_MS = 1_780_000_000_000
 TICK_MS = 10
@@ -78,12 +66,19 @@ class SimCluster:
         self.next_tick: dict[int, int] = {}
         disk_rng = random.Random(seed * 31 + 7)  # apart from the network's draws
         self.disk_rng = disk_rng
-        self.disks = {n: SimDisk(disk_rng, plan.disk_latency_ms_max) for n in ids}
+        self.files = {n: SimFiles(disk_rng) for n in ids}  # each node's machine
+        self.storage = StorageSettings(
+            fsync="always" if plan.params.votes_wait_for_disk else "never",
+            segment_bytes=plan.segment_bytes,
+        )
+        self.shells: dict[int, Shell] = {}
+        self.runners: dict[int, SimSyncRunner] = {}
+        self.answers: dict[int, SimAnswers] = {}
         self.down_by: dict[int, Fault] = {}  # node -> the crash that took it down
-        for n in ids:
-            self._boot(n)
         self.network = SimNetwork(self.rng, LinkFaults(delay_ms_max=plan.delay_ms_max))
         self.checker = InvariantChecker()
+        for n in ids:
+            self._boot(n)
         self.clients = SimClients(
             self.rng, ids, plan.streams, plan.consumers, plan.retry_rate, self.checker
         )
@@ -158,7 +153,9 @@ class SimCluster:
 
     def _next_time(self, publish_times: list[int]) -> int:
         candidates = list(self.next_tick.values())
-        candidates += [t for n in self.nodes if (t := self.disks[n].next_time()) is not None]
+        candidates += [t for r in self.runners.values() if (t := r.due_ms) is not None]
+        if any(s.pending or s.log_reads for s in self.shells.values()):
+            candidates.append(self.now_ms + 1)
         for t in (
             self.network.next_time(),
             publish_times[0] if publish_times else None,
@@ -178,10 +175,14 @@ class SimCluster:
         for n, events in self.clients.outgoing.items():
             if n in self.nodes:
                 inbox.setdefault(n, []).extend(events)
-        for n in self.nodes:
-            synced = self.disks[n].completed(self.now_ms)
-            if synced:
-                inbox.setdefault(n, []).extend(synced)
+        for n, shell in self.shells.items():
+            if n in self.paused:  # a stopped process syncs nothing, and hears nothing
+                continue
+            events = shell.take_pending()
+            if self.runners[n].finish_due(self.now_ms):
+                events += shell.completed(Now(self.wall_ms(n), self.now_ms))
+            if events or shell.log_reads:
+                inbox.setdefault(n, []).extend(events)
         self.clients.outgoing = {}
         for n in list(self.nodes):
             if self.next_tick[n] <= self.now_ms and n not in self.paused:
@@ -200,66 +201,39 @@ class SimCluster:
 
     def _handle(self, n: int, events: list[Event]) -> None:
         node = self.nodes[n]
-        effects = node.handle(Now(self.wall_ms(n), self.now_ms), events)
+        effects = self.shells[n].turn(Now(self.wall_ms(n), self.now_ms), events)
+        del effects  # carried out: sent, written, answers held for after the check
+        self.runners[n].schedule(self.now_ms, self.disk_rng, self.plan.disk_latency_ms_max)
         incarnation = self.incarnation[n]
-        disk = self.disks[n]
-        disk.epoch = max(disk.epoch, node.epoch)
-        # the disk first, as the shell writes before it serves reads from the log: an entry
-        # verified and shed from the ring in this turn is read back from what was written
-        syncs: dict[int, SyncData | None] = {}
-        for i, effect in enumerate(effects):
-            if isinstance(effect, Verified):
-                self.checker.note_announced(incarnation, effect.stream, effect.seq)
-            elif isinstance(effect, LogSync):
-                syncs[i] = disk.sync_data(effect, n)
-            elif isinstance(effect, Persist):
-                disk.write(effect)
-            elif isinstance(effect, Reserve):
-                disk.reserve(self.now_ms, effect.seq)
         # a stream can only change while active (the core's design); every 64th turn all
         self.turns += 1
         changed = list(node.streams) if self.turns % 64 == 0 else list(node.active)
-        self.checker.check_node(node, incarnation, changed, disk.log_state)
+        logs = self.shells[n].disk.store.logs
+        self.checker.check_node(node, incarnation, changed, lambda name: log_state(logs.get(name)))
         if self.delivery is not None and self.turns % 64 == 0:
             self.delivery.check(node, incarnation, final=False)
         fenced = node.state_name() == "fenced"
-        for i, effect in enumerate(effects):
-            if isinstance(effect, Broadcast):
-                msg = effect.message
-                if isinstance(msg, Replicate):
-                    for tx in msg.txs:
-                        self.checker.check_origin_seq(tx.origin, msg.stream, tx.seq)
-                        self.checker.check_promise_kept(tx.origin, tx.epoch, msg.stream, tx.seq)
-                elif isinstance(msg, StreamAck):
-                    self.checker.note_promise(msg.sender, msg.epoch, msg.stream, msg.promise)
-                for dst in self.offsets:
-                    if dst != n:
-                        self.network.send(self.now_ms, n, dst, msg)
-            elif isinstance(effect, ReadReply) and isinstance(effect.body, LogRead):
-                self.clients.on_reply(self.now_ms, n, disk.read_reply(effect), fenced)
-            elif isinstance(effect, Reply | ReadReply):
-                self.clients.on_reply(self.now_ms, n, effect, fenced)
-            elif isinstance(effect, LogSync):
-                sync = syncs[i]
-                for dst in self.offsets:
-                    if dst != n and sync is not None:
-                        self.network.send(self.now_ms, n, dst, sync)
-        if self.plan.params.votes_wait_for_disk:
-            disk.start_syncs(self.now_ms)
+        for answer in self.answers[n].take():
+            self.clients.on_reply(self.now_ms, n, answer, fenced)
 
     def _boot(self, n: int) -> None:
-        """Start node ``n`` from its disk, in a new epoch above every one it had."""
+        """Start node ``n`` from its disk (the real store, recovered), in a new epoch above
+        every one it had and with seqs above every one it may have issued."""
         config = CoreConfig(n, self.plan.subscriptions, self.plan.params)
-        disk = self.disks[n]
-        disk.epoch = max(self.wall_ms(n), disk.epoch + 1)
-        floor = disk.reserved  # above every seq the node may have issued before
-        disk.reserved = reservation(max(self.wall_ms(n), seq_unix_ms(floor)))
-        self.nodes[n] = NodeCore(config, epoch=disk.epoch, floor=floor, reserved=disk.reserved)
+        disk, runner = node_disk(self.files[n], n, self.plan.params, self.storage)
+        try:
+            restored, (epoch, floor, reserved) = disk.open(self.wall_ms(n))
+        except (StorageError, OSError) as exc:
+            raise InvariantViolation(f"node {n} could not start from its disk: {exc}") from exc
         self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
+        node = self.nodes[n] = NodeCore(config, epoch=epoch, floor=floor, reserved=reserved)
+        answers = self.answers[n] = SimAnswers()
+        reporter = SimReporter(self.checker, self.incarnation[n])
+        mesh = SimMesh(n, self.network, list(self.offsets), self.checker, lambda: self.now_ms)
+        shell = Shell(n, node, disk, mesh, answers, reporter, self.storage.votes_wait)
+        shell.pending = list(restored)
+        self.shells[n], self.runners[n] = shell, runner
         self.next_tick[n] = self.now_ms
-        restored = disk.restored(tail_extra=self.disk_rng.randint(0, 50))
-        if restored:
-            self._handle(n, list(restored))
 
     # --- faults -------------------------------------------------------------------------
 
@@ -314,18 +288,19 @@ class SimCluster:
 
     def _crash_disk(self, n: int, kind: int) -> None:
         if kind == CrashKind.NEW_DISK:  # a replaced machine: no log, no memory of its epochs
-            self.disks[n] = SimDisk(self.disk_rng, self.plan.disk_latency_ms_max)
+            self.files[n] = SimFiles(self.disk_rng)
         else:
-            self.disks[n].crash(power_loss=kind == CrashKind.POWER)
+            self.files[n].crash(power_loss=kind == CrashKind.POWER)
 
     def _kill(self, n: int, graceful: bool) -> None:
-        node = self.nodes.pop(n, None)
-        if node is None:
+        if n not in self.nodes:
             return
         if graceful:
-            self.nodes[n] = node
             self._handle(n, [ShutdownRequested()])
-            del self.nodes[n]
+            self.shells[n].disk.close()
+        else:
+            self.files[n].crash(power_loss=False)  # the process's descriptors are gone
+        del self.nodes[n], self.shells[n], self.runners[n], self.answers[n]
         del self.next_tick[n]
         self.paused.discard(n)
         self.backlog.pop(n, None)

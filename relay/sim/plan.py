@@ -38,6 +38,7 @@ class SimPlan:
     disk_latency_ms_max: int = 0  # an fsync takes 0 to this many ms
     reuse_rate: float = 0.0  # publishes that reuse an earlier key with other content
     delivery: bool = False  # a fan-out batch and a group member that commits and restarts
+    segment_bytes: int = 1 << 20  # the logs' segments roll at this size
 
     @staticmethod
     def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
@@ -83,7 +84,11 @@ class SimPlan:
             # its own stream of numbers too: half the seeds never reuse, and replay as before
             reuse_rate=random.Random(seed * 15_485_863 + nodes).choice([0.0, 0.0, 0.03, 0.1]),
             delivery=random.Random(seed * 32_452_843 + nodes).random() < 0.5,
+            segment_bytes=random.Random(seed * 49_979_693 + nodes).choice(SEGMENT_BYTES),
         )
+
+
+SEGMENT_BYTES = (4096, 16_384, 1 << 20)  # small ones roll, seal and rename often
 
 
 def _subscriptions(
