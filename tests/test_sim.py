@@ -3,11 +3,14 @@ duplication, reordering, partitions, pauses, crashes and power losses with resta
 simulated disk, clock steps)."""
 
 import dataclasses
+import mmap
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from relay.core.durable import LogCursor
-from relay.core.events import Acked, PublishRequested, PublishResults
+from relay.core.events import Acked, Persisted, PublishRequested, PublishResults, Reserved
 from relay.core.messages import Heartbeat, Item, MeshMessage
 from relay.core.routing import Subscription
 from relay.core.stream import StreamReplica
@@ -17,6 +20,9 @@ from relay.sim.cluster import SimCluster, run_seed
 from relay.sim.faults import CrashKind, Fault, FaultKind
 from relay.sim.network import SimNetwork
 from relay.sim.plan import SimPlan
+from relay.storage import recovery, segment
+from relay.storage.records import CorruptRecord
+from relay.storage.syncer import Syncer, SyncJob
 
 CHUNK = 50
 
@@ -395,3 +401,60 @@ def test_the_checker_catches_acks_that_do_not_wait_for_the_disk(
             caught = True
             break
     assert caught
+
+
+def _caught_with_power_losses(count: int) -> bool:
+    """Whether the checker fails one of ``count`` seeds that cut every node's power."""
+    for seed in _power_loss_seeds(count):
+        try:
+            run_seed(seed, 3)
+        except InvariantViolation:
+            return True
+    return False
+
+
+def test_the_simulator_catches_a_sync_reported_before_it_ran(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A storage bug planted in the real syncer (it reports what it was to sync durable and
+    syncs nothing): the simulator runs the real storage, and a power loss of every node then
+    loses acknowledged txs."""
+
+    def reported_unsynced(self: Syncer, job: SyncJob) -> None:
+        for log, unsynced in job.work:
+            job.done.append(
+                Persisted(log.stream, unsynced.generation, unsynced.head_seq, unsynced.mark)
+            )
+            for fd in unsynced.fds:
+                self.store.files.close(fd)
+        if job.reserve:
+            self.store.write_meta()
+            job.done.append(Reserved(job.reserve))
+
+    monkeypatch.setattr(Syncer, "_sync", reported_unsynced)
+    assert _caught_with_power_losses(40)
+
+
+def test_the_simulator_catches_a_recovery_that_keeps_a_torn_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A storage bug planted in the real recovery (a frame that fails its check is taken as
+    the end of the file, and the file kept whole, torn bytes and all): later appends land
+    after the torn bytes, and the simulator finds the log damaged or the txs lost."""
+    real_entries = segment.entries
+
+    def torn_kept(data: bytes | mmap.mmap, offset: int) -> Iterator[segment.Entry]:
+        try:
+            yield from real_entries(data, offset)
+        except CorruptRecord:
+            return
+
+    def check_keeping(*args: Any) -> segment.Segment:
+        found = real_check(*args)
+        found.size = len(args[0].read_bytes(args[1]))  # the torn tail counted as written
+        return found
+
+    real_check = recovery._check
+    monkeypatch.setattr(segment, "entries", torn_kept)
+    monkeypatch.setattr(recovery, "_check", check_keeping)
+    assert _caught_with_power_losses(40)

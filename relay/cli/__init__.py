@@ -172,6 +172,8 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str) -> None:
 
     sizes = (3, 5) if nodes == "both" else (int(nodes),)
     chosen = range(seed, seed + 1) if seed is not None else range(first, first + (seeds or 100))
+    if seed is None:  # what simulated nodes log (torn tails cut, refused writes) is for replays
+        logging.getLogger("relay").setLevel(logging.CRITICAL)
     total = len(chosen) * len(sizes)
     tty = sys.stderr.isatty()
     shown = [0.0]

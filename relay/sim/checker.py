@@ -20,6 +20,7 @@ from relay.core.digest import genesis
 from relay.core.flake import SEQ_MAX
 from relay.core.messages import Item, Tx, fold_tx
 from relay.core.node import NodeCore
+from relay.storage.records import CorruptRecord
 from relay.storage.stream_log import StreamLog
 
 READ_CHUNK = 10_000  # records read from a log at a time
@@ -43,7 +44,12 @@ def log_state(log: StreamLog | None) -> LogState | None:
     state = LogState(log.base_seq, log.mark)
     after = log.base_seq
     while True:
-        found = log.read(after, SEQ_MAX, READ_CHUNK, 1 << 62)
+        try:
+            found = log.read(after, SEQ_MAX, READ_CHUNK, 1 << 62)
+        except CorruptRecord as exc:  # no simulated fault damages a file: the code did
+            why = f"durability: the log of {log.stream!r} is damaged: {exc}"
+            raise InvariantViolation(why) from exc
+
         if found is None or not found[1]:
             return state
         for tx, digest in found[1]:

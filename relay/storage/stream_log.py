@@ -131,6 +131,8 @@ class StreamLog:
         except OSError as exc:
             self._drop_partial()
             raise StorageError(f"{self.stream}: {exc.strerror or exc}") from exc
+        except CorruptRecord as exc:  # a cut read a damaged file: refused, never a crash
+            raise StorageError(f"{self.stream}: the log is damaged: {exc}") from exc
         self.generation = p.generation
         self.unsynced.generation, self.unsynced.head_seq = p.generation, self.head_seq
         self.unsynced.mark = self.mark
