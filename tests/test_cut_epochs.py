@@ -2,8 +2,9 @@
 
 from test_stream import BASE, replica, stabilize
 
+from relay.core import cut
 from relay.core.digest import genesis
-from relay.core.lane import LaneState
+from relay.core.lane import Lane, LaneState
 from relay.core.messages import OriginReport, StreamAck, Tx
 
 
@@ -39,3 +40,21 @@ def test_a_newer_epochs_report_waits_for_a_cut_epochs_last_txs() -> None:
     lane = r.lanes[2]
     assert (lane.epoch, lane.state, lane.closed) == (8, LaneState.CUTTING, (7, BASE + 5))
     assert r.txs_of(2, 7, 0, BASE + 9, 100) == ([t], BASE + 5)
+
+
+def test_a_cut_nobody_live_can_reach_comes_down_to_the_live_reports() -> None:
+    """Nodes 2 and 4 of five were cut off together, so node 4 held more of node 2's epoch
+    than anyone else; its report set the cut, and then both stopped. The three live replicas
+    waited forever for a repair nobody could answer (simulator, seed 5408788 with five
+    nodes). The live quorum's highest report covers every acknowledged tx: the cut comes down
+    to it once the grace time has passed."""
+    lane = Lane(2, repair_after_ms=50, cut_grace_ms=100, epoch=7, state=LaneState.CUTTING)
+    lane.contig = 5
+    lane.cut_reports = {1: 5, 3: 5, 5: 4, 4: 10}
+    lane.cut_at = 10  # decided while node 4 was live
+    lanes = {2: lane}
+    settled, needs = cut.settle(lanes, 1, {1, 3, 5}, 3, head=3, elapsed_ms=0)
+    assert not settled and needs == [(2, 7, 5, 10)], "within the grace time: repair first"
+    settled, needs = cut.settle(lanes, 1, {1, 3, 5}, 3, head=3, elapsed_ms=100)
+    assert settled and not needs
+    assert lanes[2].state is LaneState.CUT and lanes[2].contig == 5

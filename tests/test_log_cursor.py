@@ -119,3 +119,23 @@ def test_a_failed_sync_never_writes_again_below_what_a_sync_made_durable() -> No
     assert stream.persist(cursor).base_seq == stream.seq(10)
     cursor.persisted(first.generation, stream.seq(20), stream.seq(20))
     assert cursor.durable_mark == stream.seq(10)
+
+
+def test_a_refused_or_unsynced_mark_is_handed_again() -> None:
+    """A write of the mark alone (records already durable) that the disk refused, or whose
+    sync failed, was never made again: nothing else asked the log for a write or a sync, the
+    durable mark stayed behind and the stream stayed unreadable past it (simulator, seed 128
+    with five nodes, once it ran the real storage with a failing disk)."""
+    for sync in (False, True):
+        stream, cursor = Stream(), LogCursor(votes_wait=True)
+        stream.add(10)
+        stream.timeline.verified_seq = stream.seq(5)
+        first = stream.persist(cursor)
+        cursor.persisted(first.generation, stream.seq(10), stream.seq(5))
+        stream.timeline.verified_seq = stream.seq(10)
+        mark_only = stream.persist(cursor)
+        assert not mark_only.txs and mark_only.verified_seq == stream.seq(10)
+        cursor.failed(sync, stream.timeline)
+        again = cursor.pending("s", stream.timeline)
+        assert again is not None, f"the mark was not handed again (sync={sync})"
+        assert again.verified_seq == stream.seq(10) and again.generation > mark_only.generation

@@ -210,8 +210,8 @@ def test_the_checker_catches_a_broken_timeline(monkeypatch: pytest.MonkeyPatch) 
 
     # a replica that ignores other origins' promises folds txs in arrival order
     monkeypatch.setattr(ordering, "watermark", lambda lanes, head, floors: (2**63, 0))
-    with pytest.raises(InvariantViolation):
-        for seed in range(10):
+    with pytest.raises(InvariantViolation):  # a few seeds in ten race two origins so
+        for seed in range(40):
             run_seed(seed, 3, with_faults=False)
 
 

@@ -3,6 +3,7 @@ and the data directory's identity. Real files in a temporary directory."""
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,34 @@ def test_a_node_holds_append_descriptors_for_its_most_recently_written_logs_only
     assert not problems and open_descriptors() == before  # a restart opens none
     assert {r.stream: list(r.txs) for r in restored} == {n: chains[n][0] for n in names}
     again.close()
+
+
+def test_a_log_started_over_from_a_snapshot_says_where_it_starts_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Recovery said every log started at seq 0, so after a restart a read below a snapshot's
+    base went to the log instead of being told the seqs were gone."""
+    txs, digests = chain("s", 20)
+    log = fresh(tmp_path)
+    log.apply(
+        Persist("s", 0, txs[9].seq, digests[9], True, tuple(txs[10:]), tuple(digests[10:]), 0),
+        T0,
+    )
+    log.close()
+    again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)
+    assert again.restored.log_base == txs[9].seq == again.restored.base_seq
+
+
+def test_a_mark_whose_sync_failed_is_written_again_when_asked(tmp_path: Path) -> None:
+    """After a failed sync the log cannot know its last mark reached the disk: asked for
+    the same mark again, it writes it again (it took it for written, and wrote nothing)."""
+    txs, digests = chain("s", 10)
+    log = fresh(tmp_path)
+    log.apply(persist("s", txs, digests, verified=txs[4].seq), T0)
+    log.synced(txs[4].seq)
+    again = Persist("s", 1, txs[9].seq, digests[9], False, (), (), txs[9].seq)
+    log.apply(again, T0)  # the mark alone; its sync fails
+    size = log.bytes_on_disk()
+    log.sync_failed()
+    log.apply(replace(again, generation=2), T0)
+    assert log.bytes_on_disk() > size and log.mark == txs[9].seq

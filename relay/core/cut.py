@@ -97,6 +97,7 @@ def settle(
             continue
         lane.cut_grace.start(elapsed_ms)
         cut = lane.cut_at
+        reported = voters & lane.cut_reports.keys()
         if cut is None:
             lane.cut_reports[self_id] = lane.contig
             reported = voters & lane.cut_reports.keys()
@@ -105,6 +106,13 @@ def settle(
             if reported != voters and not lane.cut_grace.fired(elapsed_ms):
                 continue
             cut = lane.cut_at = max(lane.cut_reports[r] for r in reported)
+        elif lane.contig < cut and len(reported) >= quorum and lane.cut_grace.fired(elapsed_ms):
+            # the replicas that held up to the cut are gone, and no live one reported as
+            # much: nobody can repair it, so the cut comes down to the highest live report
+            # (every acknowledged tx was held by a quorum, which meets the live quorum)
+            held = max(lane.cut_reports[r] for r in reported)
+            if held < cut:
+                cut = lane.cut_at = held
         if lane.contig >= cut or cut <= head:  # at or below the head all is settled
             while lane.queue and lane.queue[-1].seq > cut:
                 lane.queue.pop()

@@ -36,6 +36,7 @@ class LogCursor:
         "durable_seq",
         "generation",
         "handed",
+        "mark_again",
         "marks_from",
         "reset",
         "rewound",
@@ -59,6 +60,7 @@ class LogCursor:
         self.confirmed_seq = 0  # the log holds this much: every earlier write was answered
         self.handed: tuple[int, bool, bool] = (0, False, False)  # the last write's base, reset
         # and rewind: what a refused write is made again from
+        self.mark_again = False  # the next flush hands the mark even if it did not move
 
     def restored(self, head_seq: int, verified_seq: int) -> None:
         """The timeline was rebuilt from the log itself: all of it is there."""
@@ -99,7 +101,8 @@ class LogCursor:
         self.confirmed_seq = self.written_seq
         head = timeline.head_seq
         verified = timeline.verified_seq
-        if head == self.written_seq and not self.reset and verified == self.written_verified:
+        unchanged = head == self.written_seq and verified == self.written_verified
+        if unchanged and not self.reset and not self.mark_again:
             return None
         base = self.written_seq
         txs = tuple(timeline.txs_between(base, head))
@@ -119,21 +122,21 @@ class LogCursor:
         )
         self.handed = (base, self.reset, self.rewound)
         self.written_seq, self.written_verified, self.reset = head, verified, False
-        self.rewound = False
+        self.rewound = self.mark_again = False
         return persist
 
     def failed(self, sync: bool, timeline: Timeline) -> None:
         """The disk refused the last write (or, with ``sync``, a sync): write again, in a
-        new generation. A refused write is made again as it was handed: from its base, which
-        the log held before it, starting the log over or cutting below the mark if it did
-        (it was made again from the durable head, which with ``fsync = "never"`` never moves:
-        the log then refused every retry as cutting verified records, or the memory ring no
-        longer held it). A failed sync may have lost what it covered from the page cache: the
-        log is written again from what a sync made durable (the durable head, or the durable
-        mark, which an older generation's sync may have moved past it), cutting any mark
-        above it (not durable, and written again), while the memory ring holds it; and no
-        older generation's sync counts any more (a later one may report a mark over records
-        the failed one dropped)."""
+        new generation, the mark with it. A refused write is made again as it was handed:
+        from its base, which the log held before it, starting the log over or cutting below
+        the mark if it did (it was made again from the durable head, which with ``fsync =
+        "never"`` never moves: the log then refused every retry as cutting verified records,
+        or the memory ring no longer held it). A failed sync may have lost what it covered
+        from the page cache: the log is written again from what a sync made durable (the
+        durable head, or the durable mark, which an older generation's sync may have moved
+        past it), cutting any mark above it (not durable, and written again), while the
+        memory ring holds it; and no older generation's sync counts any more (a later one may
+        report a mark over records the failed one dropped)."""
         self.generation += 1
         if not sync:
             self.written_seq, reset, rewound = self.handed
@@ -144,6 +147,10 @@ class LogCursor:
             if durable < self.written_seq and timeline.digest_at(durable) is not None:
                 self.written_seq = durable
                 self.rewound = True
+        # the mark is handed again too (a refused write did not write it; a failed sync may
+        # have lost it, and the log forgot it): with the records in place, nothing else would
+        # ever write or sync it, and the stream stayed unreadable past the durable mark
+        self.mark_again = True
         self.confirmed_seq = min(self.confirmed_seq, self.written_seq)
 
     def persisted(self, generation: int, seq: int, mark: int) -> bool:

@@ -29,7 +29,7 @@ from relay.sim.delivery import SimDelivery
 from relay.sim.faults import CrashKind, Fault, FaultKind
 from relay.sim.files import SimFiles
 from relay.sim.network import LinkFaults, SimNetwork
-from relay.sim.plan import SimPlan
+from relay.sim.plan import DiskErrors, SimPlan
 from relay.sim.ports import SimAnswers, SimMesh, SimReporter, SimSyncRunner, node_disk
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StorageError
@@ -37,6 +37,7 @@ from relay.storage.stream_log import StorageError
 START_MS = 1_780_000_000_000
 TICK_MS = 10
 SETTLE_MS = 30_000  # how long a healed cluster may take to go quiet
+RESTART_MS = 100  # a node that failed to start (its disk refused) is started again this later
 
 
 @dataclass(slots=True)
@@ -75,6 +76,7 @@ class SimCluster:
         self.runners: dict[int, SimSyncRunner] = {}
         self.answers: dict[int, SimAnswers] = {}
         self.down_by: dict[int, Fault] = {}  # node -> the crash that took it down
+        self.restart_at: dict[int, int] = {}  # node -> when a start that failed is tried again
         self.network = SimNetwork(self.rng, LinkFaults(delay_ms_max=plan.delay_ms_max))
         self.checker = InvariantChecker()
         for n in ids:
@@ -96,6 +98,11 @@ class SimCluster:
         for i, fault in enumerate(plan.faults):
             heapq.heappush(self._actions, (START_MS + fault.start_ms, 2 * i, True, fault))
             heapq.heappush(self._actions, (START_MS + fault.end_ms, 2 * i + 1, False, fault))
+        self._disk_errors = sorted(  # (at, order, window, failing from then on)
+            (START_MS + (w.start_ms if on else w.end_ms), 2 * i + (not on), w, on)
+            for i, w in enumerate(plan.disk_errors)
+            for on in (True, False)
+        )
 
     # --- running ------------------------------------------------------------------------
 
@@ -110,6 +117,13 @@ class SimCluster:
             while self._actions and self._actions[0][0] <= self.now_ms:
                 _, _, is_start, fault = heapq.heappop(self._actions)
                 self._fault(fault, is_start)
+            while self._disk_errors and self._disk_errors[0][0] <= self.now_ms:
+                _, _, window, on = self._disk_errors.pop(0)
+                self._disk_failing(window, on)
+            for n in [n for n, at in self.restart_at.items() if at <= self.now_ms]:
+                del self.restart_at[n]
+                if n not in self.down_by:
+                    self._boot(n)
             while publish_times and publish_times[0] <= self.now_ms:
                 publish_times.pop(0)
                 self.clients.publish(self.now_ms, self.rng.choice(plan.streams))
@@ -162,6 +176,8 @@ class SimCluster:
             self.clients.next_time(),
             self.delivery.next_time() if self.delivery is not None else None,
             self._actions[0][0] if self._actions else None,
+            self._disk_errors[0][0] if self._disk_errors else None,
+            min(self.restart_at.values(), default=None),
         ):
             if t is not None:
                 candidates.append(t)
@@ -169,19 +185,19 @@ class SimCluster:
 
     def _step(self) -> None:
         inbox: dict[int, list[Event]] = {}
+        for n, shell in self.shells.items():  # first, as the node's loop takes them
+            if n in self.paused:  # a stopped process syncs nothing, and hears nothing
+                continue
+            events = shell.take_pending()  # a restart's logs, the disk's answers
+            if self.runners[n].finish_due(self.now_ms):
+                events += shell.completed(Now(self.wall_ms(n), self.now_ms))
+            if events or shell.log_reads:
+                inbox[n] = events
         for _src, dst, message in self.network.due(self.now_ms):
             if dst in self.nodes:
                 inbox.setdefault(dst, []).append(MeshReceived(message))
         for n, events in self.clients.outgoing.items():
             if n in self.nodes:
-                inbox.setdefault(n, []).extend(events)
-        for n, shell in self.shells.items():
-            if n in self.paused:  # a stopped process syncs nothing, and hears nothing
-                continue
-            events = shell.take_pending()
-            if self.runners[n].finish_due(self.now_ms):
-                events += shell.completed(Now(self.wall_ms(n), self.now_ms))
-            if events or shell.log_reads:
                 inbox.setdefault(n, []).extend(events)
         self.clients.outgoing = {}
         for n in list(self.nodes):
@@ -224,7 +240,14 @@ class SimCluster:
         try:
             restored, (epoch, floor, reserved) = disk.open(self.wall_ms(n))
         except (StorageError, OSError) as exc:
-            raise InvariantViolation(f"node {n} could not start from its disk: {exc}") from exc
+            files = self.files[n]
+            if not (files.write_errors or files.sync_errors):
+                raise InvariantViolation(f"node {n} could not start from its disk: {exc}") from exc
+            disk.close()  # its disk is failing: started again later, as a supervisor would
+            self.files[n].crash(power_loss=False)
+            self.restart_at[n] = self.now_ms + RESTART_MS
+            self.trace.append(f"{self.now_ms - START_MS} ms: node {n} failed to start: {exc}")
+            return
         self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
         node = self.nodes[n] = NodeCore(config, epoch=epoch, floor=floor, reserved=reserved)
         answers = self.answers[n] = SimAnswers()
@@ -245,6 +268,7 @@ class SimCluster:
         if kind is FaultKind.STOP:
             for n in fault.nodes:
                 self.down_by.pop(n, None)
+                self.restart_at.pop(n, None)
                 self._kill(n, graceful=fault.amount == 1)
         elif kind is FaultKind.CRASH:
             for n in fault.nodes:
@@ -286,9 +310,20 @@ class SimCluster:
         elif kind is FaultKind.REORDER:
             f.reorder_per_mille = fault.amount if start else 0
 
+    def _disk_failing(self, window: DiskErrors, on: bool) -> None:
+        self.trace.append(
+            f"{self.now_ms - START_MS} ms: {'start' if on else 'heal'} {window.describe()}"
+        )
+        files = self.files[window.node]
+        files.write_errors = window.writes if on else 0.0
+        files.sync_errors = window.syncs if on else 0.0
+
     def _crash_disk(self, n: int, kind: int) -> None:
         if kind == CrashKind.NEW_DISK:  # a replaced machine: no log, no memory of its epochs
+            failing = self.files[n]
             self.files[n] = SimFiles(self.disk_rng)
+            self.files[n].write_errors = failing.write_errors
+            self.files[n].sync_errors = failing.sync_errors
         else:
             self.files[n].crash(power_loss=kind == CrashKind.POWER)
 

@@ -39,6 +39,7 @@ class SimPlan:
     reuse_rate: float = 0.0  # publishes that reuse an earlier key with other content
     delivery: bool = False  # a fan-out batch and a group member that commits and restarts
     segment_bytes: int = 1 << 20  # the logs' segments roll at this size
+    disk_errors: tuple[DiskErrors, ...] = ()  # windows in which a node's disk refuses
 
     @staticmethod
     def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
@@ -85,10 +86,45 @@ class SimPlan:
             reuse_rate=random.Random(seed * 15_485_863 + nodes).choice([0.0, 0.0, 0.03, 0.1]),
             delivery=random.Random(seed * 32_452_843 + nodes).random() < 0.5,
             segment_bytes=random.Random(seed * 49_979_693 + nodes).choice(SEGMENT_BYTES),
+            disk_errors=_disk_errors(random.Random(seed * 86_028_121 + nodes), nodes, publish_ms)
+            if with_faults
+            else (),
         )
 
 
 SEGMENT_BYTES = (4096, 16_384, 1 << 20)  # small ones roll, seal and rename often
+
+
+@dataclass(frozen=True, slots=True)
+class DiskErrors:
+    """From ``start_ms`` to ``end_ms`` node ``node``'s writes fail (ENOSPC, or short) with
+    chance ``writes`` and its syncs (EIO) with chance ``syncs``."""
+
+    node: int
+    start_ms: int
+    end_ms: int
+    writes: float
+    syncs: float
+
+    def describe(self) -> str:
+        return (
+            f"disk errors on node {self.node} from {self.start_ms} to {self.end_ms} ms "
+            f"(writes {self.writes:.2f}, syncs {self.syncs:.2f})"
+        )
+
+
+def _disk_errors(rng: random.Random, nodes: int, publish_ms: int) -> tuple[DiskErrors, ...]:
+    """A quarter of the seeds: one or two windows of a failing disk."""
+    if rng.random() >= 0.25:
+        return ()
+    windows = []
+    for _ in range(rng.randint(1, 2)):
+        start = rng.randint(100, 100 + publish_ms)
+        writes, syncs = rng.choice([0.05, 0.2, 0.5]), rng.choice([0.0, 0.1, 0.3])
+        windows.append(
+            DiskErrors(rng.randint(1, nodes), start, start + rng.randint(50, 400), writes, syncs)
+        )
+    return tuple(windows)
 
 
 def _subscriptions(

@@ -165,9 +165,13 @@ class NodeDisk:
         assert self.syncer is not None
         done, failed = self.syncer.completed(elapsed_ms)
         events: list[Event] = list(done)
+        for event in done:
+            if isinstance(event, Persisted) and event.stream in self.store.logs:
+                self.store.logs[event.stream].synced(event.mark)
         for stream, why in failed:
             self._refused(f"{stream}: {why}", elapsed_ms)
             if stream != "node.json":  # the syncer writes a reservation again
+                self.store.logs[stream].sync_failed()
                 events.append(PersistFailed(stream, self.error, sync=True))
         return events
 

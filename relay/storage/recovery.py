@@ -74,7 +74,7 @@ def open_log(
         segments[-1].created_ms = wall_ms
     mark = min(tail.mark_seq, _head(segments))
     log = StreamLog(directory, stream, settings, segments, mark, files)
-    return Recovered(log, tail.restored(stream, log.mark, window.dedup_ms), problems)
+    return Recovered(log, tail.restored(stream, log, window.dedup_ms), problems)
 
 
 def _order(path: Path) -> int:
@@ -193,7 +193,7 @@ class _Tail:
             if tx.producer_id:
                 self.keys.append((tx.producer_id, tx.msg_id, tx.seq, digest, content_tag(tx)))
 
-    def restored(self, stream: str, mark: int, dedup_ms: int) -> Restored:
+    def restored(self, stream: str, log: StreamLog, dedup_ms: int) -> Restored:
         records = [*self.verified, *self.unverified]
         base_seq, base_digest = self.base or (0, genesis(stream))
         head = records[-1][0].seq if records else base_seq
@@ -205,6 +205,7 @@ class _Tail:
             base_digest,
             tuple(tx for tx, _ in records),
             tuple(d for _, d in records),
-            mark,
+            log.mark,
             keys,
+            log.base_seq,  # below the records kept in memory, readers are served from the log
         )

@@ -69,6 +69,7 @@ class StreamLog:
         self.settings = settings
         self.segments = segments  # in seq order; the last may be open for appends
         self.mark = mark  # the highest verified mark written
+        self.synced_mark = mark  # the highest one a sync made durable
         self.generation = 0
         self.fd: int | None = None
         self.unsynced = Unsynced()
@@ -142,6 +143,15 @@ class StreamLog:
         if self.fd is not None and self.segments:
             with contextlib.suppress(OSError):  # else recovery cuts the torn tail at restart
                 self.files.ftruncate(self.fd, self.segments[-1].size)
+
+    def synced(self, mark: int) -> None:
+        """A sync made the log durable up to its mark ``mark``."""
+        self.synced_mark = max(self.synced_mark, mark)
+
+    def sync_failed(self) -> None:
+        """A sync failed: what it covered may be gone from the page cache, so a mark written
+        since the last good sync is written again when the core asks for it."""
+        self.mark = min(self.mark, self.synced_mark)
 
     def take_unsynced(self) -> Unsynced:
         """What the next sync covers: the descriptors written and the head they hold."""
