@@ -355,14 +355,21 @@ def test_a_log_started_over_from_a_snapshot_says_where_it_starts_after_a_restart
 
 def test_a_mark_whose_sync_failed_is_written_again_when_asked(tmp_path: Path) -> None:
     """After a failed sync the log cannot know its last mark reached the disk: asked for
-    the same mark again, it writes it again (it took it for written, and wrote nothing)."""
+    the same mark again, it writes it again (it took it for written, and wrote nothing);
+    also after a cut took the log below a mark a sync had made durable (a review found the
+    synced mark kept above the cut)."""
     txs, digests = chain("s", 10)
     log = fresh(tmp_path)
-    log.apply(persist("s", txs, digests, verified=txs[4].seq), T0)
-    log.synced(txs[4].seq)
-    again = Persist("s", 1, txs[9].seq, digests[9], False, (), (), txs[9].seq)
-    log.apply(again, T0)  # the mark alone; its sync fails
+    log.apply(persist("s", txs, digests, verified=txs[9].seq), T0)
+    log.synced(0, txs[9].seq)
+    rewind = Persist(
+        "s", 1, txs[4].seq, digests[4], False, tuple(txs[5:8]), tuple(digests[5:8]), txs[7].seq
+    )
+    log.apply(replace(rewind, rewind=True), T0)  # cut after 5, 6-8 written; the sync fails
     size = log.bytes_on_disk()
     log.sync_failed()
-    log.apply(replace(again, generation=2), T0)
-    assert log.bytes_on_disk() > size and log.mark == txs[9].seq
+    mark_again = Persist("s", 2, txs[7].seq, digests[7], False, (), (), txs[7].seq)
+    log.apply(mark_again, T0)
+    assert log.bytes_on_disk() > size and log.mark == txs[7].seq
+    log.synced(1, txs[7].seq)  # a report about the failed generation is not taken
+    assert log.synced_mark == txs[4].seq

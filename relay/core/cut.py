@@ -61,6 +61,7 @@ def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> 
             # highest report of a quorum, so each covers every acknowledged tx, and all
             # settle on the lowest (a higher one may wait for txs nobody holds any more)
             lane.cut_at = report.contig
+            lane.cut_grace.stop()  # repair gets its grace time from here before it comes down
             return True
         return changed
     if lane.cut_reports.get(reporter) != report.contig:
@@ -97,19 +98,24 @@ def settle(
             continue
         lane.cut_grace.start(elapsed_ms)
         cut = lane.cut_at
+        lane.cut_reports[self_id] = lane.contig
         reported = voters & lane.cut_reports.keys()
         if cut is None:
-            lane.cut_reports[self_id] = lane.contig
-            reported = voters & lane.cut_reports.keys()
             if len(reported) < quorum:
                 continue
             if reported != voters and not lane.cut_grace.fired(elapsed_ms):
                 continue
             cut = lane.cut_at = max(lane.cut_reports[r] for r in reported)
-        elif lane.contig < cut and len(reported) >= quorum and lane.cut_grace.fired(elapsed_ms):
-            # the replicas that held up to the cut are gone, and no live one reported as
-            # much: nobody can repair it, so the cut comes down to the highest live report
-            # (every acknowledged tx was held by a quorum, which meets the live quorum)
+        elif (
+            lane.contig < cut
+            and reported == voters
+            and len(reported) >= quorum
+            and lane.cut_grace.fired(elapsed_ms)
+        ):
+            # every live replica said what it holds, and none holds up to the cut (the ones
+            # that did are gone): nobody can repair it, so the cut comes down to the highest
+            # live report (every acknowledged tx was held by a quorum, which meets the live
+            # ones). A replica that settled without reporting is not heard: nothing comes down
             held = max(lane.cut_reports[r] for r in reported)
             if held < cut:
                 cut = lane.cut_at = held

@@ -111,7 +111,8 @@ class SimCluster:
         publish_times = sorted(
             START_MS + self.rng.randint(100, 100 + plan.publish_ms) for _ in range(plan.publishes)
         )
-        calm_from = START_MS + 100 + max([plan.publish_ms] + [f.end_ms for f in plan.faults])
+        ends = [plan.publish_ms, *(f.end_ms for f in plan.faults)]
+        calm_from = START_MS + 100 + max(ends + [w.end_ms for w in plan.disk_errors])
         deadline = calm_from + SETTLE_MS
         while self.now_ms < deadline:
             while self._actions and self._actions[0][0] <= self.now_ms:
@@ -168,7 +169,8 @@ class SimCluster:
     def _next_time(self, publish_times: list[int]) -> int:
         candidates = list(self.next_tick.values())
         candidates += [t for r in self.runners.values() if (t := r.due_ms) is not None]
-        if any(s.pending or s.log_reads for s in self.shells.values()):
+        busy = (s.pending or s.log_reads for n, s in self.shells.items() if n not in self.paused)
+        if any(busy):
             candidates.append(self.now_ms + 1)
         for t in (
             self.network.next_time(),
@@ -188,9 +190,7 @@ class SimCluster:
         for n, shell in self.shells.items():  # first, as the node's loop takes them
             if n in self.paused:  # a stopped process syncs nothing, and hears nothing
                 continue
-            events = shell.take_pending()  # a restart's logs, the disk's answers
-            if self.runners[n].finish_due(self.now_ms):
-                events += shell.completed(Now(self.wall_ms(n), self.now_ms))
+            events = self._own_events(n)
             if events or shell.log_reads:
                 inbox[n] = events
         for _src, dst, message in self.network.due(self.now_ms):
@@ -209,6 +209,15 @@ class SimCluster:
                 self.backlog.setdefault(n, []).extend(e for e in events if not isinstance(e, Tick))
                 continue
             self._handle(n, events)
+
+    def _own_events(self, n: int) -> list[Event]:
+        """What node ``n``'s loop takes first: a restart's logs and the disk's answers, and
+        what a sync that finished by now made durable."""
+        shell = self.shells[n]
+        events = shell.take_pending()
+        if self.runners[n].finish_due(self.now_ms):
+            events += shell.completed(Now(self.wall_ms(n), self.now_ms))
+        return events
 
     def wall_ms(self, n: int) -> int:
         """Node ``n``'s wall clock: skewed, stepped and drifting, never the same as another's."""
@@ -272,8 +281,9 @@ class SimCluster:
                 self._kill(n, graceful=fault.amount == 1)
         elif kind is FaultKind.CRASH:
             for n in fault.nodes:
-                if start and n in self.nodes:
+                if start and (n in self.nodes or n in self.restart_at):
                     self._kill(n, graceful=False)
+                    self.restart_at.pop(n, None)  # down until the crash heals
                     self.down_by[n] = fault
                     self._crash_disk(n, fault.amount)
                 elif not start and self.down_by.get(n) is fault:
@@ -293,7 +303,7 @@ class SimCluster:
                 elif n in self.paused:
                     self.paused.discard(n)
                     if n in self.nodes:
-                        self._handle(n, [*self.backlog.pop(n, []), Tick()])
+                        self._handle(n, [*self._own_events(n), *self.backlog.pop(n, []), Tick()])
         elif kind is FaultKind.CLOCK_STEP and start:
             self.offsets[fault.nodes[0]] += fault.amount
         elif kind is FaultKind.DRIFT:
@@ -346,7 +356,7 @@ class SimCluster:
         """Healed and settled: every live node serves and sees every other live node in its
         current epoch; every live replica of every stream knows it, is synced, and verified
         its head with the same digest; every consumer delivered up to that head."""
-        if self.network.in_flight or self.paused:
+        if self.network.in_flight or self.paused or self.restart_at:
             return False
         heads: dict[str, set[bytes]] = {}
         verified: dict[str, int] = {}

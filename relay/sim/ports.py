@@ -22,6 +22,8 @@ from relay.storage.settings import StorageSettings
 from relay.storage.store import NodeStore
 
 DATA_DIR = Path("/sim/data")
+APPENDING_MAX = 16  # append descriptors a simulated node keeps (the seeds with many streams
+# give some up and open them again)
 
 
 class SimSyncRunner:
@@ -64,6 +66,7 @@ def node_disk(
 ) -> tuple[NodeDisk, SimSyncRunner]:
     """Node ``node_id``'s disk on ``files``: the real store, logs and syncer."""
     store = NodeStore(DATA_DIR / f"node-{node_id}", "sim", node_id, settings, files)
+    store.appending_max = APPENDING_MAX  # not the host's open-file limit: seeds replay anywhere
     runner = SimSyncRunner()
     return NodeDisk(store, restore_window(params), runner), runner
 

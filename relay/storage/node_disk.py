@@ -167,7 +167,7 @@ class NodeDisk:
         events: list[Event] = list(done)
         for event in done:
             if isinstance(event, Persisted) and event.stream in self.store.logs:
-                self.store.logs[event.stream].synced(event.mark)
+                self.store.logs[event.stream].synced(event.generation, event.mark)
         for stream, why in failed:
             self._refused(f"{stream}: {why}", elapsed_ms)
             if stream != "node.json":  # the syncer writes a reservation again
@@ -258,8 +258,7 @@ class NodeDisk:
             return Rejected(errors.UNAVAILABLE, why)
 
     def close(self) -> None:
-        if self.syncer is not None:
-            self.syncer.close()
+        self.runner.close()  # the syncer's, started or not
         self.store.close()
 
     def _refused(self, why: str, elapsed_ms: int) -> None:

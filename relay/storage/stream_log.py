@@ -144,9 +144,11 @@ class StreamLog:
             with contextlib.suppress(OSError):  # else recovery cuts the torn tail at restart
                 self.files.ftruncate(self.fd, self.segments[-1].size)
 
-    def synced(self, mark: int) -> None:
-        """A sync made the log durable up to its mark ``mark``."""
-        self.synced_mark = max(self.synced_mark, mark)
+    def synced(self, generation: int, mark: int) -> None:
+        """A sync of the writes of ``generation`` made the log durable up to ``mark`` (a
+        report from before a later generation's write, which may have cut, is not taken)."""
+        if generation == self.generation:
+            self.synced_mark = max(self.synced_mark, mark)
 
     def sync_failed(self) -> None:
         """A sync failed: what it covered may be gone from the page cache, so a mark written
@@ -269,7 +271,7 @@ class StreamLog:
         header = SegmentHeader(self.stream, base_seq, base_digest)
         segment, self.fd = create(self.files, self.directory, header, wall_ms)
         self.segments = [segment]
-        self.mark = base_seq
+        self.mark = self.synced_mark = base_seq
         self.unsynced.directory = True
         self._track()
 
@@ -317,6 +319,7 @@ class StreamLog:
         else:
             segment.first_seq, segment.last_seq, segment.last_digest = 0, 0, b""
         self.mark = mark
+        self.synced_mark = min(self.synced_mark, mark)
 
     # --- retention ----------------------------------------------------------------------
 

@@ -90,6 +90,8 @@ class ThreadRunner:
             os.read(self.wake_fd, 4096)
 
     def close(self) -> None:
+        if self._stop:
+            return
         with self._cond:
             self._stop = True
             self._cond.notify()
