@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-import time
+
+from waits import until
 
 from relay import Producer
 from relay.client.producer import Ack
@@ -52,8 +53,6 @@ class Load:
         return self.acks
 
     def wait_for(self, count: int, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.acks) < count:
-            assert time.monotonic() < deadline, f"only {len(self.acks)} acks after {timeout_s} s"
-            assert not self.errors, self.errors
-            time.sleep(0.05)
+        acks = until(lambda: len(self.acks), lambda n: n >= count or bool(self.errors), timeout_s)
+        assert not self.errors, self.errors
+        assert acks >= count, f"only {acks} acks after {timeout_s} s"

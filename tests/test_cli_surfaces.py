@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from waits import until
 
 from relay.cli import main
 from relay.cli.formats import FormatError, formatter
@@ -290,14 +291,14 @@ def test_bench_runs_several_producers_and_consumers_end_to_end(cluster: LocalClu
 
 def wait_for_txs(cluster: LocalCluster, stream: str, count: int, timeout_s: float = 60) -> None:
     """Until node 1's log holds ``count`` txs of ``stream`` (its status says so)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def held() -> int:
         status = cluster.status(1)
-        held = status.stream(stream) if status else None
-        if held is not None and held.log_txs >= count:
-            return
-        assert time.monotonic() < deadline, f"{stream} never reached {count} txs"
-        time.sleep(0.05)
+        found = status.stream(stream) if status else None
+        return found.log_txs if found is not None else 0
+
+    reached = until(held, lambda txs: txs >= count, timeout_s)
+    assert reached >= count, f"{stream} reached {reached} txs, not {count}"
 
 
 def test_bench_at_a_rate_charges_a_stall_to_every_message_it_delayed(

@@ -4,12 +4,12 @@ and packet loss are nftables rules in the nodes' namespaces, not the node's own 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_faults_real import FAST
+from waits import until
 
 from relay import Consumer, Producer
 from relay.runtime.local_cluster import LocalCluster
@@ -30,15 +30,12 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 
 
 def wait_state(cluster: LocalCluster, node_id: int, state: str, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    seen = None
-    while time.monotonic() < deadline:
+    def seen() -> str | None:
         status = cluster.status(node_id)
-        seen = status.state if status else None
-        if seen == state:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"node {node_id} is {seen}, not {state}, after {timeout_s} s")
+        return status.state if status else None
+
+    found = until(seen, lambda now: now == state, timeout_s)
+    assert found == state, f"node {node_id} is {found}, not {state}, after {timeout_s} s"
 
 
 def test_nodes_on_their_own_addresses_replicate_and_redirect(cluster: LocalCluster) -> None:

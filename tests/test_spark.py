@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 from load import Load
+from waits import until
 
 from relay import Consumer, Producer
 from relay.client.directory import resolve
@@ -238,8 +238,11 @@ def written(query: Any) -> int:
 
 
 def wait_until(condition: Any, timeout_s: float, query: Any) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert query.exception() is None, query.exception()
-        assert time.monotonic() < deadline, f"not reached within {timeout_s} s"
-        time.sleep(0.2)
+    """Until ``condition()`` holds while the streaming ``query`` runs without an error."""
+    failed, reached = until(
+        lambda: (query.exception(), bool(condition())),
+        lambda seen: seen[0] is not None or seen[1],
+        timeout_s,
+    )
+    assert failed is None, failed
+    assert reached, f"not reached within {timeout_s} s"
