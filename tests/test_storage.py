@@ -373,3 +373,26 @@ def test_a_mark_whose_sync_failed_is_written_again_when_asked(tmp_path: Path) ->
     assert log.bytes_on_disk() > size and log.mark == txs[7].seq
     log.synced(1, txs[7].seq)  # a report about the failed generation is not taken
     assert log.synced_mark == txs[4].seq
+
+
+def test_a_mark_after_a_crash_that_left_only_sealed_segments_opens_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """A power loss kept a segment's sealing rename but not the next segment's creation: the
+    log restarts with its last segment sealed, and a write of the mark alone met no open
+    segment (an assertion escaped the node's loop; simulator seed 7209332 with five nodes)."""
+    txs, digests = chain("s", 10)
+    log = fresh(tmp_path, StorageSettings(segment_bytes=4096))
+    log.apply(persist("s", txs, digests, verified=txs[4].seq), T0)
+    log.close()
+    open_segment = log.segments[-1]
+    sealed = open_segment.path.with_name(open_segment.sealed_name())
+    open_segment.path.rename(sealed)
+    again = open_log(log.directory, "s", StorageSettings(segment_bytes=4096), WINDOW, T0).log
+    assert again.segments[-1].sealed
+    again.apply(Persist("s", 1, txs[9].seq, digests[9], False, (), (), txs[9].seq), T0)
+    assert again.mark == txs[9].seq and not again.segments[-1].sealed
+    again.close()
+    assert open_log(log.directory, "s", StorageSettings(), WINDOW, T0).restored.verified_seq == (
+        txs[9].seq
+    )

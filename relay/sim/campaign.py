@@ -44,6 +44,12 @@ def run_campaign(
                 summary.failures.append(str(exc))
                 echo(f"FAIL {exc}")
                 continue
+            except Exception as exc:  # the code under test broke: a failure of the seed too
+                replay = f"relay sim --seed {seed} --nodes {nodes}"
+                why = f"seed {seed} ({nodes} nodes) raised {exc!r}\n  replay: {replay}"
+                summary.failures.append(why)
+                echo(f"FAIL {why}")
+                continue
             summary.acked += result.acked
             summary.messages += result.messages
         summary.seconds = time.monotonic() - started

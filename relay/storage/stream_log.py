@@ -126,7 +126,8 @@ class StreamLog:
             marking = (mark_frame(mark),) if mark > self.mark else ()
             if p.txs:  # the mark goes in the records' last write: one syscall a turn
                 self._append(p.txs, p.digests, wall_ms, marking)
-            elif marking:
+            elif marking:  # into the open segment: after a crash the last one may be sealed
+                self._active(wall_ms)
                 self._write(*marking)
             self.mark = max(self.mark, mark)
         except OSError as exc:
