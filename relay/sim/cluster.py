@@ -226,8 +226,8 @@ class SimCluster:
 
     def _handle(self, n: int, events: list[Event]) -> None:
         node = self.nodes[n]
-        effects = self.shells[n].turn(Now(self.wall_ms(n), self.now_ms), events)
-        del effects  # carried out: sent, written, answers held for after the check
+        # carried out: sent, written, answers held until the checker has looked
+        self.shells[n].turn(Now(self.wall_ms(n), self.now_ms), events)
         self.runners[n].schedule(self.now_ms, self.disk_rng, self.plan.disk_latency_ms_max)
         incarnation = self.incarnation[n]
         # a stream can only change while active (the core's design); every 64th turn all
