@@ -27,7 +27,7 @@ def report_progress(fetcher: Fetcher, options: SourceOptions, end_seq: int) -> N
     try:
         reply = None
         while reply is None:  # the digest at end_seq: the one before whatever follows it
-            reply = fetcher.fetch(end_seq, 1, 0, False)
+            reply = fetcher.fetch(end_seq, 1, 0)
             if reply is None and time.monotonic() > deadline:
                 raise TimeoutError(f"no node answered for {fetcher.stream!r}")
         with Producer(

@@ -55,7 +55,7 @@ def resolve_start(fetcher: Fetcher, starting: str | int, deadline_s: float) -> i
     verified, or the seq given."""
     if isinstance(starting, int):
         return starting
-    spanned = ask_span(fetcher, 0, 0, 1, 1, False, deadline_s)
+    spanned = ask_span(fetcher, 0, 0, 1, 1, deadline_s)
     if starting == "latest":
         return spanned.verified_seq
     return max(0, spanned.earliest_seq - 1)
@@ -67,11 +67,10 @@ def ask_span(
     upto: int,
     max_txs: int,
     parts: int,
-    strict: bool,
     timeout_s: float,
 ) -> Spanned:
     try:
-        return fetcher.span_within(after, upto, max_txs, parts, strict, timeout_s)
+        return fetcher.span_within(after, upto, max_txs, parts, timeout_s)
     except TimeoutError as exc:
         raise Unreachable(
             errors.UNAVAILABLE, f"{exc}; start the nodes or check the 'config'/'nodes' option"
@@ -88,9 +87,7 @@ def plan(
     """
     deadline = time.monotonic() + options.read_timeout_s
     while True:
-        spanned = ask_span(
-            fetcher, after, upto, 0, options.min_partitions, True, options.read_timeout_s
-        )
+        spanned = ask_span(fetcher, after, upto, 0, options.min_partitions, options.read_timeout_s)
         if not exact or spanned.verified_seq >= upto:
             break
         _check_deadline(fetcher, deadline, options.read_timeout_s)
@@ -119,7 +116,7 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
     deadline = time.monotonic() + timeout
     while after < part.upto:
         want = options.fetch_rows if lost else min(options.fetch_rows, part.count - seen)
-        reply = fetcher.fetch(after, max(1, want), POLL_WAIT_MS, True)
+        reply = fetcher.fetch(after, max(1, want), POLL_WAIT_MS)
         if reply is None:
             _check_deadline(fetcher, deadline, timeout)
             continue

@@ -193,7 +193,7 @@ class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 break
             target = self.targets.get(stream, 0) if self.targets is not None else 0
             spanned = ranges.ask_span(
-                self.planner.of(stream), after[stream], target, share, 1, False, o.read_timeout_s
+                self.planner.of(stream), after[stream], target, share, 1, o.read_timeout_s
             )
             if spanned.bounds:
                 end[stream] = spanned.bounds[-1][0]

@@ -75,7 +75,7 @@ def test_a_connection_over_its_share_of_requests_is_answered_busy(
     sock = dealer(cluster, 2)
     try:
         for req_id in range(1, 101):  # long polls on a stream with nothing to read: parked
-            sock.send(fetch_request(req_id, "orders.quiet", 0, 10, 20_000, False))
+            sock.send(fetch_request(req_id, "orders.quiet", 0, 10, 20_000))
         busy = 0
         while sock.poll(1000):
             reply = msgpack.unpackb(sock.recv(), raw=False)
@@ -129,7 +129,7 @@ def test_fetches_nobody_reads_cannot_grow_a_node(cluster: LocalCluster) -> None:
     sock = dealer(cluster, 3, queue_max=1)  # its library takes in no more than it reads
     try:
         for req_id in range(1, 2501):
-            sock.send(fetch_request(req_id, "orders.unread", 0, 5000, 0, False))
+            sock.send(fetch_request(req_id, "orders.unread", 0, 5000, 0))
         # answers of 1 MiB past the 16 the connection's queue holds wait, up to 16 MiB
         waiting = until(lambda: answers_waiting(cluster, 3), lambda b: b > 0, timeout_s=10)
         assert 0 < waiting <= CONNECTION_BYTES_MAX

@@ -328,23 +328,23 @@ def test_span_cuts_a_range_at_the_digests_consumers_see(cluster3: LocalCluster) 
         "orders.span", resolve(config=cluster3.config_path), pair=cluster3.client_pair
     )
     try:
-        whole = fetcher.span(0, 0, 0, 3, False)
+        whole = fetcher.span(0, 0, 0, 3)
         assert whole is not None and not whole.lost
         assert [count for _, _, count in whole.bounds] == [333, 333, 334]
         assert all(digest_at[seq] == digest for seq, digest, _ in whole.bounds)
         assert whole.bounds[-1][0] == seqs[-1] == whole.verified_seq
         assert whole.earliest_seq == seqs[0]
 
-        capped = fetcher.span(seqs[99], 0, 10, 1, True)
+        capped = fetcher.span(seqs[99], 0, 10, 1)
         assert capped is not None and capped.bounds == ((seqs[109], digest_at[seqs[109]], 10),)
 
-        bounded = fetcher.span(seqs[99], seqs[499], 0, 4, True)
+        bounded = fetcher.span(seqs[99], seqs[499], 0, 4)
         assert bounded is not None and sum(c for _, _, c in bounded.bounds) == 400
         assert bounded.bounds[-1][0] == seqs[499]
 
-        past_the_end = fetcher.span(seqs[-1], 0, 0, 2, True)
+        past_the_end = fetcher.span(seqs[-1], 0, 0, 2)
         assert past_the_end is not None and past_the_end.bounds == ()
         with pytest.raises(RelayError, match="parts must be at least 1"):
-            fetcher.span(0, 0, 0, 0, False)
+            fetcher.span(0, 0, 0, 0)
     finally:
         fetcher.close()

@@ -68,7 +68,6 @@ requests = st.one_of(
         st.integers(0, 2**63),
         st.integers(0, 5000),
         st.integers(0, 60_000),
-        st.booleans(),
     ),
     st.builds(
         client.span_request,
@@ -78,7 +77,6 @@ requests = st.one_of(
         st.integers(0, 2**63),
         st.integers(0, 10_000),
         st.integers(1, 64),
-        st.booleans(),
     ),
     st.builds(client.status_request, st.integers(0, 2**32)),
 )

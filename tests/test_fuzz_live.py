@@ -50,8 +50,8 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
 def client_frames(rng: random.Random) -> list[list[bytes]]:
     good = [
         client.publish_request(1, "orders", "fuzz", [[1, b"x", None, []]]),
-        client.fetch_request(2, "orders", 0, 10, 0, False),
-        client.span_request(3, "orders", 0, 2**62, 100, 4, False),
+        client.fetch_request(2, "orders", 0, 10, 0),
+        client.span_request(3, "orders", 0, 2**62, 100, 4),
         client.status_request(4),
     ]
     frames: list[list[bytes]] = []

@@ -83,7 +83,7 @@ def unread_fetches(cluster: LocalCluster) -> list[zmq.Socket[Any]]:
         socks.append(sock)
     for req_id in range(1, 101):
         for sock in socks:
-            sock.send(fetch_request(req_id, "orders.unread", 0, 5000, 0, False))
+            sock.send(fetch_request(req_id, "orders.unread", 0, 5000, 0))
     return socks
 
 

@@ -229,3 +229,15 @@ def test_a_brief_status_request_asks_for_no_streams() -> None:
 
     assert decode_request(status_request(7)) == StatusFrame(7, False)
     assert decode_request(status_request(8, brief=True)) == StatusFrame(8, True)
+
+
+def test_fetch_and_span_requests_carry_only_the_fields_a_node_reads() -> None:
+    fetch = client.decode_request(client.fetch_request(3, "s", 10, 5, 0))
+    assert fetch == client.FetchFrame(3, "s", 10, 5, 0)
+    span = client.decode_request(client.span_request(4, "s", 0, 99, 10, 2))
+    assert span == client.SpanFrame(4, "s", 0, 99, 10, 2)
+    with pytest.raises(client.BadRequest, match="'fetch' with 8 fields") as info:
+        client.decode_request(client.pack("fetch", 3, "s", 10, 5, 0, True))
+    assert info.value.req_id == 3
+    with pytest.raises(client.BadRequest, match="more than 8 fields"):
+        client.decode_request(client.pack("span", 4, "s", 0, 99, 10, 2, True))

@@ -95,7 +95,7 @@ def groups_reset(target: Target, group: str, stream: str, point: str) -> None:
         reply = None
         deadline = time.monotonic() + 10
         while reply is None and time.monotonic() < deadline:
-            reply = data.fetch(after, 1, 0, False)
+            reply = data.fetch(after, 1, 0)
         if reply is None:
             raise click.ClickException(f"no node answered for {stream!r}")
     try:
@@ -120,6 +120,6 @@ def _group_streams(target: Target) -> list[tuple[str, str]]:
 def _span(fetcher: Fetcher, after: int) -> SpanReply:
     """The verified txs after ``after`` as one part, asked until a node answers."""
     try:
-        return fetcher.span_within(after, 0, 0, 1, False, 10.0)
+        return fetcher.span_within(after, 0, 0, 1, 10.0)
     except TimeoutError as exc:
         raise click.ClickException(str(exc)) from None

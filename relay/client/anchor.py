@@ -53,7 +53,7 @@ class Anchor:
         fetcher = self._fetcher
         deadline = time.monotonic() + timeout_s
         while True:
-            spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, 1, False)
+            spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, 1)
             found = spanned.bounds[-1] if spanned is not None and spanned.bounds else None
             if found is not None and found[2]:
                 seq, digest, count = found

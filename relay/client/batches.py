@@ -81,7 +81,7 @@ def status(fetcher: Fetcher, group: str, timeout_s: float = 10.0) -> BatchStatus
     after, head = 0, None
     deadline = time.monotonic() + timeout_s
     while head is None or after < head:
-        reply = fetcher.fetch(after, 1000, 0, True)  # from the start: a lost start is an error
+        reply = fetcher.fetch(after, 1000, 0)  # from the start: a lost start is an error
         if reply is None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no node served {fetcher.stream!r} in {timeout_s} s")

@@ -221,7 +221,7 @@ class Consumer:
             self._begin()
             return
         after = self._buffer[-1].seq if self._buffer else self.position
-        reply = self._fetcher.fetch(after, self.batch_max, wait_ms, self._strict)
+        reply = self._fetcher.fetch(after, self.batch_max, wait_ms)
         if reply is None:
             return
         self.verified_head = reply.verified_seq
@@ -282,7 +282,7 @@ class Consumer:
         if start == "earliest":
             self.position = 0
         elif start == "latest":
-            reply = self._fetcher.fetch(0, 0, 0, False)
+            reply = self._fetcher.fetch(0, 0, 0)
             if reply is None:
                 return
             self.position = self.verified_head = reply.verified_seq

@@ -45,35 +45,32 @@ class Fetcher:
         self.pair = self._pool.pair
         self._req_id = 0
 
-    def fetch(self, after: int, limit: int, wait_ms: int, strict: bool) -> Fetched | None:
-        """Up to ``limit`` verified txs after seq ``after``, waiting up to ``wait_ms`` for some.
-
-        ``strict``: the caller holds ``after``, so a trimmed range is reported as ``lost``.
-        """
+    def fetch(self, after: int, limit: int, wait_ms: int) -> Fetched | None:
+        """Up to ``limit`` verified txs after seq ``after``, waiting up to ``wait_ms`` for some."""
         self._req_id += 1
-        request = fetch_request(self._req_id, self.stream, after, limit, wait_ms, strict)
+        request = fetch_request(self._req_id, self.stream, after, limit, wait_ms)
         reply = self._ask(request, wait_ms)
         if reply is None or isinstance(reply, TxsReply):
             return reply
         raise ProtocolError(f"{self.node}: a {type(reply).__name__} answered a fetch")
 
-    def span(self, after: int, upto: int, max_txs: int, parts: int, strict: bool) -> Spanned | None:
+    def span(self, after: int, upto: int, max_txs: int, parts: int) -> Spanned | None:
         """Where to cut the verified txs in (``after``, ``upto``] into ``parts`` (0: no bound)."""
         self._req_id += 1
-        request = span_request(self._req_id, self.stream, after, upto, max_txs, parts, strict)
+        request = span_request(self._req_id, self.stream, after, upto, max_txs, parts)
         reply = self._ask(request, 0)
         if reply is None or isinstance(reply, SpanReply):
             return reply
         raise ProtocolError(f"{self.node}: a {type(reply).__name__} answered a span")
 
     def span_within(
-        self, after: int, upto: int, max_txs: int, parts: int, strict: bool, timeout_s: float
+        self, after: int, upto: int, max_txs: int, parts: int, timeout_s: float
     ) -> Spanned:
         """``span``, asked again (of the next node) until one answers; ``TimeoutError`` if
         none does within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
-            found = self.span(after, upto, max_txs, parts, strict)
+            found = self.span(after, upto, max_txs, parts)
             if found is not None:
                 return found
             if time.monotonic() > deadline:

@@ -67,7 +67,7 @@ def read_committed(
     if last == 0:
         return None
     while True:
-        reply = fetcher.fetch(last - 1, 1, 0, False)
+        reply = fetcher.fetch(last - 1, 1, 0)
         if reply is not None and reply.rows:
             break
         _check(fetcher, deadline)
@@ -127,7 +127,7 @@ def _last_seq(fetcher: Fetcher, deadline: float) -> int:
     """The group stream's last readable seq (0: none), found by looking back over windows
     that grow tenfold, so a long group stream is not counted from its start."""
     while True:
-        head = fetcher.fetch(0, 0, 0, False)
+        head = fetcher.fetch(0, 0, 0)
         if head is not None:
             break
         _check(fetcher, deadline)
@@ -136,7 +136,7 @@ def _last_seq(fetcher: Fetcher, deadline: float) -> int:
     window_ms = LOOK_BACK_MS
     while True:
         after = max(0, make_seq(seq_unix_ms(head.verified_seq) - window_ms, 0, 0) - 1)
-        spanned = fetcher.span(after, head.verified_seq, 0, 1, False)
+        spanned = fetcher.span(after, head.verified_seq, 0, 1)
         if spanned is None:
             _check(fetcher, deadline)
             continue

@@ -20,7 +20,7 @@ def start_of_last(fetcher: Fetcher, count: int, timeout_s: float = 10.0) -> int:
     if count <= 0:
         raise ValueError(f"the last {count} txs: give a count of at least 1")
     deadline = time.monotonic() + timeout_s
-    first = fetcher.span_within(0, 0, count + 1, 1, False, timeout_s)
+    first = fetcher.span_within(0, 0, count + 1, 1, timeout_s)
     if _counted(first) < count:
         return 0
     head = first.verified_seq
@@ -28,7 +28,7 @@ def start_of_last(fetcher: Fetcher, count: int, timeout_s: float = 10.0) -> int:
     while hi - lo > 1:
         mid = (lo + hi) // 2
         left = max(0.1, deadline - time.monotonic())
-        if _counted(fetcher.span_within(mid, head, count + 1, 1, False, left)) >= count:
+        if _counted(fetcher.span_within(mid, head, count + 1, 1, left)) >= count:
             lo = mid
         else:
             hi = mid

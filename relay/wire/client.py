@@ -20,7 +20,7 @@ from relay.core.messages import Item
 from relay.wire.fields import U64, HeaderRows, array_len, as_int, as_str
 from relay.wire.mesh import MalformedFrame
 
-VERSION = 2  # 2: messages carry a key and headers
+VERSION = 3  # 2: messages carry a key and headers; 3: a fetch or span has no strict flag
 REQUEST_BYTES_MAX = 64 << 20
 
 
@@ -39,7 +39,6 @@ class FetchFrame:
     after_seq: int
     limit: int
     wait_ms: int
-    strict: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +49,6 @@ class SpanFrame:
     upto_seq: int
     max_txs: int
     parts: int
-    strict: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +65,7 @@ _ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still
 _ANY = msgspec.msgpack.Decoder()
 # A message as a typed decoder reads it: [msg id, payload, key, headers], exactly.
 _ITEMS = msgspec.msgpack.Decoder(tuple[tuple[U64, bytes, bytes | None, HeaderRows], ...])
-FIELDS_MAX = 9  # the most fields a request has (a span)
+FIELDS_MAX = 8  # the most fields a request has (a span)
 _ITEMS_AT = 5  # the field of a ``pub`` request that holds its messages
 
 
@@ -109,15 +107,13 @@ def decode_request(body: bytes) -> Request:
     try:
         if kind == "pub" and len(f) == 6:
             return PublishFrame(req_id, as_str(f[3]), as_str(f[4]), _items(f[5]))
-        if kind == "fetch" and len(f) == 8:
-            return FetchFrame(
-                req_id, as_str(f[3]), as_int(f[4]), as_int(f[5]), as_int(f[6]), bool(f[7])
-            )
-        if kind == "span" and len(f) == 9:
+        if kind == "fetch" and len(f) == 7:
+            return FetchFrame(req_id, as_str(f[3]), as_int(f[4]), as_int(f[5]), as_int(f[6]))
+        if kind == "span" and len(f) == 8:
             after, upto, max_txs, parts = (as_int(v) for v in f[4:8])
             if parts < 1:
                 raise ValueError("parts must be at least 1")
-            return SpanFrame(req_id, as_str(f[3]), after, upto, max_txs, parts, bool(f[8]))
+            return SpanFrame(req_id, as_str(f[3]), after, upto, max_txs, parts)
         if kind == "status" and len(f) in (3, 4):
             return StatusFrame(req_id, len(f) == 4 and bool(f[3]))
     except (TypeError, ValueError) as exc:
@@ -144,16 +140,14 @@ def publish_request(
     return pack("pub", req_id, stream, producer_id, items)
 
 
-def fetch_request(
-    req_id: int, stream: str, after_seq: int, limit: int, wait_ms: int, strict: bool
-) -> bytes:
-    return pack("fetch", req_id, stream, after_seq, limit, wait_ms, strict)
+def fetch_request(req_id: int, stream: str, after_seq: int, limit: int, wait_ms: int) -> bytes:
+    return pack("fetch", req_id, stream, after_seq, limit, wait_ms)
 
 
 def span_request(
-    req_id: int, stream: str, after_seq: int, upto_seq: int, max_txs: int, parts: int, strict: bool
+    req_id: int, stream: str, after_seq: int, upto_seq: int, max_txs: int, parts: int
 ) -> bytes:
-    return pack("span", req_id, stream, after_seq, upto_seq, max_txs, parts, strict)
+    return pack("span", req_id, stream, after_seq, upto_seq, max_txs, parts)
 
 
 def status_request(req_id: int, brief: bool = False) -> bytes:
