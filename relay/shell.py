@@ -32,12 +32,13 @@ from relay.core.events import (
     LogRead,
     LogSync,
     Notice,
+    PeerFault,
     Persist,
+    PublishReply,
     ReadReply,
     ReadResult,
     Redirect,
     Rejected,
-    Reply,
     Reserve,
     Verified,
 )
@@ -54,11 +55,11 @@ class MeshPort(Protocol):
         """Broadcast a turn's messages to the peers, in order."""
 
     def fault(self, peer: int, text: str) -> None:
-        """A peer sent something that breaks the protocol (the core's ``peer_fault``)."""
+        """A peer sent something that breaks the protocol (the core's ``PeerFault``)."""
 
 
 class ClientsPort(Protocol):
-    def reply(self, reply: Reply) -> None:
+    def reply(self, reply: PublishReply) -> None:
         """A publish's answer."""
 
     def read_done(self, client: bytes, req_id: int, body: ReadResult | Redirect | Rejected) -> None:
@@ -123,7 +124,7 @@ class Shell:
         if self.sends_first:
             self._writes(effects, now)
         for effect in effects:
-            if isinstance(effect, Reply):
+            if isinstance(effect, PublishReply):
                 self.clients.reply(effect)
             elif isinstance(effect, ReadReply):
                 read = effect.body
@@ -133,7 +134,7 @@ class Shell:
                     self.clients.read_done(effect.client, effect.req_id, read)
             elif isinstance(effect, Verified):
                 self.reporter.verified(effect)
-            elif isinstance(effect, Notice) and effect.kind == "peer_fault":
+            elif isinstance(effect, PeerFault):
                 self.mesh.fault(effect.peer, effect.text)
             elif isinstance(effect, Notice):
                 self.reporter.notice(effect)

@@ -7,11 +7,12 @@ from relay.core.events import (
     FetchRequested,
     MeshReceived,
     Notice,
+    PeerFault,
+    PublishReply,
     PublishRequested,
     ReadReply,
     Redirect,
     Rejected,
-    Reply,
     Reserved,
     ShutdownRequested,
     Tick,
@@ -45,7 +46,7 @@ def core(node_id: int = 1, **params: int) -> NodeCore:
 
 def publish(node: NodeCore, stream: str, payload: bytes = b"x") -> object:
     effects = node.handle(at(0), [PublishRequested(b"c", 1, stream, "", (Item(1, payload),))])
-    replies = [e for e in effects if isinstance(e, Reply)]
+    replies = [e for e in effects if isinstance(e, PublishReply)]
     assert len(replies) == 1
     return replies[0].body
 
@@ -188,7 +189,7 @@ def test_parked_fetches_are_bounded_and_answered_when_the_node_stops_serving() -
 
 
 def faults_of(effects: list[Effect]) -> list[tuple[int, str]]:
-    return [(e.peer, e.text) for e in effects if isinstance(e, Notice) and e.kind == "peer_fault"]
+    return [(e.peer, e.text) for e in effects if isinstance(e, PeerFault)]
 
 
 def test_claims_far_ahead_of_this_nodes_clock_are_peer_faults_and_change_nothing() -> None:
@@ -216,6 +217,16 @@ def test_a_step_back_of_this_nodes_clock_does_not_make_honest_peers_look_ahead()
     node = serving()
     beats = [MeshReceived(Heartbeat(n, NOW + 5000 + n, 0, (), ())) for n in (1, 3, 4)]
     assert not faults_of(node.handle(at(100, -(10**6)), beats))  # restarted peers, 16 min on
+
+
+def test_the_guard_holds_for_a_node_whose_wall_and_elapsed_clocks_start_equal() -> None:
+    """Found by a read of the core: the wall clock at elapsed 0 of a node whose two clocks
+    read the same (every simulated node without skew) is 0, which the guard took for unset,
+    so the first step back became its baseline and honest peers looked far ahead."""
+    node = core(1)
+    node.handle(Now(NOW, NOW), [Tick()])
+    beats = [MeshReceived(Heartbeat(n, NOW + 5000 + n, 0, (), ())) for n in (3, 4)]
+    assert not faults_of(node.handle(Now(NOW - 10**6 + 100, NOW + 100), beats))
 
 
 def test_a_peer_whose_promise_never_moves_is_cut_and_the_others_are_not() -> None:
@@ -253,7 +264,7 @@ def test_a_peer_that_admits_nobody_cannot_stall_publishes() -> None:
     node.handle(at(0), [*beats, Tick()])
     node.handle(at(10), [Tick()])
     effects = node.handle(at(20), [PublishRequested(b"c", 1, "orders.x", "", (Item(1, b"x"),))])
-    assert not [e for e in effects if isinstance(e, Reply)]  # waiting for votes, not refused
+    assert not [e for e in effects if isinstance(e, PublishReply)]  # waiting for votes, not refused
     assert any(isinstance(e, Broadcast) and isinstance(e.message, Replicate) for e in effects)
 
 
@@ -288,7 +299,7 @@ def test_publishes_without_room_in_the_seq_reservation_wait_for_it_in_order() ->
     node = admitted(reserved=make_seq(NOW + 5, NODE_ID_MAX, COUNTER_MAX))
     first = PublishRequested(b"c", 1, "orders.x", "p", (Item(1, b"one"),))
     effects = node.handle(at(20), [first])
-    assert not [e for e in effects if isinstance(e, Reply)]  # held, not refused
+    assert not [e for e in effects if isinstance(e, PublishReply)]  # held, not refused
     assert node.origin.reserving and sent_txs(effects) == []  # a renewal is on its way
     second = PublishRequested(b"c", 2, "orders.x", "p", (Item(2, b"two"),))
     renewed = Reserved(make_seq(NOW + 2000, NODE_ID_MAX, COUNTER_MAX))
@@ -303,13 +314,13 @@ def test_a_held_publish_is_refused_after_a_while_and_the_number_held_is_bounded(
         PublishRequested(b"c", i, "orders.x", "p", (Item(i, b"x"),)) for i in range(1, HELD_MAX + 2)
     ]
     effects = node.handle(at(20), requests)
-    refused = [e.body for e in effects if isinstance(e, Reply)]
+    refused = [e.body for e in effects if isinstance(e, PublishReply)]
     assert len(refused) == 1 and isinstance(refused[0], Rejected)
     assert refused[0].code == errors.UNAVAILABLE and str(HELD_MAX) in refused[0].message
     effects = []
     for t in range(100, HOLD_MS + 100, 100):  # the peers are there; the disk never answers
         effects += node.handle(at(20 + t), [*admitting(node), Tick()])
-    bodies = [e.body for e in effects if isinstance(e, Reply)]
+    bodies = [e.body for e in effects if isinstance(e, PublishReply)]
     assert len(bodies) == HELD_MAX
     assert all(isinstance(b, Rejected) and b.code == errors.UNAVAILABLE for b in bodies)
     assert "reservation" in bodies[0].message and set(bodies[0].try_nodes) == {2, 3}
@@ -327,10 +338,11 @@ def test_held_publishes_are_bounded_in_bytes_too() -> None:
         for i in range(1, 6)
     ]
     effects = node.handle(at(20), requests)
-    refused = [e.body for e in effects if isinstance(e, Reply)]
+    refused = [e.body for e in effects if isinstance(e, PublishReply)]
     assert len(refused) == 1 and isinstance(refused[0], Rejected)
     assert refused[0].code == errors.UNAVAILABLE and "bytes" in refused[0].message
-    assert node.held_count == 4 and node.held_bytes == HELD_BYTES_MAX
+    held = node.publish_intake
+    assert held.held_count == 4 and held.held_bytes == HELD_BYTES_MAX
 
 
 def test_held_publishes_count_keys_and_headers_as_bytes() -> None:
@@ -350,9 +362,10 @@ def test_held_publishes_count_keys_and_headers_as_bytes() -> None:
         for i in range(1, 6)
     ]
     effects = node.handle(at(20), requests)
-    refused = [e.body for e in effects if isinstance(e, Reply)]
+    refused = [e.body for e in effects if isinstance(e, PublishReply)]
     assert len(refused) == 1 and isinstance(refused[0], Rejected)
-    assert node.held_count == 4 and node.held_bytes == HELD_BYTES_MAX
+    held = node.publish_intake
+    assert held.held_count == 4 and held.held_bytes == HELD_BYTES_MAX
 
 
 def test_a_publish_before_the_replicas_admitted_this_node_waits_for_them() -> None:
@@ -362,7 +375,7 @@ def test_a_publish_before_the_replicas_admitted_this_node_waits_for_them() -> No
     node.handle(at(0), [heartbeat(2), heartbeat(3), heartbeat(4), Tick()])
     assert node.state_name() == "serving"
     effects = node.handle(at(10), [PublishRequested(b"c", 1, "orders.x", "p", (Item(1, b"one"),))])
-    assert not [e for e in effects if isinstance(e, Reply)] and sent_txs(effects) == []
+    assert not [e for e in effects if isinstance(e, PublishReply)] and sent_txs(effects) == []
     effects = node.handle(at(20), [PublishRequested(b"c", 2, "orders.x", "p", (Item(2, b"two"),))])
     assert sent_txs(effects) == []
     effects = node.handle(at(60), admitting(node))

@@ -10,6 +10,7 @@ from relay.core.lane import LaneInput
 from relay.core.messages import Item, RepairData, StreamAck, SyncData, Tx, fold_tx
 from relay.core.origin import Origin
 from relay.core.publish import Publishes, attach_retries
+from relay.core.rebuild import HeldVerified, SliceAdopted, SliceRefused
 from relay.core.stream import StreamLimits, StreamReplica
 from relay.core.timer import Now
 
@@ -171,7 +172,7 @@ def test_an_empty_replica_adopts_a_verified_slice_and_continues_the_chain() -> N
     fresh = StreamReplica("s", 3, (1, 2, 3), 2, LIMITS)
     follow_all(fresh)
     outcome = fresh.adopt(0, 1, *slice_of(source, 0), ())
-    assert outcome.startswith("adopted 5")
+    assert isinstance(outcome, SliceAdopted) and outcome.txs == 5
     assert fresh.catchup.synced and fresh.verified_seq == BASE + 5
     assert fresh.timeline.head_digest == source.timeline.head_digest
     assert fresh.lookup_key("p", 3) == (BASE + 3, content_tag(Item(3, bytes([3]))))  # rebuilt
@@ -184,7 +185,8 @@ def test_a_slice_that_does_not_chain_is_refused() -> None:
     base_seq, base_digest, txs, digests = slice_of(source, 0)
     forged = (txs[0]._replace(payload=b"evil"), *txs[1:])
     fresh = replica()
-    assert "refused" in fresh.adopt(0, 1, base_seq, base_digest, forged, digests, ())
+    refused = fresh.adopt(0, 1, base_seq, base_digest, forged, digests, ())
+    assert isinstance(refused, SliceRefused) and "do not chain" in refused.why
     assert fresh.timeline.head_seq == 0
 
 
@@ -198,7 +200,7 @@ def test_adopting_replaces_an_unverified_tail_and_keeps_later_txs() -> None:
     assert diverged.timeline.head_seq == BASE + 3
     assert diverged.verified_seq == BASE + 2
     outcome = diverged.adopt(0, 1, *slice_of(source, BASE + 2), ())
-    assert outcome.startswith("adopted 2")
+    assert isinstance(outcome, SliceAdopted) and outcome.txs == 2
     assert diverged.timeline.seqs == source.timeline.seqs
     assert diverged.timeline.head_digest == source.timeline.head_digest
 
@@ -210,12 +212,13 @@ def test_a_snapshot_replaces_verified_history_only_once_two_peers_vouch_for_its_
     behind = verified_replica(2)
     base_seq, base_digest, txs, digests = slice_of(source, BASE + 4)
     held = list(behind.timeline.seqs)
-    assert behind.adopt(0, 1, base_seq, base_digest, txs, digests, ()) == ""
+    assert behind.adopt(0, 1, base_seq, base_digest, txs, digests, ()) is None
     assert behind.timeline.seqs == held
     assert behind.vouchers.next_ask() == BASE + 4  # the next sync asks the others from there
-    assert behind.adopt(0, 1, base_seq, base_digest, txs, digests, ()) == ""
+    assert behind.adopt(0, 1, base_seq, base_digest, txs, digests, ()) is None
     assert behind.timeline.seqs == held  # the same peer twice is still one voice
-    assert behind.adopt(0, 2, base_seq, base_digest, txs, digests, ()).startswith("adopted 1")
+    adopted = behind.adopt(0, 2, base_seq, base_digest, txs, digests, ())
+    assert isinstance(adopted, SliceAdopted) and adopted.txs == 1
     assert behind.timeline.head_digest == source.timeline.head_digest
 
 
@@ -223,7 +226,7 @@ def test_a_forged_base_from_one_peer_never_replaces_anything() -> None:
     behind = verified_replica(2)
     forged = Tx(BASE + 9, 0, 1, 7, "p", 9, b"forged")
     base = bytes(32)
-    assert behind.adopt(0, 2, BASE + 8, base, (forged,), (fold_tx(base, forged),), ()) == ""
+    assert behind.adopt(0, 2, BASE + 8, base, (forged,), (fold_tx(base, forged),), ()) is None
     assert behind.verified_seq == BASE + 2
     assert behind.timeline.head_seq == BASE + 2
 
@@ -236,7 +239,7 @@ def test_a_slice_that_leaves_out_verified_txs_is_refused() -> None:
     forged = Tx(BASE + 9, 0, 1, 7, "p", 9, b"forged")
     base = genesis("s")
     outcome = held.adopt(0, 2, 0, base, (forged,), (fold_tx(base, forged),), ())
-    assert outcome.startswith("refused") and held.timeline.head_seq == BASE + 3
+    assert isinstance(outcome, SliceRefused) and held.timeline.head_seq == BASE + 3
 
 
 def test_verified_txs_never_acknowledged_are_given_up_once_two_peers_vouch() -> None:
@@ -257,9 +260,10 @@ def test_verified_txs_never_acknowledged_are_given_up_once_two_peers_vouch() -> 
     stabilize(source)
     take_vote(source, 2, BASE + 4, source.timeline.head_digest)
     base_seq, base_digest, txs, digests = slice_of(source, BASE + 2)
-    assert lone.adopt(0, 1, base_seq, base_digest, txs, digests, ()) == ""  # one voice
+    assert lone.adopt(0, 1, base_seq, base_digest, txs, digests, ()) is None  # one voice
     assert lone.verified_seq == BASE + 3
-    assert lone.adopt(0, 2, base_seq, base_digest, txs, digests, ()).startswith("adopted 1")
+    adopted = lone.adopt(0, 2, base_seq, base_digest, txs, digests, ())
+    assert isinstance(adopted, SliceAdopted) and adopted.txs == 1
     assert lone.timeline.seqs == source.timeline.seqs and lone.verified_seq == BASE + 4
     assert lone.timeline.head_digest == source.timeline.head_digest
     lone.timeline.readable_seq = BASE + 4
@@ -267,7 +271,7 @@ def test_verified_txs_never_acknowledged_are_given_up_once_two_peers_vouch() -> 
     again.timeline.readable_seq = again.verified_seq
     forged = Tx(BASE + 9, 0, 1, 7, "p", 9, b"forged")  # below what readers saw: never
     verdict = again.adopt(0, 2, 0, genesis("s"), (forged,), (fold_tx(genesis("s"), forged),), ())
-    assert verdict.startswith("refused") and again.verified_seq == BASE + 2
+    assert isinstance(verdict, SliceRefused) and again.verified_seq == BASE + 2
 
 
 def test_a_slice_that_agrees_but_ends_early_moves_the_next_ask_on() -> None:
@@ -276,7 +280,7 @@ def test_a_slice_that_agrees_but_ends_early_moves_the_next_ask_on() -> None:
     what it held, and it asked the same again for good."""
     held = verified_replica(5)
     base_seq, base_digest, txs, digests = slice_of(held, 0)
-    assert held.adopt(0, 1, base_seq, base_digest, txs[:2], digests[:2], ()) == ""
+    assert held.adopt(0, 1, base_seq, base_digest, txs[:2], digests[:2], ()) is None
     assert held.vouchers.next_ask() == txs[1].seq
     assert held.vouchers.next_ask() is None  # once
 
@@ -285,7 +289,8 @@ def test_an_empty_replica_takes_a_slice_from_genesis_from_one_peer() -> None:
     """Nothing it holds is replaced, and with one node down a single peer is all it has."""
     source = verified_replica(3)
     fresh = replica()
-    assert fresh.adopt(0, 1, *slice_of(source, 0), ()).startswith("adopted 3")
+    adopted = fresh.adopt(0, 1, *slice_of(source, 0), ())
+    assert isinstance(adopted, SliceAdopted) and adopted.txs == 3
 
 
 def test_the_dedup_window_moves_with_each_tx_not_with_a_loop_turn() -> None:
@@ -353,7 +358,7 @@ def test_a_sync_slice_the_replica_already_holds_keeps_the_paging_going() -> None
     assert found is not None
     data = SyncData("s", 1, 2, *found)
     outcome, ask = behind.take_sync(data, 0, 3)
-    assert outcome.startswith("verified 3 held txs") and behind.verified_seq == BASE + 5
+    assert outcome == HeldVerified(3, BASE + 5) and behind.verified_seq == BASE + 5
     assert ask is not None and ask.after_seq == BASE + 5
     assert behind.timeline.head_seq == BASE + 8  # its own tail stayed
 

@@ -180,14 +180,14 @@ def slice_for(
 def slice_problem(base_digest: bytes, txs: tuple[Tx, ...], digests: tuple[bytes, ...]) -> str:
     """Why a sync slice cannot be adopted as it is ("" if it chains from its base)."""
     if len(txs) != len(digests):
-        return "refused a sync slice with a digest count that does not match its txs"
+        return "a sync slice with a digest count that does not match its txs"
     chain = base_digest
     previous = 0
     for tx, digest in zip(txs, digests, strict=True):
         if tx.seq <= previous:
-            return f"refused a sync slice whose seqs do not ascend at seq {tx.seq}"
+            return f"a sync slice whose seqs do not ascend at seq {tx.seq}"
         previous = tx.seq
         chain = fold_tx(chain, tx)
         if chain != digest:
-            return f"refused a sync slice whose digests do not chain at seq {tx.seq}"
+            return f"a sync slice whose digests do not chain at seq {tx.seq}"
     return ""

@@ -67,6 +67,11 @@ class LogCursor:
         self.written_seq = self.durable_seq = self.confirmed_seq = head_seq
         self.written_verified = self.durable_mark = verified_seq
 
+    def based_at(self, base_seq: int) -> None:
+        """The log holds nothing at or below ``base_seq`` (it was restored, or retention
+        gave up its oldest segments)."""
+        self.base_seq = max(self.base_seq, base_seq)
+
     def cut(self, after_seq: int) -> None:
         """The timeline was cut after ``after_seq``."""
         if after_seq < self.written_seq:

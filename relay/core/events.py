@@ -215,7 +215,7 @@ class Broadcast:
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class PublishReply:
     client: bytes
     req_id: int
     body: PublishResults | Rejected | Redirect
@@ -275,7 +275,24 @@ class Notice:
 
     kind: str
     text: str
-    peer: int = 0  # the node a ``peer_fault`` blames
 
 
-Effect = Broadcast | Reply | ReadReply | Verified | Persist | Reserve | LogSync | Notice
+@dataclass(frozen=True, slots=True)
+class PeerFault:
+    """A peer sent something that breaks the protocol; it was dropped."""
+
+    peer: int
+    text: str
+
+
+Effect = (
+    Broadcast
+    | PublishReply
+    | ReadReply
+    | Verified
+    | Persist
+    | Reserve
+    | LogSync
+    | Notice
+    | PeerFault
+)

@@ -242,6 +242,39 @@ class Lane:
         after = max(self.contig, head)
         return (after, upto) if upto > after else None
 
+    def resume_after(self, head: int) -> list[Tx]:
+        """The timeline changed under this lane: it continues right after the new ``head``
+        (everything at or below it is settled now). Returns every tx it held, to be placed
+        again."""
+        held = self.release_held()
+        self.contig = head
+        if self.cut_at is not None and self.contig > self.cut_at:
+            self.cut_at = self.contig
+        if self.state is LaneState.CUT and self.cut_at is not None and self.cut_at > head:
+            # the cut settled on a head that is gone (an unverified tail folded past the
+            # epoch's txs, some never held here): hold them again, repaired, before the
+            # lane stops holding the watermark back
+            self.apply(LaneInput.UNSETTLED)
+        if self.closed is not None and self.closed[1] > head:
+            # a lane of a newer epoch cannot take back what a closed epoch held above the
+            # head: that is gone from here, so the epoch ends at the head, and the settled
+            # report says so (replicas still cutting it settle on the lowest)
+            self.closed = (self.closed[0], head)
+        return held
+
+    def complete_upto(self, seq: int) -> bool:
+        """Every tx of this epoch up to ``seq`` is held (a repair said there are no more);
+        True if that moved ``contig``."""
+        if seq <= self.contig:
+            return False
+        self.contig = seq
+        return True
+
+    def take_newer_cut(self) -> int:
+        """The newer epoch reported cut while this lane still held txs (0: none), once."""
+        newer, self.newer_cut = self.newer_cut, 0
+        return newer
+
     def release_held(self) -> list[Tx]:
         """Give up every held tx (queued and early) so it can be placed again."""
         held = [*self.queue, *self.early.values()]

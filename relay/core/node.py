@@ -1,12 +1,14 @@
 """A relay node's brain: events in, effects out; no clock, sockets or randomness.
 
-How this works: ``handle(now, events)`` dispatches a batch of events (mesh messages, publish
-and fetch requests, ticks) to the room that owns each concern, then *flushes*: it broadcasts
+How this works: ``handle(now, events)`` hands each event to the part that owns its concern
+(mesh messages to ``MeshIntake``, publishes to ``PublishIntake``, the disk's answers to
+``LogEvents``, fetches to the reads), runs the timers on ticks, then *flushes*: it broadcasts
 the txs this node coordinated, folds what became stable in each stream that changed, sends one
 ``StreamAck`` per stream that has something to say, announces verified advances, answers the
 producers whose txs a quorum verified and wakes parked fetches. Batching by whatever arrived
-together is what keeps the wire cost per transaction low under load. This class is the only
-builder of effects, and it checks its invariants at the end of every ``handle``.
+together is what keeps the wire cost per transaction low under load. Each part appends the
+effects it makes to the turn's list, and this class checks the node's invariants at the end of
+every ``handle``.
 
 Cost follows activity, not the number of streams: a stream *at rest* leaves the active set,
 and ticks and heartbeats visit only active streams (docs/design.md, "Cost follows activity").
@@ -28,15 +30,16 @@ from relay.core.events import (
     LogSpan,
     MeshReceived,
     Notice,
+    PeerFault,
     Persisted,
     PersistFailed,
+    PublishReply,
     PublishRequested,
     PublishResults,
     ReadReply,
     ReadResult,
     Redirect,
     Rejected,
-    Reply,
     Reserve,
     Reserved,
     Restored,
@@ -48,25 +51,26 @@ from relay.core.events import (
 )
 from relay.core.fencing import FenceInput, NodeState, next_state
 from relay.core.flake import SEQ_MAX
-from relay.core.intake import MeshIntake
 from relay.core.log_events import LogEvents
-from relay.core.messages import FETCH_BYTES_MAX, Heartbeat, RepairRequest, StreamAck, SyncRequest
+from relay.core.membership import Membership
+from relay.core.mesh_intake import MeshIntake
+from relay.core.messages import FETCH_BYTES_MAX, RepairRequest, StreamAck, SyncRequest
 from relay.core.origin import Origin
 from relay.core.params import CoreConfig
 from relay.core.peers import Peers
 from relay.core.publish import Publishes
-from relay.core.publish_intake import HELD_BYTES_MAX, HELD_MAX, Held, PublishIntake
+from relay.core.publish_intake import Gate, PublishIntake
 from relay.core.routing import stream_name_problem
 from relay.core.status import NodeStatus
 from relay.core.stream import StreamLimits, StreamReplica
 from relay.core.streams import StreamSet
 from relay.core.timeline import Timeline
-from relay.core.timer import Now, Timeout
+from relay.core.timer import Now, Timeout, WallGuard
 
 Answer = ReadResult | LogRead | Redirect | Rejected
 
 
-class NodeCore(MeshIntake, PublishIntake, LogEvents):
+class NodeCore:
     def __init__(
         self, config: CoreConfig, epoch: int, floor: int = 0, reserved: int = SEQ_MAX
     ) -> None:
@@ -92,69 +96,76 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
         self.active = self.stream_set.active  # the streams not at rest
         self.routing = self.stream_set.routing
         self.publishes = Publishes(params.publish_timeout_ms)
-        self.on_hold: dict[str, Held] = {}
-        self.held_count = self.held_bytes = 0
         self.parked = reads.ParkedFetches()
-        self.heartbeat = Timeout(params.heartbeat_ms)
-        self.storage_error = ""  # what the disk refused last, until a write succeeds
+        self.membership = Membership(
+            self.node_id, self.origin, self.peers, self.stream_set, params.heartbeat_ms
+        )
+        self.mesh_intake = MeshIntake(
+            self.node_id, params, self.origin, self.peers, self.stream_set, self.membership
+        )
+        self.publish_intake = PublishIntake(
+            self.node_id, params, self.origin, self.peers, self.stream_set, self.publishes
+        )
+        self.log_events = LogEvents(self.origin, self.peers, self.stream_set)
         self.state = NodeState.FENCED  # until it hears a quorum of the cluster
-        self.elapsed_ms = self.wall_ms = self.wall_at_zero = 0
-        self._effects: list[Effect] = []
+        self.wall = WallGuard()
+        self.elapsed_ms = 0
+
+    @property
+    def epoch(self) -> int:
+        return self.origin.epoch
+
+    @property
+    def storage_error(self) -> str:
+        """What the disk refused last, until a write succeeds ("" if none)."""
+        return self.log_events.refusing
 
     # --- the one entry point ------------------------------------------------------------
 
     def handle(self, now: Now, events: Iterable[Event]) -> list[Effect]:
         assert now.elapsed_ms >= self.elapsed_ms, "elapsed time never goes back"
-        self.elapsed_ms = now.elapsed_ms
-        if not self.wall_at_zero:
-            self.wall_at_zero = now.wall_ms - now.elapsed_ms
-        # what peers' claims are judged against: a step back of the wall clock since this
-        # node started must not make honest peers look far ahead (see claims.py)
-        self.wall_ms = max(now.wall_ms, now.elapsed_ms + self.wall_at_zero)
+        self.elapsed_ms = elapsed = now.elapsed_ms
+        wall_ms = self.wall.read(now)
+        out: list[Effect] = []
         upkeep = False
         for event in events:
             if isinstance(event, MeshReceived):
-                self._on_mesh(event.message)
+                self.mesh_intake.take(out, event.message, elapsed, wall_ms)
             elif isinstance(event, PublishRequested):
-                self._on_publish(now, event)
+                self.publish_intake.take(out, now, self._gate(wall_ms), event)
             elif isinstance(event, FetchRequested):
-                self._answer(event, self._read_of(event), park=True)
-            elif isinstance(event, Persisted):
-                self._on_persisted(event)
-            elif isinstance(event, PersistFailed):
-                self._on_persist_failed(event)
-            elif isinstance(event, Restored):
-                self._on_restored(event)
-            elif isinstance(event, Retained):
-                self._on_retained(event)
+                self._answer(out, event, self._read_of(event), park=True)
+            elif isinstance(event, Persisted | PersistFailed | Restored | Retained):
+                self.log_events.take(out, event)
             elif isinstance(event, Reserved):
                 self.origin.reserved_upto(event.seq)
             elif isinstance(event, ShutdownRequested):
-                self._fence_input(FenceInput.SHUTDOWN)
-                self.heartbeat.stop()  # announce it at once
+                self._fence_input(out, FenceInput.SHUTDOWN)
+                self.membership.announce_soon()
                 upkeep = True
             elif isinstance(event, Tick):
-                self.peers.behind(self.elapsed_ms, event.behind)
+                self.peers.behind(elapsed, event.behind)
                 upkeep = True
         if upkeep:  # timers, cuts and repairs run on ticks, not on every message
-            self._tick(now)
-        self._flush(now)
-        effects, self._effects = self._effects, []
-        self._check(effects)
-        return effects
+            self._tick(out, now)
+        self._flush(out, now, wall_ms)
+        self._check(out)
+        return out
+
+    def _gate(self, wall_ms: int) -> Gate:
+        return Gate(self.state, self.log_events.refusing, wall_ms)
 
     def _check(self, effects: list[Effect]) -> None:
         """Invariants that hold after every batch."""
         if self.state is not NodeState.SERVING:
             for e in effects:
                 assert not (
-                    isinstance(e, Reply)
+                    isinstance(e, PublishReply)
                     and isinstance(e.body, PublishResults)
                     and any(isinstance(r, Acked) for r in e.body.results)
                 ), "a node that does not serve acknowledges nothing"
         assert 0 <= self.parked.count <= reads.PARKED_FETCHES_MAX
-        assert self.held_count == sum(map(len, self.on_hold.values())) <= HELD_MAX
-        assert 0 <= self.held_bytes <= HELD_BYTES_MAX
+        self.publish_intake.check()
         assert not self.stream_set.dirty and not self.origin.outbox
 
     # --- queries (no state change) ------------------------------------------------------
@@ -179,7 +190,7 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
         log_base = state.log.base_seq if state else 0
         return reads.span(timeline, stream, after_seq, upto_seq, max_txs, parts, log_base)
 
-    def held(
+    def ring_entries(
         self, stream: str, after_seq: int, upto_seq: int, max_txs: int
     ) -> tuple[list[int], list[bytes]]:
         """The seqs and digests the memory ring holds in (``after_seq``, ``upto_seq``]."""
@@ -218,13 +229,18 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
     def state_name(self) -> str:
         return self.state.value
 
-    # --- publish and fetch --------------------------------------------------------------
+    # --- fetches ------------------------------------------------------------------------
 
     def _read_of(self, fetch: FetchRequested) -> Answer:
         return self.read(fetch.stream, fetch.after_seq, fetch.limit, fetch.bytes_max)
 
     def _answer(
-        self, fetch: FetchRequested, answer: Answer, park: bool, deadline: Timeout | None = None
+        self,
+        out: list[Effect],
+        fetch: FetchRequested,
+        answer: Answer,
+        park: bool,
+        deadline: Timeout | None = None,
     ) -> None:
         if (
             park
@@ -233,50 +249,47 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
             and self.parked.park(self.elapsed_ms, fetch, deadline)
         ):
             return
-        self._effects.append(ReadReply(fetch.client, fetch.req_id, answer))
+        out.append(ReadReply(fetch.client, fetch.req_id, answer))
 
     # --- upkeep -------------------------------------------------------------------------
 
-    def _tick(self, now: Now) -> None:
+    def _tick(self, out: list[Effect], now: Now) -> None:
         elapsed = self.elapsed_ms
-        self._fence_input(self.peers.fence_input(elapsed))
+        self._fence_input(out, self.peers.fence_input(elapsed))
         if self.state is NodeState.SERVING:  # a fenced node is the likely culprit: no cuts
             for origin, silent_ms in self.peers.silent(elapsed):
-                self._suspect(origin, f"was silent for {silent_ms} ms")
+                self.membership.suspect(out, origin, f"was silent for {silent_ms} ms")
             for origin, floor in self.peers.frozen(elapsed):
-                self._peer_fault(origin, f"kept its promise at {floor}, behind this node's")
-                self._suspect(origin, "did not move its promise")
+                out.append(PeerFault(origin, f"kept its promise at {floor}, behind this node's"))
+                self.membership.suspect(out, origin, "did not move its promise")
         self.stream_set.pay(elapsed)
         states = self.peers.states
-        for name in list(self.active):
+        for name in list(self.stream_set.active):
             state = self.streams[name]
             upkeep = state.on_tick(elapsed, states)
             for origin, epoch, after, upto in upkeep.repairs:
                 ask = RepairRequest(name, self.node_id, origin, epoch, after, upto)
-                self._effects.append(Broadcast(ask))
+                out.append(Broadcast(ask))
             if upkeep.sync_after is not None:
-                self._effects.append(Broadcast(SyncRequest(name, self.node_id, upkeep.sync_after)))
+                out.append(Broadcast(SyncRequest(name, self.node_id, upkeep.sync_after)))
             if upkeep.refolded is not None:
-                self._effects.append(
+                out.append(
                     Notice(
                         "rebuild",
                         f"{name}: no quorum agreed past seq {state.verified_seq}; "
                         f"refolding {upkeep.refolded} txs",
                     )
                 )
-            if state.needs_ack:
-                self.stream_set.dirty[name] = None
-            else:
-                self.stream_set.rest(name, states)
+            self.stream_set.ticked(name, states)
         if self.stream_set.own_epoch_cut():
-            self._start_epoch(max(now.wall_ms, self.epoch + 1), "this node was cut")
-        if self.heartbeat.ready(elapsed):
-            self._heartbeat(now)
-        self._effects.extend(self.publishes.expire(elapsed))
+            epoch = max(now.wall_ms, self.epoch + 1)
+            self.membership.start_epoch(out, epoch, "this node was cut")
+        self.membership.beat(out, now, leaving=self.state is NodeState.LEAVING)
+        out.extend(self.publishes.expire(elapsed))
         for fetch in self.parked.expired(elapsed):
-            self._answer(fetch, self._read_of(fetch), park=False)
+            self._answer(out, fetch, self._read_of(fetch), park=False)
 
-    def _fence_input(self, event: FenceInput) -> None:
+    def _fence_input(self, out: list[Effect], event: FenceInput) -> None:
         before = self.state
         self.state = next_state(before, event)
         if self.state is before:
@@ -284,47 +297,25 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
         if self.state is NodeState.SERVING:
             self.peers.forgive_silence(self.elapsed_ms)
         change = f"node {self.node_id}: {before.value} -> {self.state.value} ({event.value})"
-        self._effects.append(Notice("state", change))
+        out.append(Notice("state", change))
         if self.state is not NodeState.SERVING:  # nothing can be acknowledged or read here
             others = tuple(sorted(self.peers.by_id))
             why = f"node {self.node_id} is {self.state.value}"
             refused = Rejected(errors.UNAVAILABLE, why, others)
-            self._effects.extend(self.publishes.fail_all(self.elapsed_ms, refused))
+            out.extend(self.publishes.fail_all(self.elapsed_ms, refused))
             for fetch in self.parked.all():
-                self._answer(fetch, self._read_of(fetch), park=False)
-
-    def _heartbeat(self, now: Now) -> None:
-        accepts = [(self.node_id, self.epoch)] + [
-            (origin, peer.epoch)
-            for origin, peer in self.peers.by_id.items()
-            if peer.up and self.stream_set.follows(origin, peer.epoch)
-        ]
-        hb = Heartbeat(
-            sender=self.node_id,
-            epoch=self.epoch,
-            floor=self.origin.promise_now(now.wall_ms),
-            origin_last=self.origin.claims(self.stream_set.unheard(self.peers.states)),
-            accepts=tuple(accepts),
-            leaving=self.state is NodeState.LEAVING,
-            epochs=tuple((n, p.epoch) for n, p in self.peers.by_id.items() if p.epoch),
-            shared=tuple(r for peer in self.peers.by_id for r in self.stream_set.digests_for(peer)),
-        )
-        self._effects.append(Broadcast(hb))
-        self.peers.promised(self.elapsed_ms, hb.floor)
-        for state in self.stream_set.active_streams():  # what is not at rest says it again
-            state.needs_ack = True
-            self.stream_set.dirty[state.stream] = None
+                self._answer(out, fetch, self._read_of(fetch), park=False)
 
     # --- flush --------------------------------------------------------------------------
 
-    def _flush(self, now: Now) -> None:
-        if self.on_hold:
-            self._release_held(now)
+    def _flush(self, out: list[Effect], now: Now, wall_ms: int) -> None:
+        if self.publish_intake.on_hold:
+            self.publish_intake.release(out, now, self._gate(wall_ms))
         floor = self.origin.promise_now(now.wall_ms)
         reserve = self.origin.to_reserve(now.wall_ms)
         if reserve is not None:
-            self._effects.append(Reserve(reserve))
-        self._effects.extend(Broadcast(m) for m in self.origin.replicates())
+            out.append(Reserve(reserve))
+        out.extend(Broadcast(m) for m in self.origin.replicates())
         elapsed = self.elapsed_ms
         floors = self.peers.floors
         serving = self.state is NodeState.SERVING
@@ -336,39 +327,41 @@ class NodeCore(MeshIntake, PublishIntake, LogEvents):
             moved = state.verify(elapsed)
             persist = state.to_persist()  # after verify: its mark goes out this turn
             if persist is not None:
-                self._effects.append(persist)
+                out.append(persist)
             if moved:  # after to_persist: a trim never takes what the log is yet to be told
-                self._verified(name, state)
+                self._verified(out, name, state)
             if serving:  # a node that does not serve acknowledges nothing
-                self._effects.extend(self.publishes.resolve(elapsed, state))
-            if state.needs_ack:
-                state.needs_ack = False
-                vote_seq, vote_digest = state.vote()
-                state.promise_sent = promise = self.origin.promise(name, floor, now)
-                ack = StreamAck(
-                    stream=name,
-                    sender=self.node_id,
-                    epoch=self.epoch,
-                    floor=floor,
-                    promise=promise,
-                    origin_last=claim,
-                    head_seq=vote_seq,
-                    head_digest=vote_digest,
-                    verified_seq=state.verified_seq,
-                    marked_seq=state.log.durable_mark,
-                    marked_digest=state.timeline.digest_at(state.log.durable_mark) or b"",
-                    readable_seq=state.timeline.readable_seq,
-                    reports=state.reports(),
-                )
-                self._effects.append(Broadcast(ack))
+                out.extend(self.publishes.resolve(elapsed, state))
+            if state.owes_ack:
+                out.append(Broadcast(self._ack(now, name, state, floor, claim)))
         self.stream_set.dirty.clear()
         self.stream_set.shed(
             self.params.rings_bytes_max, self.publishes.oldest_awaited, self.elapsed_ms
         )
 
-    def _verified(self, name: str, state: StreamReplica) -> None:
-        self._effects.append(Verified(name, state.timeline.readable_seq))
+    def _ack(self, now: Now, name: str, state: StreamReplica, floor: int, claim: int) -> StreamAck:
+        state.clear_ack()
+        vote_seq, vote_digest = state.vote()
+        state.promise_sent = promise = self.origin.promise(name, floor, now)
+        return StreamAck(
+            stream=name,
+            sender=self.node_id,
+            epoch=self.epoch,
+            floor=floor,
+            promise=promise,
+            origin_last=claim,
+            head_seq=vote_seq,
+            head_digest=vote_digest,
+            verified_seq=state.verified_seq,
+            marked_seq=state.log.durable_mark,
+            marked_digest=state.timeline.digest_at(state.log.durable_mark) or b"",
+            readable_seq=state.timeline.readable_seq,
+            reports=state.reports(),
+        )
+
+    def _verified(self, out: list[Effect], name: str, state: StreamReplica) -> None:
+        out.append(Verified(name, state.timeline.readable_seq))
         for fetch, deadline in self.parked.wake(name):
-            self._answer(fetch, self._read_of(fetch), park=True, deadline=deadline)
+            self._answer(out, fetch, self._read_of(fetch), park=True, deadline=deadline)
         if state.timeline.over_capacity():
             state.trim(self.publishes.oldest_awaited(name))

@@ -89,6 +89,11 @@ class Origin:
         self.outbox.setdefault(stream, []).extend(txs)
         return txs
 
+    def repeat_claim(self, stream: str) -> None:
+        """A replica of ``stream`` may lack this node's last tx there: heartbeats repeat the
+        claim until none does (``claims``)."""
+        self.unheard[stream] = None
+
     def room(self, stream: str, wall_ms: int, count: int) -> bool:
         """Whether ``count`` new seqs stay within the reservation (one ms to spare)."""
         above = max(self.clock.floor, self.promised.get(stream, 0))

@@ -74,6 +74,14 @@ class Peers:
         self.states[sender] = (True, epoch)
         return outcome
 
+    def admits(self, sender: int, origins: frozenset[tuple[int, int]]) -> None:
+        """The sender (heard, current epoch) takes txs of these (origin, epoch) pairs."""
+        self.by_id[sender].accepts = origins
+
+    def admitting(self, origin: tuple[int, int], nodes: tuple[int, ...]) -> dict[int, bool]:
+        """Which of ``nodes`` (this node's peers among them) admit ``origin``."""
+        return {n: origin in p.accepts for n, p in self.by_id.items() if n in nodes}
+
     def promise(self, sender: int, floor: int) -> None:
         """The sender (heard, current epoch) will originate nothing at or below ``floor``."""
         peer = self.by_id[sender]

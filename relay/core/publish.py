@@ -21,7 +21,7 @@ from operator import itemgetter
 
 from relay import errors
 from relay.core.dedup import COUNTER_BITS, FENCING_IDS, content_tag
-from relay.core.events import Acked, PublishRequested, PublishResults, Rejected, Reply
+from relay.core.events import Acked, PublishReply, PublishRequested, PublishResults, Rejected
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
 from relay.core.messages import Item, Tx, seq_of
@@ -218,10 +218,10 @@ class Publishes:
         heap = self.waiters.get(stream, [])
         return min((min(p.seqs) for _, _, p in heap if not p.done), default=SEQ_MAX)
 
-    def resolve(self, elapsed_ms: int, state: StreamReplica) -> list[Reply]:
+    def resolve(self, elapsed_ms: int, state: StreamReplica) -> list[PublishReply]:
         """Answer the requests of this stream whose seqs are all verified now."""
         heap = self.waiters.get(state.stream)
-        replies: list[Reply] = []
+        replies: list[PublishReply] = []
         if not heap:
             return replies
         if state.dedup.skips != self._skips_seen.get(state.stream, 0):
@@ -295,7 +295,7 @@ class Publishes:
         self.waiters[state.stream] = heap
         return heap
 
-    def fail_all(self, elapsed_ms: int, rejected: Rejected) -> list[Reply]:
+    def fail_all(self, elapsed_ms: int, rejected: Rejected) -> list[PublishReply]:
         """The node stopped serving: nothing waiting can be acknowledged from here."""
         replies = []
         for pending in self.pending:
@@ -304,7 +304,7 @@ class Publishes:
                 replies.append(self._finish(elapsed_ms, pending))
         return replies
 
-    def expire(self, elapsed_ms: int) -> list[Reply]:
+    def expire(self, elapsed_ms: int) -> list[PublishReply]:
         replies = []
         while self.pending and (self.pending[0].done or self.pending[0].deadline.fired(elapsed_ms)):
             pending = self.pending.popleft()
@@ -328,10 +328,10 @@ class Publishes:
                 pending.results[i] = rejected
 
     @staticmethod
-    def _finish(elapsed_ms: int, pending: PendingPublish) -> Reply:
+    def _finish(elapsed_ms: int, pending: PendingPublish) -> PublishReply:
         pending.done = True
         results = tuple(r for r in pending.results if r is not None)
-        return Reply(
+        return PublishReply(
             pending.client, pending.req_id, PublishResults(results), elapsed_ms - pending.started_ms
         )
 

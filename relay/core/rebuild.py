@@ -4,40 +4,84 @@ own log on disk (restore), or by giving up an unverified tail no quorum agreed o
 How this works: each path replaces part of the timeline and then *repositions* the lanes: every
 lane continues right after the new head, and every tx held above it is taken back, so that
 nothing a peer may still need is lost and folding resumes from the new head. Each cut or reset
-tells the log cursor, so the log on disk follows the timeline. ``StreamReplica`` is this class
-plus the rooms it composes.
+tells the log cursor, so the log on disk follows the timeline. A ``StreamReplica`` owns one
+``TimelineRebuild`` over its own parts; each path returns what happened, and the replica acks.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from relay.core.catchup import Catchup, CatchupInput, Vouchers, slice_for, slice_problem
 from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
-from relay.core.lane import Lane, LaneInput, LaneState
+from relay.core.lane import Lane
 from relay.core.messages import ANSWER_BYTES_MAX, KeyRecord, Tx, seq_of, within_bytes
 from relay.core.timeline import Timeline
 from relay.core.votes import Votes
 
 DedupKeys = tuple[KeyRecord, ...]
 SyncSlice = tuple[int, bytes, tuple[Tx, ...], tuple[bytes, ...], DedupKeys]
+CONTRADICTS = "a sync slice that contradicts this replica's verified timeline"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceRefused:
+    """A peer's sync slice breaks the protocol: it does not chain, or contradicts what this
+    replica verified."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class SliceAdopted:
+    txs: int  # verified txs taken from the slice
+    head_seq: int
+    snapshot_from: int | None  # the base of a slice that replaced the whole timeline
+
+    def __str__(self) -> str:
+        text = f"adopted {self.txs} verified txs up to seq {self.head_seq}"
+        if self.snapshot_from is None:
+            return text
+        return f"{text} (snapshot from seq {self.snapshot_from})"
+
+
+@dataclass(frozen=True, slots=True)
+class HeldVerified:
+    """The slice verified txs this replica held already."""
+
+    txs: int
+    upto_seq: int
+
+    def __str__(self) -> str:
+        return f"verified {self.txs} held txs up to seq {self.upto_seq}"
+
+
+# None: nothing taken yet (the slice waits for a second peer's voice, or adds nothing)
+SliceOutcome = SliceRefused | SliceAdopted | HeldVerified | None
 
 
 class TimelineRebuild:
-    lanes: dict[int, Lane]
-    timeline: Timeline
-    dedup: DedupIndex
-    votes: Votes
-    catchup: Catchup
-    vouchers: Vouchers
-    log: LogCursor
-    announced_seq: int
-    needs_ack: bool
-
-    if TYPE_CHECKING:  # StreamReplica's
-
-        def take(self, tx: Tx, restoring: bool = False) -> bool: ...
+    def __init__(
+        self,
+        lanes: dict[int, Lane],
+        timeline: Timeline,
+        dedup: DedupIndex,
+        votes: Votes,
+        catchup: Catchup,
+        vouchers: Vouchers,
+        log: LogCursor,
+        retake: Callable[[Tx], bool],
+    ) -> None:
+        self.lanes = lanes
+        self.timeline = timeline
+        self.dedup = dedup
+        self.votes = votes
+        self.catchup = catchup
+        self.vouchers = vouchers
+        self.log = log
+        self.retake = retake  # the replica takes back a tx held above the new head
 
     def restore(
         self,
@@ -63,7 +107,6 @@ class TimelineRebuild:
         self.log.restored(timeline.head_seq, timeline.verified_seq)
         self._reposition([])
         self.catchup.apply(CatchupInput.ADOPTED, 0)
-        self.needs_ack = True
 
     def sync_slice(self, after_seq: int, limit: int) -> SyncSlice | None:
         """What to answer a sync request after ``after_seq``: (base seq, base digest, txs,
@@ -94,38 +137,38 @@ class TimelineRebuild:
         txs: tuple[Tx, ...],
         digests: tuple[bytes, ...],
         dedup_keys: DedupKeys,
-    ) -> str:
-        """Take a peer's verified slice; returns what happened (for the operator). A slice
+    ) -> SliceOutcome:
+        """Take a peer's verified slice; returns what happened. A slice
         extends a verified digest this replica holds; or, where it holds none there, its base
         is genesis (nothing held is replaced) or vouched for by enough peers (``Vouchers``)."""
         problem = slice_problem(base_digest, txs, digests)
         if problem:
-            return problem
+            return SliceRefused(problem)
         timeline = self.timeline
         synced = self.catchup.synced
         anchor = timeline.verified_seq if synced else 0
         held_base = timeline.digest_at(base_seq)
         reset = not synced or base_seq > anchor or held_base is None
         if reset and synced and base_seq < anchor:
-            return "refused a sync slice older than what this replica holds"
+            return SliceRefused("a sync slice older than what this replica holds")
         from_genesis = not synced and base_seq == 0 and base_digest == timeline.trimmed_digest
         if reset and not from_genesis and not self.vouchers.vouch(sender, base_seq, base_digest):
-            return ""  # not adopted until another peer offers the same base
+            return None  # not adopted until another peer offers the same base
         if not reset:
             if held_base != base_digest:
-                return "refused a sync slice that contradicts this replica's verified timeline"
+                return SliceRefused(CONTRADICTS)
             agree = self._agreeing(txs, digests, anchor)
             joint_seq = txs[agree - 1].seq if agree else base_seq
             joint = digests[agree - 1] if agree else base_digest
             txs, digests = txs[agree:], digests[agree:]
             if not txs:  # all we hold, as far as it goes: the next sync asks on from there
                 self.vouchers.ask_after = joint_seq  # (a diverged replica walks a peer's log
-                return ""  # up to where the histories part, or past its own verified seq)
+                return None  # up to where the histories part, or past its own verified seq)
             if joint_seq != anchor:  # the slice leaves our verified history after joint_seq
                 if joint_seq < timeline.readable_seq:
-                    return "refused a sync slice that contradicts this replica's verified timeline"
+                    return SliceRefused(CONTRADICTS)
                 if not self.vouchers.vouch(sender, joint_seq, joint):
-                    return ""  # not adopted until another peer offers the same
+                    return None  # not adopted until another peer offers the same
                 self._rewind(joint_seq)
                 anchor = joint_seq
             held = self._held_prefix(txs, digests)
@@ -135,8 +178,7 @@ class TimelineRebuild:
                 txs, digests = txs[held:], digests[held:]
             if not txs:
                 self.catchup.apply(CatchupInput.ADOPTED, elapsed_ms)
-                self.needs_ack = True
-                return f"verified {held} held txs up to seq {anchor}"
+                return HeldVerified(held, anchor)
         if reset:
             requeue = timeline.restart_at(base_seq, base_digest)
             self.log.restart(base_seq)
@@ -152,10 +194,7 @@ class TimelineRebuild:
         self._reposition(requeue)
         self.catchup.apply(CatchupInput.ADOPTED, elapsed_ms)
         self.vouchers.clear()
-        self.needs_ack = True
-        return f"adopted {len(txs)} verified txs up to seq {timeline.head_seq}" + (
-            f" (snapshot from seq {base_seq})" if reset else ""
-        )
+        return SliceAdopted(len(txs), timeline.head_seq, base_seq if reset else None)
 
     def _agreeing(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...], anchor: int) -> int:
         """How many leading entries of a slice agree with our verified history (to ``anchor``)."""
@@ -194,7 +233,6 @@ class TimelineRebuild:
         dropped = self._truncate(self.timeline.verified_seq)
         self._reposition(dropped)
         self.catchup.apply(CatchupInput.REFOLDED, elapsed_ms)
-        self.needs_ack = True
         return len(dropped)
 
     def _truncate(self, keep_upto: int) -> list[Tx]:
@@ -211,21 +249,8 @@ class TimelineRebuild:
         head = self.timeline.head_seq
         held = list(dropped)
         for lane in self.lanes.values():
-            held += lane.release_held()
-            lane.contig = head  # everything at or below the head is settled now
-            if lane.cut_at is not None and lane.contig > lane.cut_at:
-                lane.cut_at = lane.contig
-            if lane.state is LaneState.CUT and lane.cut_at is not None and lane.cut_at > head:
-                # the cut settled on a head that is gone (an unverified tail folded past the
-                # epoch's txs, some never held here): hold them again, repaired, before the
-                # lane stops holding the watermark back
-                lane.apply(LaneInput.UNSETTLED)
-            if lane.closed is not None and lane.closed[1] > head:
-                # a lane of a newer epoch cannot take back what a closed epoch held above the
-                # head: that is gone from here, so the epoch now ends at the head, and the
-                # settled report says so (replicas still cutting it settle on the lowest)
-                lane.closed = (lane.closed[0], head)
+            held += lane.resume_after(head)
         self.dedup.forget_pending()
         for tx in sorted(held, key=seq_of):
             if tx.seq > head:
-                self.take(tx, restoring=True)
+                self.retake(tx)

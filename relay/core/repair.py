@@ -15,7 +15,7 @@ from relay.core.dedup import DedupIndex
 from relay.core.lane import Lane, LaneState
 from relay.core.messages import ANSWER_BYTES_MAX, Tx, seq_of, within_bytes
 from relay.core.timeline import Timeline
-from relay.core.timer import Timeout
+from relay.core.timer import RateLimit
 
 
 def open_gaps(lanes: dict[int, Lane], self_id: int, head: int, elapsed_ms: int) -> list[RepairNeed]:
@@ -42,14 +42,14 @@ class RepairAsks:
 
     def __init__(self, after_ms: int) -> None:
         self.after_ms = after_ms
-        self.by_origin: dict[int, Timeout] = {}
-        self.sync = Timeout(after_ms)
+        self.by_origin: dict[int, RateLimit] = {}
+        self.sync = RateLimit(after_ms)
 
-    def repair_ready(self, origin: int, elapsed_ms: int) -> bool:
-        timer = self.by_origin.get(origin)
-        if timer is None:
-            timer = self.by_origin[origin] = Timeout(self.after_ms)
-        return timer.ready(elapsed_ms)
+    def allow_repair(self, origin: int, elapsed_ms: int) -> bool:
+        limit = self.by_origin.get(origin)
+        if limit is None:
+            limit = self.by_origin[origin] = RateLimit(self.after_ms)
+        return limit.allow(elapsed_ms)
 
 
 def txs_held(

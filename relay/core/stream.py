@@ -1,10 +1,11 @@
-"""One replica's state for one stream: the composition of its rooms.
+"""One replica's state for one stream: the composition of its parts.
 
 How this works: txs arrive into per-origin ``Lane``s (``lane``); what is stable is folded
 into the ``Timeline`` (``ordering``), deduplicated (``dedup``); peers' votes verify a prefix
 (``votes``); suspected origins are cut (``cut``); gaps are repaired (``repair``); a replica
-that lacks or contradicts the verified history catches up (``catchup``). This class wires
-them together and answers the node's questions; each rule lives in its own module.
+that lacks or contradicts the verified history catches up (``catchup``) and rebuilds its
+timeline (``rebuild``). This class wires them together, answers the node's questions and
+owns whether the replica owes its peers an ack; each rule lives in its own module.
 """
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ from relay.core.messages import (
     Tx,
 )
 from relay.core.ordering import Floors
-from relay.core.rebuild import TimelineRebuild
+from relay.core.rebuild import (
+    DedupKeys,
+    HeldVerified,
+    SliceAdopted,
+    SliceOutcome,
+    SliceRefused,
+    SyncSlice,
+    TimelineRebuild,
+)
 from relay.core.timeline import RingBytes, Timeline
 from relay.core.votes import Votes
 
@@ -64,7 +73,7 @@ class Upkeep:
 PeerStates = Mapping[int, tuple[bool, int]]  # peer -> (up, epoch)
 
 
-class StreamReplica(TimelineRebuild):
+class StreamReplica:
     def __init__(
         self,
         stream: str,
@@ -92,10 +101,34 @@ class StreamReplica(TimelineRebuild):
         self.asks = repair.RepairAsks(limits.repair_after_ms)
         self.announced_seq = 0  # the readable seq last reported by ``verify``
         self.verified_noted = 0  # the verified seq ``verify`` last saw
-        self.needs_ack = False
+        self.rebuild = TimelineRebuild(
+            self.lanes,
+            self.timeline,
+            self.dedup,
+            self.votes,
+            self.catchup,
+            self.vouchers,
+            self.log,
+            lambda tx: self.take(tx, restoring=True),
+        )
+        self._ack_owed = False  # this replica's next flush sends its peers an ack
         self.promise_sent = 0  # the promise of this node's last ack in the stream
         self.late_txs = 0
         self.owed_reports: dict[tuple[int, int], int] = {}  # (origin, epoch) -> highest held
+
+    # --- the ack it owes ----------------------------------------------------------------
+
+    @property
+    def owes_ack(self) -> bool:
+        return self._ack_owed
+
+    def owe_ack(self) -> None:
+        """Tell the peers where this replica is at the next flush."""
+        self._ack_owed = True
+
+    def clear_ack(self) -> None:
+        """The ack was sent, or is left to the node's pacing (a restored stream)."""
+        self._ack_owed = False
 
     # --- transactions -------------------------------------------------------------------
 
@@ -125,7 +158,7 @@ class StreamReplica(TimelineRebuild):
         self.late_txs += late
         if moved:
             # the vote moved, unless it waits for the disk (``persisted`` then says so)
-            self.needs_ack |= not self.log.votes_wait
+            self._ack_owed |= not self.log.votes_wait
             if self.votes.recheck(self.timeline):
                 self.catchup.apply(CatchupInput.CONTRADICTED, elapsed_ms)
         return moved
@@ -139,11 +172,11 @@ class StreamReplica(TimelineRebuild):
             lane.claim(ack.origin_last, max(ack.floor, ack.promise))
         for report in ack.reports:
             if cut.take_report(self.lanes, ack.sender, report):
-                self.needs_ack = True
+                self._ack_owed = True
             if cut.owed(self.lanes, report):
                 key = (report.origin, report.epoch)
                 self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
-                self.needs_ack = True
+                self._ack_owed = True
         self.votes.take_mark(
             ack.sender, ack.epoch, ack.marked_seq, ack.marked_digest, self.timeline
         )
@@ -162,7 +195,7 @@ class StreamReplica(TimelineRebuild):
         behind = ack.head_seq < self.log.vote_seq(self.timeline)
         behind |= ack.verified_seq < self.verified_seq
         if behind or ack.readable_seq < min(self.log.durable_mark, ack.verified_seq):
-            self.needs_ack = True
+            self._ack_owed = True
 
     def verify(self, elapsed_ms: int) -> bool:
         """Let the votes move the verified seq, and the durable marks the readable seq; True
@@ -208,7 +241,7 @@ class StreamReplica(TimelineRebuild):
         vote (the durable head) and the durable mark that acknowledgements wait for; otherwise
         the vote is the stable head and no peer counts marks, so nothing is said again."""
         if self.log.persisted(generation, seq, mark) and self.log.votes_wait:
-            self.needs_ack = True
+            self._ack_owed = True
 
     def trim(self, keep_from: int) -> None:
         """Let the timeline drop entries beyond its bounds, but none ``keep_from`` needs."""
@@ -224,7 +257,7 @@ class StreamReplica(TimelineRebuild):
 
     def suspect(self, origin: int, epoch: int) -> None:
         if cut.suspect(self.lanes, origin, epoch):
-            self.needs_ack = True
+            self._ack_owed = True
 
     def follow(self, origin: int, epoch: int) -> None:
         """The origin announced ``epoch`` and is up: make its lane follow it."""
@@ -232,12 +265,12 @@ class StreamReplica(TimelineRebuild):
         if epoch <= lane.epoch or cut.holds_cut_txs(lane):
             return  # a cut epoch's last txs fold first
         self.lanes[origin] = lane.apply(LaneInput.NEWER_EPOCH, epoch)
-        self.needs_ack = True
+        self._ack_owed = True
 
     def rejoin(self, epoch: int) -> None:
         """This node starts ``epoch`` as an origin."""
         self.lanes[self.self_id] = self.lanes[self.self_id].apply(LaneInput.REJOINED, epoch)
-        self.needs_ack = True
+        self._ack_owed = True
 
     def reports(self) -> tuple[OriginReport, ...]:
         """The cut reports for the next ack; reports owed to a peer are sent once."""
@@ -251,8 +284,7 @@ class StreamReplica(TimelineRebuild):
         """Timers of this stream: cuts, gap repair, catching up."""
         for origin, deferring in list(self.lanes.items()):  # suspicions it deferred
             if deferring.newer_cut and not cut.holds_cut_txs(deferring):
-                newer, deferring.newer_cut = deferring.newer_cut, 0
-                self.suspect(origin, newer)
+                self.suspect(origin, deferring.take_newer_cut())
         for origin, (up, epoch) in peers.items():
             lane = self.lanes.get(origin)
             if lane is not None and up and epoch > lane.epoch:
@@ -263,10 +295,10 @@ class StreamReplica(TimelineRebuild):
             self.lanes, self.self_id, voters, self.quorum, self.timeline.head_seq, elapsed_ms
         )
         if settled:
-            self.needs_ack = True
+            self._ack_owed = True
         if self.catchup.synced:
             needs += repair.open_gaps(self.lanes, self.self_id, self.timeline.head_seq, elapsed_ms)
-        repairs = tuple(n for n in needs if self.asks.repair_ready(n[0], elapsed_ms))
+        repairs = tuple(n for n in needs if self.asks.allow_repair(n[0], elapsed_ms))
         verified = self.verified_seq
         view = PeerView(
             live=len(live),
@@ -277,10 +309,11 @@ class StreamReplica(TimelineRebuild):
         )
         tail = self.timeline.head_seq > verified
         action = self.catchup.on_tick(elapsed_ms, view, self.quorum, tail)
-        self.needs_ack |= action is CatchupAction.GENESIS
+        self._ack_owed |= action is CatchupAction.GENESIS
         if action is CatchupAction.REFOLD:
-            return Upkeep(repairs, refolded=self.refold(elapsed_ms))
-        if action is CatchupAction.SYNC and self.asks.sync.ready(elapsed_ms):
+            self._ack_owed = True
+            return Upkeep(repairs, refolded=self.rebuild.refold(elapsed_ms))
+        if action is CatchupAction.SYNC and self.asks.sync.allow(elapsed_ms):
             vouched = self.vouchers.next_ask()
             after = 0 if not self.catchup.synced else verified
             if self.catchup.state is CatchupState.DIVERGED:  # peers may have given up a tail
@@ -293,7 +326,7 @@ class StreamReplica(TimelineRebuild):
     def at_rest(self, peers: PeerStates) -> bool:
         """Nothing left to do until something arrives: no timer of this stream can fire."""
         timeline = self.timeline
-        if self.catchup.state is not CatchupState.SYNCED or self.needs_ack:
+        if self.catchup.state is not CatchupState.SYNCED or self._ack_owed:
             return False
         head, verified = timeline.head_seq, timeline.verified_seq
         if head != verified or verified != self.announced_seq:
@@ -357,18 +390,54 @@ class StreamReplica(TimelineRebuild):
 
     def take_sync(
         self, data: SyncData, elapsed_ms: int, limit: int
-    ) -> tuple[str, SyncRequest | None]:
+    ) -> tuple[SliceOutcome, SyncRequest | None]:
         """Adopt a peer's slice: (what happened, the next ask when more is to come)."""
         base, base_digest = data.base_seq, data.base_digest
         outcome = self.adopt(
             elapsed_ms, data.sender, base, base_digest, data.txs, data.digests, data.dedup
         )
-        progress = outcome.startswith(("adopted", "verified"))
+        progress = isinstance(outcome, SliceAdopted | HeldVerified)
         ahead = self.votes.verified_ahead_of(self.verified_seq, self.peers)
         if not progress or (len(data.txs) < limit and not ahead):  # a slice cut by bytes
             return outcome, None  # is shorter than the limit: more follows while peers are ahead
-        self.asks.sync.reset(elapsed_ms)
+        self.asks.sync.hold(elapsed_ms)
         return outcome, SyncRequest(self.stream, self.self_id, self.verified_seq)
+
+    # --- rebuilding the timeline ---------------------------------------------------------
+
+    def restore(
+        self,
+        base_seq: int,
+        base_digest: bytes,
+        txs: tuple[Tx, ...],
+        digests: tuple[bytes, ...],
+        verified_seq: int,
+        dedup_keys: DedupKeys,
+    ) -> None:
+        """Start from this replica's own log (``TimelineRebuild.restore``)."""
+        self.rebuild.restore(base_seq, base_digest, txs, digests, verified_seq, dedup_keys)
+        self._ack_owed = True
+
+    def adopt(
+        self,
+        elapsed_ms: int,
+        sender: int,
+        base_seq: int,
+        base_digest: bytes,
+        txs: tuple[Tx, ...],
+        digests: tuple[bytes, ...],
+        dedup_keys: DedupKeys,
+    ) -> SliceOutcome:
+        """Take a peer's verified slice (``TimelineRebuild.adopt``)."""
+        outcome = self.rebuild.adopt(
+            elapsed_ms, sender, base_seq, base_digest, txs, digests, dedup_keys
+        )
+        if outcome is not None and not isinstance(outcome, SliceRefused):
+            self._ack_owed = True
+        return outcome
+
+    def sync_slice(self, after_seq: int, limit: int) -> SyncSlice | None:
+        return self.rebuild.sync_slice(after_seq, limit)
 
     # --- repair -------------------------------------------------------------------------
 
@@ -382,16 +451,15 @@ class StreamReplica(TimelineRebuild):
         ours = [tx for tx in data.txs if tx.origin == data.origin and tx.epoch == lane.epoch]
         taken = [tx.seq for tx in ours if self.take(tx)]
         if taken:
-            self.needs_ack = True
+            self._ack_owed = True
         lane = self.lanes[data.origin]
         whole = held_from >= data.after_seq and all(tx.seq <= max(lane.contig, head) for tx in ours)
         if whole and data.complete_upto and lane.cut_at is not None:
             # every tx of the epoch up to complete_upto is held now: a cut up to there needs
             # no more repair (nobody may hold a tx there; the cut can be above the last one)
             reach = min(data.complete_upto, lane.cut_at)
-            if reach > lane.contig:
-                lane.contig = reach
-                self.needs_ack = True
+            if lane.complete_upto(reach):
+                self._ack_owed = True
                 return reach
         return max(taken, default=0)
 

@@ -38,7 +38,7 @@ from relay.core.params import CoreConfig
 from relay.core.routing import Routing, stream_name_problem
 from relay.core.stream import PeerStates, StreamLimits, StreamReplica
 from relay.core.timeline import RingBytes
-from relay.core.timer import Timeout
+from relay.core.timer import RateLimit
 
 BUCKETS = 16  # the shared-stream digests a heartbeat carries per peer
 OWED_ACKS_PER_S = 2000  # how fast owed acks are paid (a peer came back, a restart)
@@ -69,8 +69,8 @@ class StreamSet:
         # (peer, bucket) -> (ours, theirs, since when both are so, since when they differ or
         # were last announced) while they differ
         self.differ: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-        self.announced: dict[tuple[int, int], Timeout] = {}  # (peer, bucket) -> last announced
-        self.restless: dict[int, Timeout] = {}  # peer -> last bucket announced still changing
+        self.announced: dict[tuple[int, int], RateLimit] = {}  # (peer, bucket) -> last announced
+        self.restless: dict[int, RateLimit] = {}  # peer -> last bucket announced still changing
         self.ring = RingBytes()  # what every stream's timeline holds
         self.shed_retry_at = 0  # after a shed that fell short, the elapsed ms to try again
 
@@ -112,6 +112,18 @@ class StreamSet:
 
     def active_streams(self) -> list[StreamReplica]:
         return [self.by_name[name] for name in self.active]
+
+    def ack_active(self) -> None:
+        """Every stream not at rest says where it is again (at each heartbeat)."""
+        for name in self.active:
+            self.by_name[name].owe_ack()
+            self.dirty[name] = None
+
+    def flush_with(self, origin: int) -> None:
+        """Flush every active stream ``origin`` replicates: its promise may let txs fold."""
+        for name in self.active:
+            if origin in self.by_name[name].lanes:
+                self.dirty[name] = None
 
     # --- rare: every stream -------------------------------------------------------------
 
@@ -158,7 +170,7 @@ class StreamSet:
         """A stream restored from the log acks its peers when its turn comes (``pay``), not
         in the first turn with every other one; until then it waits outside the active set
         (it holds nothing a timer could need before its peers answer)."""
-        self.by_name[name].needs_ack = False
+        self.by_name[name].clear_ack()
         self.dirty.pop(name, None)
         self.active.pop(name, None)
         self.owed[name] = None
@@ -177,7 +189,7 @@ class StreamSet:
         self.paid_at = elapsed_ms
         for name in list(islice(owed, min(due, OWED_ACKS_BURST))):
             del owed[name]
-            self.by_name[name].needs_ack = True
+            self.by_name[name].owe_ack()
             self.touch(name)
 
     def compare(self, peer: int, theirs: dict[int, int], elapsed_ms: int, announce_ms: int) -> None:
@@ -202,12 +214,12 @@ class StreamSet:
                 unchanged_since = elapsed_ms
             self.differ[at] = (ours, their, unchanged_since, differ_since)
             if elapsed_ms - unchanged_since >= announce_ms:
-                if self.announced.setdefault(at, Timeout(announce_ms)).ready(elapsed_ms):
+                if self.announced.setdefault(at, RateLimit(announce_ms)).allow(elapsed_ms):
                     self._announce(peer, bucket, elapsed_ms)
             elif elapsed_ms - differ_since >= restless_ms:
                 restless = min(restless or (differ_since, bucket), (differ_since, bucket))
-        timer = self.restless.setdefault(peer, Timeout(restless_ms))
-        if restless is not None and timer.ready(elapsed_ms):
+        limit = self.restless.setdefault(peer, RateLimit(restless_ms))
+        if restless is not None and limit.allow(elapsed_ms):
             self._announce(peer, restless[1], elapsed_ms)
 
     def _announce(self, peer: int, bucket: int, elapsed_ms: int) -> None:
@@ -252,7 +264,11 @@ class StreamSet:
         a heartbeat repeats, ``Origin.claims``)."""
         return lambda name, claim: self.by_name[name].unheard(claim, peers)
 
-    def rest(self, name: str, peers: PeerStates) -> None:
-        """Leave the active set if nothing is left to do."""
-        if self.by_name[name].at_rest(peers):
+    def ticked(self, name: str, peers: PeerStates) -> None:
+        """After a tick of an active stream: flush it if it owes an ack, or let it leave the
+        active set if nothing is left to do."""
+        state = self.by_name[name]
+        if state.owes_ack:
+            self.dirty[name] = None
+        elif state.at_rest(peers):
             del self.active[name]

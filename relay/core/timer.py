@@ -7,7 +7,9 @@ step it by seconds in either direction. ``elapsed_ms`` is monotonic (the shell r
 the wall clock can neither fire a timer early nor hold one back.
 
 Every timer is one ``Timeout``: ``start`` arms it unless it runs, ``reset`` re-arms it from
-now, ``stop`` disarms it, ``fired`` says whether ``after_ms`` have passed since it was armed.
+now, ``stop`` disarms it, ``fired`` says whether ``after_ms`` have passed since it was armed;
+its queries change nothing. Every rate limit is one ``RateLimit``, whose ``allow`` counts what
+it allows.
 """
 
 from __future__ import annotations
@@ -19,6 +21,22 @@ from dataclasses import dataclass
 class Now:
     wall_ms: int  # unix ms from the system clock: may step; stamps seqs only
     elapsed_ms: int  # monotonic ms since an arbitrary origin: drives every timer
+
+
+class WallGuard:
+    """The wall clock as peers' claims are judged against (``claims.py``): never behind where
+    it stood when the node started plus the elapsed time since, so a step back of the wall
+    clock cannot make honest peers look far ahead."""
+
+    __slots__ = ("wall_at_zero",)
+
+    def __init__(self) -> None:
+        self.wall_at_zero: int | None = None  # the wall clock at elapsed 0, from the first turn
+
+    def read(self, now: Now) -> int:
+        if self.wall_at_zero is None:
+            self.wall_at_zero = now.wall_ms - now.elapsed_ms
+        return max(now.wall_ms, now.elapsed_ms + self.wall_at_zero)
 
 
 class Timeout:
@@ -51,9 +69,26 @@ class Timeout:
         """How long it has been running (0 when stopped)."""
         return 0 if self.started_ms is None else elapsed_ms - self.started_ms
 
-    def ready(self, elapsed_ms: int) -> bool:
-        """For rate limits: True (and re-armed) when stopped or fired, else False."""
-        if self.started_ms is not None and elapsed_ms - self.started_ms < self.after_ms:
+
+class RateLimit:
+    """An act done at most once per ``every_ms``: ``allow`` says whether it may be done now
+    and, when it may, counts it as done; ``hold`` counts it as done now; ``release`` lets the
+    next ``allow`` through whenever it comes."""
+
+    __slots__ = ("done_ms", "every_ms")
+
+    def __init__(self, every_ms: int) -> None:
+        self.every_ms = every_ms
+        self.done_ms: int | None = None  # None: not done yet, or released
+
+    def allow(self, elapsed_ms: int) -> bool:
+        if self.done_ms is not None and elapsed_ms - self.done_ms < self.every_ms:
             return False
-        self.started_ms = elapsed_ms
+        self.done_ms = elapsed_ms
         return True
+
+    def hold(self, elapsed_ms: int) -> None:
+        self.done_ms = elapsed_ms
+
+    def release(self) -> None:
+        self.done_ms = None

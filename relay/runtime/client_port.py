@@ -25,12 +25,12 @@ from relay.core.events import (
     Event,
     FetchRequested,
     LogSpan,
+    PublishReply,
     PublishRequested,
     PublishResults,
     ReadResult,
     Redirect,
     Rejected,
-    Reply,
     SpanResult,
 )
 from relay.core.node import NodeCore
@@ -143,7 +143,7 @@ class ClientPort:
                 s = request
                 got = core.span(s.stream, s.after_seq, s.upto_seq, s.max_txs, s.parts)
                 if isinstance(got, LogSpan):
-                    got = disk.span(got, core.held)
+                    got = disk.span(got, core.ring_entries)
                 self.answer(client, s.req_id, got)
             elif isinstance(request, StatusFrame):
                 status = disk.status(core.status(streams=not request.brief))
@@ -163,7 +163,7 @@ class ClientPort:
 
     # --- output -------------------------------------------------------------------------
 
-    def reply(self, reply: Reply) -> None:
+    def reply(self, reply: PublishReply) -> None:
         """A publish's answer: its results, or why it was not taken."""
         body = reply.body
         if isinstance(body, PublishResults):

@@ -20,13 +20,13 @@ from relay.core.events import (
     Acked,
     Event,
     FetchRequested,
+    PublishReply,
     PublishRequested,
     PublishResults,
     ReadReply,
     ReadResult,
     Redirect,
     Rejected,
-    Reply,
 )
 from relay.core.messages import Item, Tx, fold_tx
 from relay.sim.checker import InvariantChecker, InvariantViolation
@@ -238,7 +238,9 @@ class SimClients:
 
     # --- replies ------------------------------------------------------------------------
 
-    def on_reply(self, now_ms: int, node_id: int, reply: Reply | ReadReply, fenced: bool) -> None:
+    def on_reply(
+        self, now_ms: int, node_id: int, reply: PublishReply | ReadReply, fenced: bool
+    ) -> None:
         request = self.requests.pop(reply.req_id, None)
         if request is None:
             return

@@ -11,7 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relay.core.events import Notice, ReadReply, ReadResult, Redirect, Rejected, Reply, Verified
+from relay.core.events import (
+    Notice,
+    PublishReply,
+    ReadReply,
+    ReadResult,
+    Redirect,
+    Rejected,
+    Verified,
+)
 from relay.core.messages import MeshMessage, Replicate, StreamAck
 from relay.core.params import CoreParams
 from relay.sim.checker import InvariantChecker
@@ -111,15 +119,15 @@ class SimMesh:
 class SimAnswers:
     """A turn's answers, held until the checker has looked at the turn."""
 
-    held: list[Reply | ReadReply] = field(default_factory=list)
+    held: list[PublishReply | ReadReply] = field(default_factory=list)
 
-    def reply(self, reply: Reply) -> None:
+    def reply(self, reply: PublishReply) -> None:
         self.held.append(reply)
 
     def read_done(self, client: bytes, req_id: int, body: ReadResult | Redirect | Rejected) -> None:
         self.held.append(ReadReply(client, req_id, body))
 
-    def take(self) -> list[Reply | ReadReply]:
+    def take(self) -> list[PublishReply | ReadReply]:
         held, self.held = self.held, []
         return held
 

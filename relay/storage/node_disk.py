@@ -51,7 +51,7 @@ RETRY_MS = 1000  # after the disk refused a write, how long until the next try
 RETAIN_SCAN_MAX = 256  # logs a retention pass visits beside those written since the last
 SPAN_TXS_MAX = 10_000_000  # a span with no bound counts at most this many txs of the log
 SPAN_CHUNK = 10_000  # records read from the log at a time
-Held = Callable[[str, int, int, int], tuple[list[int], list[bytes]]]
+RingEntries = Callable[[str, int, int, int], tuple[list[int], list[bytes]]]  # NodeCore's
 
 
 def restore_window(params: CoreParams) -> Window:
@@ -206,9 +206,9 @@ class NodeDisk:
         digests = tuple(d for _, d in records)
         return ReadResult(q.stream, txs, digests, prev, q.verified_seq, earliest, False)
 
-    def span(self, q: LogSpan, held: Held) -> SpanResult | Rejected:
+    def span(self, q: LogSpan, ring_entries: RingEntries) -> SpanResult | Rejected:
         """A span starting below the memory ring: the log's part counted record by record
-        (chain-checked), then what memory ``held`` has up to ``q.upto_seq``."""
+        (chain-checked), then what the memory ring holds up to ``q.upto_seq``."""
         limit = q.max_txs if q.max_txs > 0 else SPAN_TXS_MAX
         seqs: list[int] = []
         digests: list[bytes] = []
@@ -227,7 +227,7 @@ class NodeDisk:
             digests += [d for _, d in found[1]]
             after = seqs[-1]
         if len(seqs) < limit:
-            more_seqs, more_digests = held(q.stream, after, q.upto_seq, limit - len(seqs))
+            more_seqs, more_digests = ring_entries(q.stream, after, q.upto_seq, limit - len(seqs))
             seqs += more_seqs
             digests += more_digests
         log_ = self.store.logs.get(q.stream)
