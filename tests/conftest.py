@@ -8,6 +8,8 @@ import pytest
 
 from relay.runtime.local_cluster import LocalCluster
 
+pytest_plugins = ["process_guard"]  # a test not marked slow starts no process
+
 
 @pytest.fixture(scope="module")
 def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:

@@ -1,5 +1,6 @@
 """Hostile admin requests and config mistakes that used to crash a node or print a bare errno:
-each now gets a clear error, and the node keeps serving."""
+each now gets a clear error, and the node keeps serving. Every test but the port-in-use one
+runs a real cluster: slow."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def admin(cluster: LocalCluster, node_id: int, command: str, argument: object) -
     return admin_call(address, command, argument, 3000, key, cluster.admin_pair)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "argument", "why"),
     [
@@ -73,6 +75,7 @@ def test_a_hostile_admin_request_gets_an_error_and_the_node_serves_on(
         assert producer.publish("orders", b"after").seq > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "frame", [b"\xc1 not msgpack", b"\x91" * 60_000, msgpack.packb([1, 2, 3]), b""]
 )
@@ -82,6 +85,7 @@ def test_a_malformed_admin_frame_gets_an_error(cluster: LocalCluster, frame: byt
     assert cluster.status(2) is not None and cluster.status(2).state == "serving"
 
 
+@pytest.mark.slow
 def test_a_request_of_several_frames_gets_an_error_and_the_node_serves_on(
     cluster: LocalCluster,
 ) -> None:
@@ -90,6 +94,7 @@ def test_a_request_of_several_frames_gets_an_error_and_the_node_serves_on(
     assert admin(cluster, 1, "status", None)["ok"] is True
 
 
+@pytest.mark.slow
 def test_an_oversized_admin_frame_is_dropped_and_the_node_serves_on(
     cluster: LocalCluster,
 ) -> None:
@@ -121,6 +126,7 @@ def test_a_metrics_port_in_use_names_the_key_and_the_address(tmp_path: Path) -> 
     assert "Address already in use" in message
 
 
+@pytest.mark.slow
 def test_metrics_can_listen_on_an_interface_of_their_own(tmp_path: Path) -> None:
     """/metrics listened wherever the node's client port did; metrics_host moves it alone."""
     with LocalCluster(tmp_path / "c", nodes=3) as made:
@@ -135,6 +141,7 @@ def test_metrics_can_listen_on_an_interface_of_their_own(tmp_path: Path) -> None
             urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
 
 
+@pytest.mark.slow
 def test_metrics_can_require_a_bearer_token(tmp_path: Path) -> None:
     """Anyone who reached the port read every node's metrics; a token now guards them, and
     the file holds only its hash."""

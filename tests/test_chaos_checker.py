@@ -8,8 +8,6 @@ import json
 import random
 import signal
 import struct
-import subprocess
-import sys
 import zlib
 from itertools import pairwise
 from pathlib import Path
@@ -17,8 +15,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from chaos import checker, report, schedule
+from chaos.__main__ import main
 from chaos.nemesis import Nemesis, flip_byte, sealed_segments
 from relay.core.digest import genesis
 from relay.core.events import Persist
@@ -235,12 +235,13 @@ def test_the_picture_names_the_run_its_units_and_every_fault_kind(tmp_path: Path
 
 
 def test_the_check_command_exits_non_zero_on_a_violation(tmp_path: Path) -> None:
+    """`python -m chaos check DIR`, run in this process by click's runner."""
     clean = history(tmp_path / "clean")
     broken = history(tmp_path / "broken", deliveries=[delivered(f"{S}@1", 10)] * 2)
-    run = [sys.executable, "-m", "chaos", "check"]
-    assert subprocess.run([*run, str(clean)], capture_output=True).returncode == 0
-    result = subprocess.run([*run, str(broken)], capture_output=True, text=True)
-    assert result.returncode == 1 and "FAIL no-double-delivery" in result.stdout
+    passed = CliRunner().invoke(main, ["check", str(clean)])
+    assert passed.exit_code == 0, passed.output
+    result = CliRunner().invoke(main, ["check", str(broken)])
+    assert result.exit_code == 1 and "FAIL no-double-delivery" in result.output
 
 
 @pytest.mark.parametrize("nodes", [3, 5])
@@ -410,10 +411,6 @@ def test_corrupt_flips_a_byte_chosen_by_the_fault_alone_and_logs_where(tmp_path:
 def test_a_run_refuses_a_history_folder_that_is_not_empty(tmp_path: Path) -> None:
     """An earlier run's node logs in --out would be restored and its transactions checked as
     this run's (a reused folder showed duplicates and a changed order that never happened)."""
-    from click.testing import CliRunner
-
-    from chaos.__main__ import main
-
     (tmp_path / "run.json").write_text("{}")
     result = CliRunner().invoke(main, ["run", "--duration", "20", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "is not empty" in result.output

@@ -1,6 +1,7 @@
 """The command line as a kcat or nats user reaches for it (issue 13): --servers and
 RELAY_SERVERS, publish as input arrives and --file, consume's --last, --to, -e and --format,
-stream ls and info, and a local cluster from --nodes N with no file."""
+stream ls and info, and a local cluster from --nodes N with no file. Only the output formats
+run without a cluster; every other test is slow (node processes, and the CLI as a process)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def cli(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = Non
     return result.stdout_bytes
 
 
+@pytest.mark.slow
 def test_servers_and_relay_servers_reach_the_cluster_without_a_file(
     cluster: LocalCluster,
 ) -> None:
@@ -101,6 +103,7 @@ def test_servers_and_relay_servers_reach_the_cluster_without_a_file(
     assert none.exit_code != 0 and "--servers" in none.output
 
 
+@pytest.mark.slow
 def test_consume_last_to_and_exit_at_end(cluster: LocalCluster) -> None:
     config = str(cluster.config_path)
     lines = b"\n".join(b"m%d" % i for i in range(30)) + b"\n"
@@ -118,6 +121,7 @@ def test_consume_last_to_and_exit_at_end(cluster: LocalCluster) -> None:
     assert empty == b""
 
 
+@pytest.mark.slow
 def test_a_binary_file_round_trips_through_publish_and_consume(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -131,6 +135,7 @@ def test_a_binary_file_round_trips_through_publish_and_consume(
     assert raw == data
 
 
+@pytest.mark.slow
 def test_stream_ls_and_info_show_what_every_node_holds(cluster: LocalCluster) -> None:
     config = str(cluster.config_path)
     cli("publish", "--config", config, "--stream", "cli.d", "a", "b", "c")
@@ -152,6 +157,7 @@ def test_stream_ls_and_info_show_what_every_node_holds(cluster: LocalCluster) ->
     assert missing.exit_code != 0 and "no node" in missing.output
 
 
+@pytest.mark.slow
 def test_publish_sends_each_line_as_it_arrives(cluster: LocalCluster) -> None:
     """As `tail -f app.log | relay publish` needs: a line's ack comes back while the input
     is still open."""
@@ -189,6 +195,7 @@ def free_base_port(count: int) -> int:
     raise RuntimeError("no free range of ports")
 
 
+@pytest.mark.slow
 def test_cluster_up_with_nodes_writes_its_own_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,6 +239,7 @@ def test_cluster_up_with_nodes_writes_its_own_file(
     assert down.exit_code == 0 and down.output.count("stopped") == 3
 
 
+@pytest.mark.slow
 def test_the_example_file_starts_a_working_cluster_on_a_fresh_checkout(tmp_path: Path) -> None:
     """Its public keys had no secret halves: `relay cluster up` refused it. Its keys are now
     made on first use (local_keys), and its clients are admitted by key."""
@@ -269,6 +277,7 @@ def bench(cluster: LocalCluster, *args: str) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.slow
 def test_bench_runs_several_producers_and_consumers_end_to_end(cluster: LocalCluster) -> None:
     found = bench(
         cluster,
@@ -301,6 +310,7 @@ def wait_for_txs(cluster: LocalCluster, stream: str, count: int, timeout_s: floa
     assert reached >= count, f"{stream} reached {reached} txs, not {count}"
 
 
+@pytest.mark.slow
 def test_bench_at_a_rate_charges_a_stall_to_every_message_it_delayed(
     cluster: LocalCluster,
 ) -> None:

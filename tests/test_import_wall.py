@@ -2,7 +2,8 @@
 
 Two walls, each with a test that shows it catches a breach: what importing every core module
 actually loads (in a fresh interpreter, so indirect imports count), and what the core's files
-import directly (for the modules the interpreter loads anyway, such as ``time``).
+import directly (for the modules the interpreter loads anyway, such as ``time``). The first
+wall starts an interpreter, so its tests are slow; the second's run in the fast tier.
 """
 
 import ast
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "relay" / "core"
@@ -62,6 +65,7 @@ def loaded_by(modules: list[str], extra_path: Path | None = None) -> set[str]:
     return set(done.stdout.split())
 
 
+@pytest.mark.slow  # a fresh interpreter is the point: a process
 def test_importing_every_core_module_loads_nothing_impure() -> None:
     modules = core_modules()
     if loaded_by(modules) & LOADED_FORBIDDEN:  # name the culprits, one module at a time
@@ -69,6 +73,7 @@ def test_importing_every_core_module_loads_nothing_impure() -> None:
         raise AssertionError({m: bad for m, bad in culprits.items() if bad})
 
 
+@pytest.mark.slow  # a fresh interpreter is the point: a process
 def test_the_wall_catches_an_indirect_import(tmp_path: Path) -> None:
     (tmp_path / "leaky.py").write_text("import json\nfrom relay.client import producer\n")
     assert {"zmq", "socket", "threading"} <= loaded_by(["leaky"], tmp_path) & LOADED_FORBIDDEN

@@ -4,6 +4,7 @@ their invariants under the fault mix (partitions, loss, crashes, power losses, c
 import dataclasses
 
 import pytest
+from test_sim import sweep
 
 from relay.sim import delivery
 from relay.sim.checker import InvariantViolation
@@ -17,15 +18,17 @@ def run(seed: int, nodes: int) -> SimCluster:
     return cluster
 
 
-def test_groups_and_batches_hold_under_faults() -> None:
+@pytest.mark.parametrize("seeds", sweep(30, 25))
+def test_groups_and_batches_hold_under_faults(seeds: range) -> None:
     restarts = completed = 0
-    for seed in range(30):
+    for seed in seeds:
         cluster = run(seed, 3 + 2 * (seed % 2))
         assert cluster.delivery is not None
         restarts += cluster.delivery.restarts
         completed += cluster.delivery.count == len(cluster.delivery.given)
-    assert restarts >= 10  # members died between commits and resumed from the cluster's word
-    assert completed == 30  # every batch was given whole and (the run checked) complete
+    # in one seed of three, members died between commits and resumed from the cluster's word
+    assert restarts * 3 >= len(seeds)
+    assert completed == len(seeds)  # every batch was given whole and (the run checked) complete
 
 
 def test_the_checker_catches_a_position_committed_before_its_acks(
