@@ -4,9 +4,11 @@ log code recovering from it."""
 
 from __future__ import annotations
 
+import errno
 import random
 from pathlib import Path
 
+import pytest
 from test_storage import WINDOW, chain, write_in_batches
 
 from relay.core.events import Persist
@@ -46,6 +48,41 @@ def test_a_process_crash_keeps_everything_written() -> None:
     files.writev(fd, (b"page cache",))
     files.crash(power_loss=False)
     assert files.read_bytes(ROOT / "a") == b"page cache"
+
+
+def test_pages_a_failed_sync_was_to_write_are_lost_at_power_loss_until_written_again() -> None:
+    """As on Linux: a failed fdatasync marks its pages clean without the device taking them;
+    reads still see them, a later good sync does not write them, a power loss loses them."""
+    for seed in range(20):
+        files = SimFiles(random.Random(seed), ROOT)
+        fd = files.create(ROOT / "a")
+        files.fsync_dir(ROOT)
+        files.writev(fd, (b"kept.",))
+        files.fdatasync(fd)
+        files.writev(fd, (b"dropped.",))
+        files.sync_errors = 1.0
+        with pytest.raises(OSError) as info:
+            files.fdatasync(fd)
+        assert info.value.errno == errno.EIO
+        files.sync_errors = 0.0
+        files.writev(fd, (b"after.",))
+        files.fdatasync(fd)  # succeeds, but leaves the dropped pages off the device
+        assert files.read_bytes(ROOT / "a") == b"kept.dropped.after."
+        files.crash(power_loss=True)
+        assert files.read_bytes(ROOT / "a") == b"kept." + bytes(8) + b"after."
+    files = SimFiles(random.Random(1), ROOT)
+    fd = files.create(ROOT / "a")
+    files.fsync_dir(ROOT)
+    files.writev(fd, (b"kept.dropped.",))
+    files.sync_errors = 1.0
+    with pytest.raises(OSError):
+        files.fdatasync(fd)
+    files.sync_errors = 0.0
+    files.ftruncate(fd, 0)  # what the log does after a failed sync: cut, and write again
+    files.writev(fd, (b"kept.dropped.",))
+    files.fdatasync(fd)
+    files.crash(power_loss=True)
+    assert files.read_bytes(ROOT / "a") == b"kept.dropped."
 
 
 def sync(log: StreamLog) -> None:

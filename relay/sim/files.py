@@ -11,7 +11,10 @@ A process crash loses nothing but the descriptors (the kernel keeps its page cac
 loss keeps the durable metadata plus a random prefix of the rest, and of each file the synced
 bytes plus a random prefix of what was appended since, torn at any byte (a cut since the last
 sync persists, or not). Faults can be switched on: writes that fail with ENOSPC (or come up
-short), and syncs that fail with EIO (what they were to cover stays unsynced).
+short), and syncs that fail with EIO. A failed sync is modelled on Linux: the pages it was to
+write are marked clean though the device never took them (``Inode.dropped``), so reads still
+see them but no later sync writes them, and a power loss loses them, even when a later sync
+of the same file succeeded; only a truncate below them (and writing them again) ends that.
 """
 
 from __future__ import annotations
@@ -28,7 +31,22 @@ from pathlib import Path
 @dataclass(slots=True)
 class Inode:
     data: bytearray = field(default_factory=bytearray)
-    synced: bytes = b""
+    synced: bytes = b""  # what the device holds, as far as the last good sync reached
+    dropped: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of pages a
+    # failed sync marked clean: in the page cache, never on the device
+
+    def truncated(self, size: int) -> None:
+        del self.data[size:]
+        self.dropped = [(start, min(end, size)) for start, end in self.dropped if start < size]
+
+    def device_copy(self) -> bytes:
+        """What a sync makes durable: the data, except the dropped pages, which hold what the
+        device held there before (zeros past its old end)."""
+        image = bytearray(self.data)
+        for start, end in self.dropped:
+            old = self.synced[start:end]
+            image[start:end] = old + bytes(end - start - len(old))
+        return bytes(image)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +181,10 @@ class SimFiles:
         return len(data)
 
     def ftruncate(self, fd: int, size: int) -> None:
-        del self.inodes[self.fds[fd]].data[size:]
+        self.inodes[self.fds[fd]].truncated(size)
 
     def truncate(self, path: Path, size: int) -> None:
-        del self.inodes[self._inode_of(path)].data[size:]
+        self.inodes[self._inode_of(path)].truncated(size)
 
     def dup(self, fd: int) -> int:
         return self._open(self.fds[fd])
@@ -178,8 +196,11 @@ class SimFiles:
     def fdatasync(self, fd: int) -> None:
         inode = self.inodes[self.fds[fd]]
         if self.sync_errors and self.rng.random() < self.sync_errors:
+            start = _common_prefix(inode.data, inode.synced)
+            if start < len(inode.data):
+                inode.dropped.append((start, len(inode.data)))
             raise _error(errno.EIO)
-        inode.synced = bytes(inode.data)
+        inode.synced = inode.device_copy()
         self.syncs += 1
 
     def fsync_dir(self, path: Path) -> None:
@@ -193,7 +214,7 @@ class SimFiles:
 
     def sync_all(self, path: Path) -> None:
         for inode in self.inodes.values():
-            inode.synced = bytes(inode.data)
+            inode.synced = inode.device_copy()
         self._commit(len(self.pending))
 
     def _commit(self, count: int) -> None:
@@ -239,15 +260,23 @@ class SimFiles:
         for inode in self.inodes.values():
             inode.data = bytearray(self._survivor(inode))
             inode.synced = bytes(inode.data)
+            inode.dropped = []
 
     def _survivor(self, inode: Inode) -> bytes:
         """What of a file survives a power loss: its synced bytes, and a torn prefix of
-        what was written after them (a cut since the sync persists, or not)."""
-        data, synced = inode.data, inode.synced
-        common = len(synced) if data.startswith(synced) else 0
-        limit = min(len(data), len(synced))
-        while common < limit and data[common] == synced[common]:
-            common += 1
+        what a sync would have written after them (a cut since the sync persists, or not;
+        dropped pages never reach the device)."""
+        data, synced = inode.device_copy(), inode.synced
+        common = _common_prefix(data, synced)
         if common < len(synced) and self.rng.random() < 0.5:
             return synced  # the cut and what followed it were lost
-        return bytes(data[: common + self.rng.randint(0, len(data) - common)])
+        return data[: common + self.rng.randint(0, len(data) - common)]
+
+
+def _common_prefix(data: bytes | bytearray, synced: bytes) -> int:
+    """How many leading bytes the page cache and the device agree on."""
+    common = len(synced) if data.startswith(synced) else 0
+    limit = min(len(data), len(synced))
+    while common < limit and data[common] == synced[common]:
+        common += 1
+    return common
