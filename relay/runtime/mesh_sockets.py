@@ -133,7 +133,7 @@ class MeshSockets:
                 user = str(sender)
                 if topic not in self.may_subscribe.get(user, frozenset()):
                     metrics.errors.labels("mesh_subscription_refused").inc()
-                    if self.fault_log.ready(("subscription", user), elapsed_ms):
+                    if self.fault_log.allow(("subscription", user), elapsed_ms):
                         log.warning(
                             "peer_fault: node %s subscribed to %r, outside its streams; refused",
                             user,
@@ -230,7 +230,7 @@ class MeshSockets:
         it, at most once a second."""
         metrics.errors.labels(kind).inc()
         metrics.peer_faults.labels(str(peer)).inc()
-        if self.fault_log.ready(peer, elapsed_ms):
+        if self.fault_log.allow(peer, elapsed_ms):
             log.warning("%s: dropped a frame from node %d: %s", kind, peer, why)
 
     def close(self) -> None:

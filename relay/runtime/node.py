@@ -285,7 +285,7 @@ class NodeRuntime:
         refused = self.zap.answer()
         for domain, _ in refused:
             self.metrics.auth_refused.labels(domain).inc()
-        if refused and self.refusal_log.ready("auth", elapsed_ms):
+        if refused and self.refusal_log.allow("auth", elapsed_ms):
             domain, address = refused[0]
             log.warning("auth_refused: %s connection from %s: key not admitted", domain, address)
 
@@ -295,7 +295,7 @@ class NodeRuntime:
         refused = self.clients.connections.drain()
         if refused:
             self.metrics.errors.labels("too_many_connections").inc(len(refused))
-        if refused and self.refusal_log.ready("connections", elapsed_ms):
+        if refused and self.refusal_log.allow("connections", elapsed_ms):
             log.warning(
                 "too_many_connections: shut %d connection(s), the last from %s "
                 "(client_connections_per_address_max %d, client_connections_max %d)",

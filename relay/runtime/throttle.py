@@ -12,7 +12,7 @@ class Throttle:
     def __init__(self) -> None:
         self.last_ms: dict[Hashable, int] = {}  # subject -> when it was last let through
 
-    def ready(self, subject: Hashable, elapsed_ms: int) -> bool:
+    def allow(self, subject: Hashable, elapsed_ms: int) -> bool:
         """Whether to log about ``subject`` now (and, if so, not again within a second)."""
         if elapsed_ms - self.last_ms.get(subject, -EVERY_MS) < EVERY_MS:
             return False
