@@ -142,12 +142,11 @@ def test_stream_ls_and_info_show_what_every_node_holds(cluster: LocalCluster) ->
     listed = [json.loads(r) for r in cli("stream", "ls", "--config", config, "--json").splitlines()]
     mine = next(r for r in listed if r["stream"] == "cli.d")
     assert mine["replicas"] == [1, 2, 3] and mine["txs"] == 3 and mine["bytes"] > 0
-    deadline = time.monotonic() + 10
-    while True:  # every replica verifies the last one within a heartbeat or two
-        info = json.loads(cli("stream", "info", "cli.d", "--config", config, "--json"))
-        if len({n["verified_seq"] for n in info.values()}) == 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    info = until(  # every replica verifies the last one within a heartbeat or two
+        lambda: json.loads(cli("stream", "info", "cli.d", "--config", config, "--json")),
+        lambda found: len({n["verified_seq"] for n in found.values()}) == 1,
+        timeout_s=10,
+    )
     assert sorted(info) == ["1", "2", "3"]
     assert {n["txs"] for n in info.values()} == {3}
     assert len({n["verified_seq"] for n in info.values()}) == 1
@@ -340,7 +339,7 @@ def test_bench_at_a_rate_charges_a_stall_to_every_message_it_delayed(
             wait_for_txs(cluster, "bench.co", 150)  # about 0.75 s of sending
             for node_id in (1, 2, 3):
                 os.kill(cluster.procs[node_id].pid, signal.SIGSTOP)
-            time.sleep(0.7)  # the stall itself
+            time.sleep(0.7)  # not a wait: the stall itself, which the bench must measure
         finally:
             for node_id in (1, 2, 3):
                 os.kill(cluster.procs[node_id].pid, signal.SIGCONT)

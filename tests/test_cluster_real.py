@@ -12,11 +12,13 @@ import pytest
 import zmq
 from test_bounds_real import dealer
 from test_security_real import metric
+from waits import until
 
 from relay import Consumer, Producer, RelayError
 from relay.client.directory import resolve
 from relay.client.fetcher import Fetcher
 from relay.client.producer import Ack
+from relay.core.dedup import incarnation_start
 from relay.runtime.local_cluster import LocalCluster
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, Reply, decode_reply
@@ -165,7 +167,12 @@ def test_a_second_live_producer_with_the_same_id_fences_the_first(cluster3: Loca
     with Producer(config=cluster3.config_path, producer_id="billing-2") as old:
         kept = old.send("fences", b"old-1")
         old.flush()
-        time.sleep(0.01)  # a later millisecond: a newer incarnation
+        passed = until(  # a later millisecond: a newer incarnation
+            lambda: incarnation_start(int(time.time() * 1000)),
+            lambda first_id: first_id > kept.msg_id,
+            timeout_s=1,
+        )
+        assert passed > kept.msg_id, "the wall clock did not move on"
         with Producer(config=cluster3.config_path, producer_id="billing-2") as new:
             assert new.publish("fences", b"new-1").seq > kept.result().seq
             refused = old.send("fences", b"old-2")

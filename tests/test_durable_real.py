@@ -12,6 +12,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
+from waits import until
 
 from relay import Consumer, Producer
 from relay.client.producer import Ack
@@ -61,14 +62,15 @@ def test_every_node_killed_at_once_under_load_loses_nothing_acknowledged(
 
         thread = threading.Thread(target=publish)
         thread.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and cluster.status(1) is not None:
-            status = cluster.status(1)
-            streams = status.streams if status else ()
-            if any(s.verified_seq and s.name == "orders" for s in streams):
-                time.sleep(1.0)  # a second of pipelined load in flight
-                break
-            time.sleep(0.05)
+
+        def verified(status: NodeStatus | None) -> bool:
+            return status is not None and bool(getattr(status.stream("orders"), "verified_seq", 0))
+
+        status = until(  # until node 1 verified some load (or stopped answering)
+            lambda: cluster.status(1), lambda s: s is None or verified(s), timeout_s=30
+        )
+        if verified(status):
+            time.sleep(1.0)  # not a wait: the load runs on, a second of publishes in flight
         for node_id in (1, 2, 3):  # every node at the same moment: no fsync after this
             cluster.send_signal(node_id, signal.SIGKILL)
         running.clear()
@@ -226,10 +228,10 @@ def test_a_full_disk_acknowledges_nothing_and_recovers_when_space_returns(
                 # wait for any disk
                 assert future.failed() == (fsync == "always"), "acknowledged with one disk"
             subprocess.run(["mount", "-o", "remount,size=64m", str(full)], check=True)
-            deadline = time.monotonic() + 30
-            while (cluster.status(3) or fail_status()).storage:
-                assert time.monotonic() < deadline, "node 3 never took writes again"
-                time.sleep(0.1)
+            healed = until(
+                lambda: cluster.status(3) or fail_status(), lambda s: not s.storage, timeout_s=30
+            )
+            assert not healed.storage, "node 3 never took writes again"
             with Producer(config=cluster.config_path, node=3) as producer:
                 ack = producer.publish("orders", b"space again")
             assert ack.seq > 0
@@ -257,12 +259,13 @@ def test_retention_deletes_old_segments_and_a_read_past_them_is_data_loss(
             futures = [producer.send("orders", bytes(100)) for _ in range(2000)]
             producer.flush()
             acks = sorted((f.result() for f in futures), key=lambda a: a.seq)  # oldest first
-        deadline = time.monotonic() + 30
-        while not all(  # every replica: a reader goes to another one for what one lacks
-            "retention: orders now starts after seq" in cluster.log(n) for n in (1, 2, 3)
-        ):
-            assert time.monotonic() < deadline, "retention never deleted a segment"
-            time.sleep(0.1)
+        deleted = "retention: orders now starts after seq"
+        logs = until(  # every replica: a reader goes to another one for what one lacks
+            lambda: [cluster.log(n) for n in (1, 2, 3)],
+            lambda texts: all(deleted in text for text in texts),
+            timeout_s=30,
+        )
+        assert all(deleted in text for text in logs), "retention never deleted a segment"
         with Producer(config=cluster.config_path) as producer:  # the memory rings move on
             later = [producer.send("orders", bytes(100)) for _ in range(500)]
             producer.flush()

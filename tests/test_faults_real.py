@@ -3,6 +3,7 @@ failover. Every wait polls a condition with a deadline; every node is stopped at
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 from collections.abc import Iterator
@@ -12,9 +13,11 @@ import msgpack
 import pytest
 import zmq
 from load import Load
+from waits import until
 
 from relay import Consumer, Producer
 from relay.client.producer import Ack
+from relay.core.status import NodeStatus
 from relay.runtime.local_cluster import LocalCluster
 from relay.wire.client import publish_request
 
@@ -50,23 +53,29 @@ def converged(cluster: LocalCluster, nodes: list[int], timeout_s: float = 60) ->
     """Wait until every node serves with all streams verified up to their head and equal
     digests; the seconds it took."""
     started = time.monotonic()
-    deadline = started + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
-        statuses = [cluster.status(n) for n in nodes]
-        last = statuses
-        if all(s is not None and s.state == "serving" for s in statuses):
-            views = [{x.name: x for x in s.streams} for s in statuses if s is not None]
-            names = set().union(*(v.keys() for v in views))
-            if all(
-                all(name in v and v[name].unverified_txs == 0 for v in views)
-                and len({v[name].digest for v in views}) == 1
-                and len({v[name].verified_seq for v in views}) == 1
-                for name in names
-            ):
-                return time.monotonic() - started
-        time.sleep(0.1)
-    raise AssertionError(f"no convergence in {timeout_s} s: {last}")
+    last = until(lambda: [cluster.status(n) for n in nodes], agree, timeout_s)
+    if not agree(last):
+        raise AssertionError(f"no convergence in {timeout_s} s: {last}")
+    return time.monotonic() - started
+
+
+def agree(statuses: list[NodeStatus | None]) -> bool:
+    """Every node serves, every stream verified to its head, at one seq and digest."""
+    if not all(s is not None and s.state == "serving" for s in statuses):
+        return False
+    views = [{x.name: x for x in s.streams} for s in statuses if s is not None]
+    names = set().union(*(v.keys() for v in views))
+    return all(
+        all(name in v and v[name].unverified_txs == 0 for v in views)
+        and len({v[name].digest for v in views}) == 1
+        and len({v[name].verified_seq for v in views}) == 1
+        for name in names
+    )
+
+
+def peers_down(cluster: LocalCluster, node_id: int) -> tuple[int, ...]:
+    status = cluster.status(node_id)
+    return status.peers_down if status is not None else ()
 
 
 def assert_all_acked_held(cluster: LocalCluster, acks: list[Ack], nodes: list[int]) -> None:
@@ -127,10 +136,10 @@ def test_a_partitioned_node_fences_itself_and_acknowledges_nothing(make_cluster)
     cluster.fault(1, block_from=[3])
     cluster.fault(2, block_from=[3])
     started = time.monotonic()
-    deadline = started + 10
-    while getattr(cluster.status(3), "state", None) != "fenced":
-        assert time.monotonic() < deadline, "node 3 never fenced itself"
-        time.sleep(0.05)
+    state = until(
+        lambda: getattr(cluster.status(3), "state", None), lambda now: now == "fenced", 10
+    )
+    assert state == "fenced", "node 3 never fenced itself"
     fenced_after = time.monotonic() - started
     assert fenced_after < (FAST["fence_after_ms"] + 1000) / 1000
     reply = raw_publish(cluster, 3, "orders", b"while fenced")
@@ -148,7 +157,9 @@ def test_sigstop_past_the_fence_timeout_then_sigcont_catches_up(make_cluster) ->
     load.wait_for(100)
     cluster.send_signal(3, signal.SIGSTOP)
     load.wait_for(len(load.acks) + 150)
-    time.sleep(FAST["suspect_after_ms"] / 1000 + 0.2)  # longer than the fence and cut timeouts
+    for node_id in (1, 2):  # stopped past the fence and cut timeouts: the others cut it
+        down = until(functools.partial(peers_down, cluster, node_id), lambda d: 3 in d, 10)
+        assert 3 in down, f"node {node_id} never cut node 3"
     cluster.send_signal(3, signal.SIGCONT)
     acks = load.finish()
     converged(cluster, [1, 2, 3])

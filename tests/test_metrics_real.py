@@ -15,6 +15,7 @@ from urllib.request import urlopen
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waits import until
 
 from relay import Producer
 from relay.runtime.local_cluster import LocalCluster
@@ -76,11 +77,8 @@ def test_identity_verified_counts_and_process_metrics(cluster: LocalCluster) -> 
     found = samples(cluster, 2)
     info = [k for k in found if k[0] == "relay_node_info"]
     assert info and dict(info[0][1])["node_id"] == "2"
-    deadline = time.monotonic() + 10
     key = ("relay_verified_txs_total", (("stream", "metrics.m"),))
-    while found.get(key) != 50 and time.monotonic() < deadline:
-        time.sleep(0.2)
-        found = samples(cluster, 2)
+    found = until(lambda: samples(cluster, 2), lambda now: now.get(key) == 50, timeout_s=10)
     assert found.get(key) == 50  # a count, which a float carries exactly (a seq it would not)
     stamp = found[("relay_verified_timestamp_seconds", (("stream", "metrics.m"),))]
     assert abs(stamp - time.time()) < 120
@@ -136,8 +134,5 @@ def test_a_restarted_node_counts_only_what_becomes_verified_after_it(
         for i in range(5):
             producer.publish("metrics.m", b"after %d" % i)
     key = ("relay_verified_txs_total", (("stream", "metrics.m"),))
-    deadline, counted = time.monotonic() + 10, 0.0
-    while counted < 5 and time.monotonic() < deadline:
-        time.sleep(0.2)
-        counted = samples(cluster, 3).get(key, 0.0)
+    counted = until(lambda: samples(cluster, 3).get(key, 0.0), lambda n: n >= 5, timeout_s=10)
     assert 5 <= counted < 50  # not the 50 the log held as verified before the restart

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import zmq
 from prometheus_client import CollectorRegistry, Counter
+from waits import until
 
 from relay.config.client_bounds import ClientBounds
 from relay.runtime.client_limits import ClientLimits
@@ -42,14 +43,16 @@ class Rig:
         self.registry = CollectorRegistry()
         self.dropped = Counter("dropped", "answers dropped", registry=self.registry)
         self.outbox = ClientOutbox(self.router, self.limits, self.dropped, 256 << 20)
-        deadline = time.monotonic() + 5  # until the router can route to the dealer
-        while time.monotonic() < deadline:
-            try:
-                self.router.send_multipart((CLIENT, b"hello"), zmq.NOBLOCK)
-                break
-            except zmq.ZMQError:
-                time.sleep(0.01)
+        assert until(self.hello, lambda sent: sent, timeout_s=5), "the dealer never connected"
         assert self.dealer.recv() == b"hello"
+
+    def hello(self) -> bool:
+        """Whether the router could route a hello to the dealer (it has connected)."""
+        try:
+            self.router.send_multipart((CLIENT, b"hello"), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return False
+        return True
 
     def admit(self, ids: range) -> None:
         for req_id in ids:
@@ -62,13 +65,18 @@ class Rig:
         self.admit(ids)
         for req_id in ids:
             self.outbox.send(CLIENT, b"f" * (64 << 10), req_id, 0.0)
-        deadline = time.monotonic() + 5  # until no more room comes: the buffers are full
-        left = -1
-        while left != len(self.outbox.waiting[CLIENT].answers) and time.monotonic() < deadline:
-            left = len(self.outbox.waiting[CLIENT].answers)
-            time.sleep(0.1)
+        before = -1
+
+        def waiting() -> int:
             self.outbox.resend(self.outbox.waiting[CLIENT].due_ms)
-        assert left > 0
+            return len(self.outbox.waiting[CLIENT].answers)
+
+        def settled(left: int) -> bool:  # no more room came: the buffers are full
+            nonlocal before
+            same, before = left == before, left
+            return same
+
+        assert until(waiting, settled, timeout_s=5) > 0
 
     def read_all(self, quiet_ms: int = 200) -> list[bytes]:
         """What the dealer receives until ``quiet_ms`` pass with nothing more."""
@@ -176,9 +184,12 @@ def test_answers_for_a_connection_that_went_away_are_dropped(rig: Rig) -> None:
     waiting = len(rig.outbox.waiting[CLIENT].answers)
     rig.dealer.close(linger=0)
     started = time.monotonic()
-    while rig.outbox.waiting and time.monotonic() < started + 1:
+
+    def still_waiting() -> bool:
         rig.outbox.resend((time.monotonic() - started) * 1000)
-        time.sleep(0.01)
+        return bool(rig.outbox.waiting)
+
+    until(still_waiting, lambda waiting: not waiting, timeout_s=1)
     rig.outbox.resend(WAIT_MS + 1)
     assert not rig.outbox.waiting
     assert 0 < rig.dropped_count() <= waiting  # some may have left before the end was seen

@@ -116,7 +116,7 @@ def impersonate(
             while monitor.poll(0):
                 event = recv_monitor_message(monitor)["event"]
                 handshakes += event == zmq.EVENT_HANDSHAKE_SUCCEEDED
-            time.sleep(0.02)
+            time.sleep(0.02)  # not a wait: paces the frames sent for ``seconds``
     finally:
         fake.disable_monitor()
         monitor.close(linger=0)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from test_spark import publish, relay_read, wait_until
+from waits import until
 
 from relay import Consumer, Producer
 from relay.core.flake import seq_unix_ms
@@ -76,10 +77,9 @@ def test_several_streams_by_list_with_offsets_per_stream(
     )
     got = sorted((r.stream, r.seq) for r in df.select("stream", "seq").collect())
     assert got == sorted([("multi.eu", s) for s in eu[10:20]] + [("multi.us", s) for s in us])
-    deadline = time.monotonic() + 5  # the second wave starts in a later millisecond
-    while time.time() * 1000 <= seq_unix_ms(max(us)) + 1:
-        assert time.monotonic() < deadline, "the clock never passed the first wave's last seq"
-        time.sleep(0.001)
+    first_wave_ms = seq_unix_ms(max(us)) + 1  # the second wave starts in a later millisecond
+    now_ms = until(lambda: time.time() * 1000, lambda ms: ms > first_wave_ms, timeout_s=5)
+    assert now_ms > first_wave_ms, "the clock never passed the first wave's last seq"
     us += publish(cluster, "multi.us", 10)
     upto = seq_unix_ms(us[30])  # every tx before the second wave's first millisecond
     before = relay_read(spark, cluster, "multi.us", endingTimestamp=upto).collect()
