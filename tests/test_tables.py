@@ -1,70 +1,85 @@
-"""The lane and catch-up state machines: every (state, input) pair, stated again here."""
-
-import pytest
+"""The lane and catch-up state machines: the rules they keep, checked over every (state,
+input) pair of their tables, and what each transition does to the lane it moves."""
 
 from relay.core import catchup, lane
 from relay.core.catchup import Catchup, CatchupAction, CatchupInput, CatchupState, PeerView
 from relay.core.lane import Lane, LaneInput, LaneState
 
 L, LI = LaneState, LaneInput
-LANE_EXPECTED = {
-    (L.NEW, LI.ADMITTED): (L.NEW, False),
-    (L.NEW, LI.SUSPECTED): (L.NEW, False),
-    (L.NEW, LI.NEWER_SUSPECTED): (L.CUTTING, True),
-    (L.NEW, LI.CUT_SETTLED): (L.NEW, False),
-    (L.NEW, LI.NEWER_EPOCH): (L.ACTIVE, True),
-    (L.NEW, LI.REJOINED): (L.ACTIVE, True),
-    (L.NEW, LI.UNSETTLED): (L.NEW, False),
-    (L.WAITING, LI.ADMITTED): (L.ACTIVE, False),
-    (L.WAITING, LI.SUSPECTED): (L.CUTTING, False),
-    (L.WAITING, LI.NEWER_SUSPECTED): (L.CUTTING, True),
-    (L.WAITING, LI.CUT_SETTLED): (L.WAITING, False),
-    (L.WAITING, LI.NEWER_EPOCH): (L.CUTTING, False),
-    (L.WAITING, LI.REJOINED): (L.ACTIVE, True),
-    (L.WAITING, LI.UNSETTLED): (L.WAITING, False),
-    (L.ACTIVE, LI.ADMITTED): (L.ACTIVE, False),
-    (L.ACTIVE, LI.SUSPECTED): (L.CUTTING, False),
-    (L.ACTIVE, LI.NEWER_SUSPECTED): (L.CUTTING, True),
-    (L.ACTIVE, LI.CUT_SETTLED): (L.ACTIVE, False),
-    (L.ACTIVE, LI.NEWER_EPOCH): (L.CUTTING, False),
-    (L.ACTIVE, LI.REJOINED): (L.ACTIVE, True),
-    (L.ACTIVE, LI.UNSETTLED): (L.ACTIVE, False),
-    (L.CUTTING, LI.ADMITTED): (L.CUTTING, False),
-    (L.CUTTING, LI.SUSPECTED): (L.CUTTING, False),
-    (L.CUTTING, LI.NEWER_SUSPECTED): (L.CUTTING, True),
-    (L.CUTTING, LI.CUT_SETTLED): (L.CUT, False),
-    (L.CUTTING, LI.NEWER_EPOCH): (L.CUTTING, False),
-    (L.CUTTING, LI.REJOINED): (L.CUTTING, False),
-    (L.CUTTING, LI.UNSETTLED): (L.CUTTING, False),
-    (L.CUT, LI.ADMITTED): (L.CUT, False),
-    (L.CUT, LI.SUSPECTED): (L.CUT, False),
-    (L.CUT, LI.NEWER_SUSPECTED): (L.CUTTING, True),
-    (L.CUT, LI.CUT_SETTLED): (L.CUT, False),
-    (L.CUT, LI.NEWER_EPOCH): (L.WAITING, True),
-    (L.CUT, LI.REJOINED): (L.ACTIVE, True),
-    (L.CUT, LI.UNSETTLED): (L.CUTTING, False),
-}
+PAIRS = [(s, i) for s in LaneState for i in LaneInput]
 
 
-def test_the_lane_table_covers_every_pair() -> None:
-    assert set(lane.TRANSITIONS) == {(s, i) for s in LaneState for i in LaneInput}
-    assert lane.TRANSITIONS == LANE_EXPECTED
-
-
-@pytest.mark.parametrize(("pair", "after"), LANE_EXPECTED.items())
-def test_each_lane_pair(pair: tuple[LaneState, LaneInput], after: tuple[LaneState, bool]) -> None:
-    state, event = pair
+def moved(state: LaneState, event: LaneInput) -> tuple[LaneState, bool]:
+    """(the state after ``event``, whether it follows a newer epoch), on a real lane."""
     before = Lane(2, 100, 1000, epoch=5, state=state)
     before.contig = 40
     before.cut_at = 40 if state is L.CUT else None
     got = before.apply(event, epoch=9)
-    next_state, newer = after
-    assert got.state is next_state
-    if newer:  # a successor that follows the newer epoch and remembers a closed one
-        assert got is not before and got.epoch == 9 and got.contig == 0
+    if got is before:
+        assert got.epoch == 5 and got.contig == 40, "the same epoch keeps what it holds"
+    else:  # a successor that follows the newer epoch and remembers a closed one
+        assert got.epoch == 9 and got.contig == 0
         assert got.closed == ((5, 40) if state is L.CUT else None)
-    else:
-        assert got is before and got.epoch == 5 and got.contig == 40
+    return got.state, got is not before
+
+
+AFTER = {pair: moved(*pair) for pair in PAIRS}
+
+
+def test_the_lane_table_covers_every_pair() -> None:
+    assert set(lane.TRANSITIONS) == set(PAIRS)
+
+
+def test_an_epoch_holding_txs_is_cut_before_a_newer_one_is_followed() -> None:
+    for state in (L.WAITING, L.ACTIVE):
+        assert AFTER[state, LI.NEWER_EPOCH] == (L.CUTTING, False)
+        assert AFTER[state, LI.SUSPECTED] == (L.CUTTING, False)
+    for event in (LI.NEWER_EPOCH, LI.REJOINED, LI.SUSPECTED, LI.ADMITTED, LI.UNSETTLED):
+        assert AFTER[L.CUTTING, event] == (L.CUTTING, False), "a cut settles first"
+
+
+def test_only_a_settled_cut_closes_an_epoch() -> None:
+    closing = [
+        pair for pair, (after, _) in AFTER.items() if after is L.CUT and pair[0] is not L.CUT
+    ]
+    assert closing == [(L.CUTTING, LI.CUT_SETTLED)]
+    assert AFTER[L.CUTTING, LI.CUT_SETTLED] == (L.CUT, False), "the cut epoch's lane closes"
+    assert all(AFTER[s, LI.CUT_SETTLED] == (s, False) for s in LaneState if s is not L.CUTTING)
+
+
+def test_a_newer_epoch_after_a_cut_waits_for_admission() -> None:
+    assert AFTER[L.CUT, LI.NEWER_EPOCH] == (L.WAITING, True)
+    entering_active = {
+        p for p, (after, _) in AFTER.items() if after is L.ACTIVE and p[0] is L.WAITING
+    }
+    assert entering_active == {(L.WAITING, LI.ADMITTED), (L.WAITING, LI.REJOINED)}
+
+
+def test_a_newer_epoch_reported_cut_is_cut_whatever_the_lane_held() -> None:
+    assert all(AFTER[s, LI.NEWER_SUSPECTED] == (L.CUTTING, True) for s in LaneState)
+    assert AFTER[L.CUT, LI.SUSPECTED] == (L.CUT, False), "a closed epoch is cut already"
+
+
+def test_this_nodes_own_lane_rejoins_active_unless_its_cut_is_settling() -> None:
+    for state in LaneState:
+        expected = (L.CUTTING, False) if state is L.CUTTING else (L.ACTIVE, True)
+        assert AFTER[state, LI.REJOINED] == expected
+
+
+def test_a_lane_that_never_saw_an_epoch_has_nothing_to_cut() -> None:
+    assert AFTER[L.NEW, LI.NEWER_EPOCH] == (L.ACTIVE, True)
+    for event in (LI.ADMITTED, LI.SUSPECTED, LI.CUT_SETTLED, LI.UNSETTLED):
+        assert AFTER[L.NEW, event] == (L.NEW, False)
+
+
+def test_only_a_closed_cut_is_reopened_by_a_timeline_taken_back_below_it() -> None:
+    assert AFTER[L.CUT, LI.UNSETTLED] == (L.CUTTING, False)
+    assert all(AFTER[s, LI.UNSETTLED] == (s, False) for s in LaneState if s is not L.CUT)
+
+
+def test_admission_moves_only_a_waiting_lane() -> None:
+    assert AFTER[L.WAITING, LI.ADMITTED] == (L.ACTIVE, False)
+    assert all(AFTER[s, LI.ADMITTED] == (s, False) for s in LaneState if s is not L.WAITING)
 
 
 def test_a_reopened_cut_keeps_where_the_epoch_ends() -> None:
@@ -83,39 +98,44 @@ def test_a_lane_that_starts_cutting_forgets_an_older_cut() -> None:
 
 
 C, CI = CatchupState, CatchupInput
-CATCHUP_EXPECTED = {
-    (C.UNSYNCED, CI.GENESIS_AGREED): C.SYNCED,
-    (C.UNSYNCED, CI.ADOPTED): C.SYNCED,
-    (C.UNSYNCED, CI.CONTRADICTED): C.UNSYNCED,
-    (C.UNSYNCED, CI.VERIFIED_MOVED): C.UNSYNCED,
-    (C.UNSYNCED, CI.REFOLDED): C.UNSYNCED,
-    (C.SYNCED, CI.GENESIS_AGREED): C.SYNCED,
-    (C.SYNCED, CI.ADOPTED): C.SYNCED,
-    (C.SYNCED, CI.CONTRADICTED): C.DIVERGED,
-    (C.SYNCED, CI.VERIFIED_MOVED): C.SYNCED,
-    (C.SYNCED, CI.REFOLDED): C.SYNCED,
-    (C.DIVERGED, CI.GENESIS_AGREED): C.DIVERGED,
-    (C.DIVERGED, CI.ADOPTED): C.SYNCED,
-    (C.DIVERGED, CI.CONTRADICTED): C.DIVERGED,
-    (C.DIVERGED, CI.VERIFIED_MOVED): C.SYNCED,
-    (C.DIVERGED, CI.REFOLDED): C.SYNCED,
-}
+CATCHUP_PAIRS = [(s, i) for s in CatchupState for i in CatchupInput]
+
+
+def caught_up(state: CatchupState, event: CatchupInput) -> CatchupState:
+    """The state after ``event``; progress (anything but a contradiction) restarts the stuck
+    clock."""
+    c = Catchup(stuck_after_ms=100)
+    c.state = state
+    c.progress.start(0)
+    c.apply(event, 50)
+    assert c.progress.running == (event is CI.CONTRADICTED)
+    return c.state
+
+
+CATCHUP_AFTER = {pair: caught_up(*pair) for pair in CATCHUP_PAIRS}
 
 
 def test_the_catchup_table_covers_every_pair() -> None:
-    assert set(catchup.TRANSITIONS) == {(s, i) for s in CatchupState for i in CatchupInput}
-    assert catchup.TRANSITIONS == CATCHUP_EXPECTED
+    assert set(catchup.TRANSITIONS) == set(CATCHUP_PAIRS)
 
 
-@pytest.mark.parametrize(("pair", "after"), CATCHUP_EXPECTED.items())
-def test_each_catchup_pair(pair: tuple[CatchupState, CatchupInput], after: CatchupState) -> None:
-    c = Catchup(stuck_after_ms=100)
-    c.state = pair[0]
-    c.progress.start(0)
-    c.apply(pair[1], 50)
-    assert c.state is after
-    # progress (anything but a contradiction) restarts the stuck clock
-    assert c.progress.running == (pair[1] is CI.CONTRADICTED)
+def test_a_replica_knows_its_history_only_from_genesis_agreed_or_a_slice_adopted() -> None:
+    leaving = {e for (s, e), after in CATCHUP_AFTER.items() if s is C.UNSYNCED and after is not s}
+    assert leaving == {CI.GENESIS_AGREED, CI.ADOPTED}
+    assert all(CATCHUP_AFTER[s, CI.ADOPTED] is C.SYNCED for s in CatchupState)
+    forgetting = [p for p, after in CATCHUP_AFTER.items() if after is C.UNSYNCED]
+    assert all(s is C.UNSYNCED for s, _ in forgetting), "a known history is never forgotten"
+
+
+def test_only_a_contradiction_diverges_a_synced_replica_and_progress_heals_it() -> None:
+    entering = {
+        p for p, after in CATCHUP_AFTER.items() if after is C.DIVERGED and p[0] is not C.DIVERGED
+    }
+    assert entering == {(C.SYNCED, CI.CONTRADICTED)}
+    healing = {
+        e for (s, e), after in CATCHUP_AFTER.items() if s is C.DIVERGED and after is C.SYNCED
+    }
+    assert healing == {CI.ADOPTED, CI.VERIFIED_MOVED, CI.REFOLDED}
 
 
 def view(**flags: bool) -> PeerView:
