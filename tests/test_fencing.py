@@ -1,29 +1,26 @@
-"""The fencing state machine: every (state, input) pair."""
+"""The fencing state machine: the rules it keeps, over every (state, input) pair."""
 
 import pytest
 
 from relay.core.fencing import TRANSITIONS, FenceInput, NodeState, next_state, quorum_input
 
-EXPECTED = {
-    (NodeState.FENCED, FenceInput.QUORUM_HEARD): NodeState.SERVING,
-    (NodeState.FENCED, FenceInput.QUORUM_LOST): NodeState.FENCED,
-    (NodeState.FENCED, FenceInput.SHUTDOWN): NodeState.LEAVING,
-    (NodeState.SERVING, FenceInput.QUORUM_HEARD): NodeState.SERVING,
-    (NodeState.SERVING, FenceInput.QUORUM_LOST): NodeState.FENCED,
-    (NodeState.SERVING, FenceInput.SHUTDOWN): NodeState.LEAVING,
-    (NodeState.LEAVING, FenceInput.QUORUM_HEARD): NodeState.LEAVING,
-    (NodeState.LEAVING, FenceInput.QUORUM_LOST): NodeState.LEAVING,
-    (NodeState.LEAVING, FenceInput.SHUTDOWN): NodeState.LEAVING,
-}
+S, FI = NodeState, FenceInput
+PAIRS = [(s, i) for s in NodeState for i in FenceInput]
 
 
 def test_the_table_covers_every_pair() -> None:
-    assert set(TRANSITIONS) == {(s, i) for s in NodeState for i in FenceInput}
+    assert set(TRANSITIONS) == set(PAIRS)
 
 
-@pytest.mark.parametrize(("pair", "after"), EXPECTED.items())
-def test_each_pair(pair: tuple[NodeState, FenceInput], after: NodeState) -> None:
-    assert next_state(*pair) is after
+def test_a_node_serves_exactly_while_it_hears_a_quorum_until_it_leaves() -> None:
+    for state in (S.FENCED, S.SERVING):
+        assert next_state(state, FI.QUORUM_HEARD) is S.SERVING
+        assert next_state(state, FI.QUORUM_LOST) is S.FENCED
+
+
+def test_a_shutdown_is_final() -> None:
+    assert all(next_state(s, FI.SHUTDOWN) is S.LEAVING for s in NodeState)
+    assert all(next_state(S.LEAVING, i) is S.LEAVING for i in FenceInput)
 
 
 @pytest.mark.parametrize(
