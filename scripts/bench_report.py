@@ -6,8 +6,8 @@ default: pipelined acked tx/s from one producer (100-byte payloads), ack latency
 publish in flight and at half the measured peak, each node's peak RSS and the log's bytes per
 tx. Then scripts/ceiling.py on 3 and on 5 nodes, the least Python program doing relay's hot
 path (no disk, no deduplication, no encryption: what any Python design of relay could reach at
-most here), and, if nats-server and the peer venv are there, ../shared/peers' JetStream R3
-benchmark (memory and file storage) in the same run.
+most here), and, if the peer benchmark program and its venv are there (docs/benchmarks.md,
+"NATS JetStream"), JetStream R3 (memory and file storage) in the same run.
 Every measure is taken --rounds times (default 3), relay and JetStream alternating, so each
 round's ratio compares figures taken minutes apart; the median ratio is the one to read.
 Usage: scripts/bench.sh [--count N] [--rounds N] [--skip-nats] [--charts DIR] [--spark]
@@ -211,8 +211,8 @@ def main() -> None:
             continue
         nats = measure_nats()
         rounds.append((results, nats))
-        missing = "not run: install nats-server and /tmp/peer-venv (../shared/peers/README.md)"
-        print(f"## round {round_no}: NATS JetStream R3 (../shared/peers)\n")
+        missing = "not run: no peer benchmark program or venv (docs/benchmarks.md, NATS JetStream)"
+        print(f"## round {round_no}: NATS JetStream R3\n")
         print("```\n" + (nats or missing) + "\n```\n", flush=True)
         if nats:
             per_round.append(ratios(results, ceilings, nats))

@@ -11,8 +11,7 @@ turn; node 0 answers a batch once enough other nodes' digests agree with its own
 the batch's last seq to make a majority with it (one other of three, two of five). No disk,
 no deduplication, no epochs, no encryption, no repair, no consumers: every figure relay reaches
 is below this one, so a target above it is out of reach for any Python design of relay on this
-machine. (``../shared/peers/README.md`` describes such a program; this is the one this
-repository measures.)
+machine.
 
 Usage: python scripts/ceiling.py [--count N] [--window W] [--batch B] [--nodes 3|5] [--json]
 """
