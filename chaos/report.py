@@ -48,7 +48,7 @@ NETWORKS = {
 
 
 def headline(settings: dict[str, Any]) -> str:
-    net = settings.get("net", "local")  # runs recorded before --net were local
+    net = settings.get("net", "local")  # a run.json without it: every node on 127.0.0.1
     return (
         f"chaos run: {settings['nodes']} nodes, {settings['duration_s']:.0f} s, "
         f"faults {','.join(settings['faults'])}, seed {settings['seed']}, "

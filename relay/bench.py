@@ -1,17 +1,17 @@
 """``relay bench``: publish N transactions through one or more producers, optionally read
 them back with consumers; report throughput and latency percentiles.
 
-Three modes: one publish at a time (``--window 1 --batch 1``: the latency of a single publish
-in flight), pipelined as fast as acks come back (the default), and open loop at a fixed
-``--rate`` (latency at a chosen load). In open loop a message's latency counts from the time
-it was due to be sent, not from when the producer got round to it, so a stall is charged to
-every message it delayed (no coordinated omission, as wrk2 and HdrHistogram measure); the
-producer sleeps until each message is due and hands what is queued to the node at least once a
-millisecond (``LINGER_S``; it used to spin on its socket, taking a core from the nodes and
-sending requests of a message or two). With
-``--consumers M`` each of M consumers reads the stream and measures end to end, from a
-message's due time (carried in its first 8 bytes) to its arrival at the consumer. Producers
-and consumers are processes of their own; the progress line counts acknowledged messages.
+Three modes: one publish at a time (``--window 1 --batch 1``: the latency of a single publish in
+flight), pipelined as fast as acks come back (the default), and open loop at a fixed ``--rate``
+(latency at a chosen load). In open loop a message's latency counts from the time it was due to
+be sent, not from when the producer got round to it, so a stall is charged to every message it
+delayed (no coordinated omission, as wrk2 and HdrHistogram measure); the producer sleeps until
+each message is due and hands what is queued to the node at least once a millisecond
+(``LINGER_S``: spinning on its socket would take a core from the nodes and send requests of a
+message or two). With ``--consumers M`` each of M consumers reads the stream and measures end to
+end, from a message's due time (carried in its first 8 bytes) to its arrival at the consumer.
+Producers and consumers are processes of their own; the progress line counts acknowledged
+messages.
 """
 
 from __future__ import annotations

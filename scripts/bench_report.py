@@ -227,7 +227,7 @@ def main() -> None:
             print(f"chart: {path}")
 
 
-SPARK_ROWS_PER_S_MIN = 100_000  # issue 14: verified rows/s, wall clock, into the noop sink
+SPARK_ROWS_PER_S_MIN = 100_000  # the target: verified rows/s, wall clock, into the noop sink
 
 
 def spark_rate() -> str:
@@ -338,7 +338,7 @@ def ratios(
     }
 
 
-# issue 14's targets: (what the median must be, whether it is)
+# the performance targets: (what the median must be, whether it is)
 TARGETS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "3 nodes always / JetStream file, pipelined": (">= 3x", lambda r: r >= 3),
     "3 nodes never / JetStream memory, pipelined": (">= 3x", lambda r: r >= 3),

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from relay.client.status import statuses
 from spark_consumer.options import SourceOptions
 
-LEGACY_KEY = "seq"  # the offset of a one-stream query before offsets named their streams
+LEGACY_KEY = "seq"  # a one-stream query's offset in an older checkpoint: {"seq": S}
 
 
 def subscribed(options: SourceOptions) -> list[str]:

@@ -6,7 +6,7 @@ so ``publish`` also says which groups and batches a key may change. Publishing i
 stream is made: a key creates only the streams its ``publish`` patterns allow.
 
 A listed key is admitted (it needs no line in ``client_keys``); a key admitted through
-``client_keys`` without a table of its own may do everything, as before. Tables need
+``client_keys`` without a table of its own may do everything. Tables need
 ``client_auth = "keys"``: without it a node cannot tell its clients apart.
 """
 

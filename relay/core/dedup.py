@@ -7,7 +7,7 @@ replica folds the same txs in the same order, so every replica keeps the first c
 the same later one (``fold``), remembering the skipped seq's original so its coordinator can
 answer with it. Txs in flight are indexed only when a lookup needs them (``note_pending`` keeps
 their batches; a node that coordinates nothing never indexes them): an index of every pending
-tx cost each replica a dictionary entry per tx. The index covers ``window_ms`` of seq time and
+tx would cost each replica a dictionary entry per tx. The index covers ``window_ms`` of seq time and
 at most ``keys_max`` keys, and keeps each kept copy's digest, so a retry is answered even when
 the original left the memory ring. The window moves as each tx is folded, measured from that
 tx's seq, so what the index holds at any point of the timeline is a function of the timeline

@@ -13,12 +13,11 @@ agreement means a quorum's disks. Otherwise the vote is the stable head and the 
 
 Every ``Persist`` also records how far the timeline is verified (a *mark*); the disk reports
 which mark each sync covered, so the cursor knows which mark is durable (``durable_mark``) and
-the replica reports it in its acks. (It used to infer it from the head a sync covered, and a
-mark written, with no new records, while an earlier sync of that head was running counted as
-durable when that sync ended: a campaign found a reader served a seq that a power loss of
-every node then took back, seeds 3400540 and 3406079.) A publish is
-acknowledged only once a quorum's durable marks cover it: then, whatever crashes, every
-quorum that comes back holds a node that knows the tx is verified, and verified history is
+the replica reports it in its acks. The head a sync covered does not tell it: a mark written,
+with no new records, while an earlier sync of that head was running is not covered by that sync,
+and counting it would let a reader be served a seq that a power loss of every node takes back. A
+publish is acknowledged only once a quorum's durable marks cover it: then, whatever crashes,
+every quorum that comes back holds a node that knows the tx is verified, and verified history is
 never given up (docs/design.md, invariant 8).
 """
 
@@ -134,9 +133,9 @@ class LogCursor:
         """The disk refused the last write (or, with ``sync``, a sync): write again, in a
         new generation, the mark with it. A refused write is made again as it was handed:
         from its base, which the log held before it, starting the log over or cutting below
-        the mark if it did (it was made again from the durable head, which with ``fsync =
-        "never"`` never moves: the log then refused every retry as cutting verified records,
-        or the memory ring no longer held it). A failed sync may have lost what it covered
+        the mark if it did (not from the durable head, which with ``fsync = "never"`` never
+        moves: the log would refuse every retry as cutting verified records, or the memory ring
+        would no longer hold it). A failed sync may have lost what it covered
         from the page cache: the log is written again from what a sync made durable (the
         durable head, or the durable mark, which an older generation's sync may have moved
         past it), cutting any mark above it (not durable, and written again), while the
@@ -154,7 +153,7 @@ class LogCursor:
                 self.rewound = True
         # the mark is handed again too (a refused write did not write it; a failed sync may
         # have lost it, and the log forgot it): with the records in place, nothing else would
-        # ever write or sync it, and the stream stayed unreadable past the durable mark
+        # ever write or sync it, and the stream would stay unreadable past the durable mark
         self.mark_again = True
         self.confirmed_seq = min(self.confirmed_seq, self.written_seq)
 

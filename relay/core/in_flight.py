@@ -6,7 +6,7 @@ last one: a batch of one producer's txs goes on that producer's shelf, summed up
 and highest msg id; any other batch is indexed at once (a dictionary entry per keyed tx). Then
 the lookup indexes, of its own producer's shelf, only the batches whose msg ids meet the ones it
 asks about. A pipelined producer's requests in flight are so never indexed while it sends new
-ids (indexing every batch at every lookup cost the coordinator 0.29 us per tx), and a lookup
+ids (indexing every batch at every lookup would cost the coordinator 0.29 us per tx), and a lookup
 costs what arrived since the last one and what its own producer has in flight, not every batch
 in flight (as it would for many producers sending a message each).
 
@@ -14,8 +14,7 @@ A batch the stable head has passed is dropped (``passed``): its txs are folded o
 late to be. Indexing filters txs at or below the head for the same reason, and an indexed tx
 the head passed is dropped too (its coordinator's epoch was cut, or it came too late), so such
 a tx is never found: a retry of it gets a seq of its own instead of attaching to a tx that will
-never be verified (and being answered ``not_committed`` again at once, until its deadline:
-found by chaos seed 5).
+never be verified (and being answered ``not_committed`` again at once, until its deadline).
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ of blocks of parallel lists (seqs, keys, tags, digests), each block at most ``BL
 entries, its forgotten prefix skipped by ``start``. A batch is added and the oldest entries
 are forgotten in C-speed passes (a slice, ``map`` over ``dict.pop``), not per entry: a tuple
 per key for the dict's value and one per key in an order deque, added and popped one by one,
-cost each replica about a quarter of a microsecond per tx. A seq's tag and digest are found by
+would cost each replica about a quarter of a microsecond per tx. A seq's tag and digest are found by
 bisection (a retry, a duplicate, a digest the ring no longer holds: the rare paths).
 
 An entry whose key maps to another seq (the key was kept again after it, by a verified slice
-adopted or a restore) is forgotten without touching the dict, as before the blocks."""
+adopted or a restore) is forgotten without touching the dict."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """What nodes say to each other over the mesh.
 
-Each message names its channel (the seed's three per-stream channels, plus heartbeats):
-``Replicate`` travels on the transaction channel, ``StreamAck`` on the write channel,
-``RepairRequest`` and ``RepairData`` on the anti-entropy channel, ``Heartbeat`` on its own.
+Each message names its channel (three per stream, plus heartbeats): ``Replicate`` travels on
+the transaction channel, ``StreamAck`` on the write channel, ``RepairRequest``, ``RepairData``,
+``SyncRequest`` and ``SyncData`` on the anti-entropy channel, ``Heartbeat`` on its own.
 """
 
 from __future__ import annotations

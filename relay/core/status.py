@@ -91,7 +91,7 @@ class StreamStatus:
             late_txs=_field(raw, "late_txs", int, where),
             catchup=_field(raw, "catchup", str, where),
             lanes=lane_states,
-            log_first_seq=_optional(raw, "log_first_seq", where),  # absent before 2026-11-25
+            log_first_seq=_optional(raw, "log_first_seq", where),
             log_txs=_optional(raw, "log_txs", where),
             log_bytes=_optional(raw, "log_bytes", where),
         )

@@ -41,7 +41,7 @@ log = logging.getLogger("relay.node")
 
 DRAIN_FRAMES_MAX = 2000  # messages taken from one socket per loop turn
 DRAIN_BYTES_MAX = 8 << 20  # and their bytes: a turn with large payloads stays short, so
-# ticks and heartbeats keep their pace (a turn of many 16 MiB frames got peers cut)
+# ticks and heartbeats keep their pace (a turn of many 16 MiB frames would get peers cut)
 HWM_FRAMES = 200_000
 REBIND_TRIES, REBIND_WAIT_S = 100, 0.01  # a rebuilt XPUB binds its address again within 1 s
 

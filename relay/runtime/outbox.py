@@ -3,9 +3,9 @@
 How this works: the socket queues at most ``QUEUED_MAX`` answers per connection
 (``ZMQ_SNDHWM``), and libzmq gives room back only in steps of half of that, once its I/O
 thread has moved what the queue held. So one turn answering dozens of a producer's requests at
-once (all verified by the same ack) could find the queue full while the client reads
-everything: a producer with 48 requests in flight lost answers and waited out its request
-timeout for each. An answer that finds the queue full now waits here, and so does every later
+once (all verified by the same ack) can find the queue full while the client reads
+everything: a producer with 48 requests in flight would lose answers and wait out its request
+timeout for each. An answer that finds the queue full waits here, and so does every later
 answer for that connection (answers stay in order). ``resend`` hands over what fits, first
 after a millisecond, then after twice as long each time nothing moved (at most
 ``RETRY_MAX_MS``), so a connection that stopped reading costs the loop little.

@@ -289,7 +289,7 @@ class SimClients:
 
 def item_of(pub: Publish) -> Item:
     """The message a publish sends: some carry a key and headers, drawn from the payload so
-    that the seeds' random draws stay as they were."""
+    that they take nothing from the seeds' random draws."""
     payload = pub.payload
     key = payload[:3] if len(payload) % 3 == 0 else None
     headers = pub.headers

@@ -59,8 +59,8 @@ class SimPlan:
         replica_sets = tuple(
             frozenset(s.node_id for s in subscriptions if s.covers(f"{p}.0")) for p in prefixes
         )
-        # the disk is drawn from its own stream of numbers, so that the draws above stay
-        # what they were before the simulator had a disk (the regression seeds replay)
+        # the disk is drawn from its own stream of numbers, so that the draws of ``rng`` do
+        # not depend on it (the regression seeds replay)
         disk = random.Random(seed * 104_729 + nodes)
         votes_wait = disk.random() < 0.7  # fsync = "always"; else "never"
         faults = draw_faults(rng, nodes, publish_ms, enabled, replica_sets) if with_faults else ()
@@ -71,7 +71,7 @@ class SimPlan:
             params=replace(
                 _params(rng),
                 votes_wait_for_disk=votes_wait,
-                # its own stream of numbers: the draws above replay as before leads existed
+                # its own stream of numbers: the draws of ``rng`` do not depend on it
                 promise_lead_ms=random.Random(seed * 67_867_967 + nodes).choice(LEADS_MS),
             ),
             publish_ms=publish_ms,
@@ -82,7 +82,7 @@ class SimPlan:
             skews_ms=skews,
             faults=crashes_of(disk, faults, nodes, publish_ms, votes_wait) if with_faults else (),
             disk_latency_ms_max=disk.choice([0, 1, 3, 10]),
-            # its own stream of numbers too: half the seeds never reuse, and replay as before
+            # its own stream of numbers too: half the seeds never reuse
             reuse_rate=random.Random(seed * 15_485_863 + nodes).choice([0.0, 0.0, 0.03, 0.1]),
             delivery=random.Random(seed * 32_452_843 + nodes).random() < 0.5,
             segment_bytes=random.Random(seed * 49_979_693 + nodes).choice(SEGMENT_BYTES),

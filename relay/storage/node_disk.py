@@ -7,9 +7,9 @@ are its first events. Each turn, ``Persist`` effects are written and ``Reserve``
 durable at once (rare and tiny); after the turn the syncer starts a group commit, and its
 completions come back (through the runner's wake-up) as ``Persisted`` events. The node and the
 simulator run this same code: the node on the operating system's files and a sync thread, the
-simulator on simulated files and simulated time. A write or sync the disk
-refuses is reported (``storage_error``), never acknowledged: the core's vote waits for a
-``Persisted`` that does not come.
+simulator on simulated files and simulated time. A write or sync the disk refuses is
+reported (``PersistFailed``), never acknowledged: the core's vote waits for a ``Persisted``
+that does not come.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ RETRY_MS = 1000  # after the disk refused a write, how long until the next try
 RETAIN_SCAN_MAX = 256  # logs a retention pass visits beside those written since the last
 SPAN_TXS_MAX = 10_000_000  # a span with no bound counts at most this many txs of the log
 SPAN_CHUNK = 10_000  # records read from the log at a time
-RingEntries = Callable[[str, int, int, int], tuple[list[int], list[bytes]]]  # NodeCore's
+RingEntries = Callable[[str, int, int, int], tuple[list[int], list[bytes]]]  # NodeCore.ring_entries
 
 
 def restore_window(params: CoreParams) -> Window:

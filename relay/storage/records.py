@@ -43,8 +43,8 @@ MARK_BODY = Struct(">Q")
 HEADER, TXS, MARK, CUT = 1, 2, 3, 4
 FRAME_BYTES_MAX = 64 << 20  # a batch's last record may be as large as a client request
 BATCH_BYTES = 192 << 10  # a batch frame holds about this much (or one larger record):
-# measured 2-6% more throughput than 512 KiB frames, when frames of 256 KiB and more were
-# mapped afresh by the allocator (relay.runtime.malloc)
+# measured 2-6% more throughput than 512 KiB frames under glibc's default mmap threshold,
+# which maps frames of 256 KiB and more afresh (relay.runtime.malloc raises it)
 RECORD_OVERHEAD = 96  # a record's bytes besides its payload, key, producer id and headers
 
 Record = tuple[Tx, bytes]  # a tx and the stream's digest after it

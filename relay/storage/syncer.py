@@ -13,11 +13,11 @@ With ``fsync = "interval"`` a sync starts at most every ``fsync_interval_ms``; w
 A sync of one log that gained only a few txs and bytes (``INLINE_TXS_MAX``,
 ``INLINE_BYTES_MAX``: one publish in flight, a light load), with no reservation and no
 directory to sync, is done by the loop itself, the same job, reported through the same pipe:
-handing a 0.25 ms fdatasync to the thread and back cost two wake-ups, 100-200 us each on two
+handing a 0.25 ms fdatasync to the thread and back costs two wake-ups, 100-200 us each on two
 busy cores, on every publish's path. Every other sync (many logs, more txs, node.json) goes to
 the thread, which syncs while the loop receives, so a slow disk never holds the loop for more
 than one small fdatasync. A sync the disk refused is tried again ``RETRY_MS`` later, not at
-once: a node whose data directory went away used a whole core retrying node.json.
+once: a node whose data directory went away would use a whole core retrying node.json.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class Syncer:
 
     def reserve(self, seq: int) -> None:
         """Make a seq reservation durable with the next sync (``Reserved`` when it is): an
-        fsync of node.json in the loop stalled it for as long as the disk was busy."""
+        fsync of node.json in the loop would stall it for as long as the disk is busy."""
         self.reserving = max(self.reserving, seq)
 
     def after_turn(self, elapsed_ms: int) -> None:

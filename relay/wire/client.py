@@ -20,7 +20,7 @@ from relay.core.messages import Item
 from relay.wire.fields import U64, HeaderRows, array_len, as_int, as_str
 from relay.wire.mesh import MalformedFrame
 
-VERSION = 3  # 2: messages carry a key and headers; 3: a fetch or span has no strict flag
+VERSION = 3  # every frame's first field: either side refuses a frame of another version
 REQUEST_BYTES_MAX = 64 << 20
 
 

@@ -42,9 +42,7 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 7  # 2: txs carry a key and headers; 3: dedup keys carry a content tag; 4: a repair
-# answer may say it is complete; 5: an ack carries a promise apart from the floor; 6: bundles;
-# 7: a heartbeat digests the shared streams in buckets
+VERSION = 7  # every body's first field: a frame of another version is malformed, dropped
 FRAME_BYTES_MAX = 64 << 20
 BUNDLE_MAX = 32  # messages in one bundle frame
 BUNDLE_BYTES_MAX = 1 << 20  # a bundle takes messages while its bodies stay below this
