@@ -1,7 +1,8 @@
 """The import layers of docs/design.md, declared in pyproject.toml for import-linter: the tree
-keeps them, and an upward import planted in a copy of it breaks them. Each runs import-linter
-as a process (the copy's packages would collide with this interpreter's): slow. The fast tier
-has scripts/test.sh run lint-imports over the tree before pytest."""
+keeps them, and an upward import planted in a copy of it breaks them; every core module has
+a layer. The import-linter runs are processes (the copy's packages would collide with this
+interpreter's): slow. The fast tier has scripts/test.sh run lint-imports over the tree before
+pytest."""
 
 from __future__ import annotations
 
@@ -16,8 +17,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("relay", "spark_consumer", "chaos")
-
-pytestmark = pytest.mark.slow
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -39,6 +38,7 @@ def copy_of_tree(to: Path) -> Path:
     return to
 
 
+@pytest.mark.slow
 def test_the_tree_keeps_its_layers() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -53,6 +53,7 @@ def test_every_core_module_has_a_layer() -> None:
     assert modules == layered
 
 
+@pytest.mark.slow
 def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     root = copy_of_tree(tmp_path)
     timer = root / "relay" / "core" / "timer.py"
@@ -71,6 +72,7 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     assert "relay.core.timer -> relay.runtime.node" in result.stdout
 
 
+@pytest.mark.slow
 def test_an_import_up_the_core_breaks_its_layers(tmp_path: Path) -> None:
     root = copy_of_tree(tmp_path)
     lane = root / "relay" / "core" / "lane.py"
