@@ -151,6 +151,10 @@ class Vouchers:
         self.ask_after = base_seq
         return False
 
+    def ask_next_after(self, seq: int) -> None:
+        """The next sync asks from ``seq``: a slice agreed with this replica up to there."""
+        self.ask_after = seq
+
     def next_ask(self) -> int | None:
         """Where to ask the next sync from, once: a base that waits for a second voice, or
         where a slice that agreed with us all the way ended (``TimelineRebuild.adopt``)."""

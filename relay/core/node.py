@@ -340,9 +340,9 @@ class NodeCore:
         )
 
     def _ack(self, now: Now, name: str, state: StreamReplica, floor: int, claim: int) -> StreamAck:
-        state.clear_ack()
         vote_seq, vote_digest = state.vote()
-        state.promise_sent = promise = self.origin.promise(name, floor, now)
+        promise = self.origin.promise(name, floor, now)
+        state.ack_sent(promise)
         return StreamAck(
             stream=name,
             sender=self.node_id,

@@ -162,7 +162,7 @@ class TimelineRebuild:
             joint = digests[agree - 1] if agree else base_digest
             txs, digests = txs[agree:], digests[agree:]
             if not txs:  # all we hold, as far as it goes: the next sync asks on from there
-                self.vouchers.ask_after = joint_seq  # (a diverged replica walks a peer's log
+                self.vouchers.ask_next_after(joint_seq)  # (a diverged replica walks a peer's log
                 return None  # up to where the histories part, or past its own verified seq)
             if joint_seq != anchor:  # the slice leaves our verified history after joint_seq
                 if joint_seq < timeline.readable_seq:

@@ -127,8 +127,13 @@ class StreamReplica:
         self._ack_owed = True
 
     def clear_ack(self) -> None:
-        """The ack was sent, or is left to the node's pacing (a restored stream)."""
+        """The ack is left to the node's pacing (a restored stream)."""
         self._ack_owed = False
+
+    def ack_sent(self, promise: int) -> None:
+        """The node's flush sent the ack, promising ``promise``."""
+        self._ack_owed = False
+        self.promise_sent = promise
 
     # --- transactions -------------------------------------------------------------------
 

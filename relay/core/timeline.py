@@ -29,6 +29,9 @@ class RingBytes:
     def __init__(self) -> None:
         self.total = 0
 
+    def add(self, change: int) -> None:
+        self.total += change
+
 
 class Timeline:
     __slots__ = (
@@ -192,4 +195,4 @@ class Timeline:
 
     def _count(self, change: int) -> None:
         self.bytes += change
-        self.ring.total += change
+        self.ring.add(change)
