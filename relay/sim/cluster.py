@@ -1,5 +1,5 @@
 """The deterministic simulator: N pure cores on one thread, a seeded network, clients,
-faults, a checker.
+faults (carried out by ``FaultInjector``, ``relay/sim/fault_injection.py``), a checker.
 
 How this works: time advances in whole milliseconds to the next thing that happens (a
 message landing, a node's tick, a client's action, a fault starting or healing). Every node
@@ -14,7 +14,6 @@ The same seed always replays the same run.
 
 from __future__ import annotations
 
-import heapq
 import random
 from dataclasses import dataclass, field, replace
 
@@ -26,10 +25,10 @@ from relay.shell import Shell
 from relay.sim.checker import InvariantChecker, InvariantViolation, log_state
 from relay.sim.clients import SimClients
 from relay.sim.delivery import SimDelivery
-from relay.sim.faults import CrashKind, Fault, FaultKind
+from relay.sim.fault_injection import FaultInjector
 from relay.sim.files import SimFiles
 from relay.sim.network import LinkFaults, SimNetwork
-from relay.sim.plan import DiskErrors, SimPlan
+from relay.sim.plan import SimPlan
 from relay.sim.ports import SimAnswers, SimMesh, SimReporter, SimSyncRunner, node_disk
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StorageError
@@ -37,7 +36,6 @@ from relay.storage.stream_log import StorageError
 START_MS = 1_780_000_000_000
 TICK_MS = 10
 SETTLE_MS = 30_000  # how long a healed cluster may take to go quiet
-RESTART_MS = 100  # a node that failed to start (its disk refused) is started again this later
 
 
 @dataclass(slots=True)
@@ -52,17 +50,16 @@ class SimResult:
 
 
 class SimCluster:
+    """The event loop over the nodes' processes and machines; the faults act on them through
+    the ``FaultTarget`` methods."""
+
     def __init__(self, seed: int, plan: SimPlan) -> None:
         self.seed = seed
         self.plan = plan
         self.rng = random.Random(seed)
-        ids = list(range(1, plan.nodes + 1))
+        ids = self.ids = list(range(1, plan.nodes + 1))
         self.nodes: dict[int, NodeCore] = {}
         self.incarnation: dict[int, int] = {}
-        self.offsets: dict[int, int] = dict(zip(ids, plan.skews_ms, strict=True))
-        self.drift: dict[int, tuple[int, int]] = {}  # node -> (per mille, since ms)
-        self.paused: set[int] = set()
-        self.backlog: dict[int, list[Event]] = {}
         self.now_ms = START_MS
         self.next_tick: dict[int, int] = {}
         disk_rng = random.Random(seed * 31 + 7)  # apart from the network's draws
@@ -75,12 +72,12 @@ class SimCluster:
         self.shells: dict[int, Shell] = {}
         self.runners: dict[int, SimSyncRunner] = {}
         self.answers: dict[int, SimAnswers] = {}
-        self.down_by: dict[int, Fault] = {}  # node -> the crash that took it down
-        self.restart_at: dict[int, int] = {}  # node -> when a start that failed is tried again
         self.network = SimNetwork(self.rng, LinkFaults(delay_ms_max=plan.delay_ms_max))
         self.checker = InvariantChecker()
+        self.trace: list[str] = []
+        self.faults = FaultInjector(plan, ids, self.network.faults, self, START_MS)
         for n in ids:
-            self._boot(n)
+            self.faults.start(n, self.now_ms)
         self.clients = SimClients(
             self.rng, ids, plan.streams, plan.consumers, plan.retry_rate, self.checker
         )
@@ -92,17 +89,7 @@ class SimCluster:
             stream = rng.choice(plan.streams)
             self.delivery = SimDelivery(rng, self.clients, self.checker, stream, first, last)
             self.clients.live = lambda: sorted(self.nodes)
-        self.trace: list[str] = []
         self.turns = 0
-        self._actions: list[tuple[int, int, bool, Fault]] = []  # (at, order, is_start, fault)
-        for i, fault in enumerate(plan.faults):
-            heapq.heappush(self._actions, (START_MS + fault.start_ms, 2 * i, True, fault))
-            heapq.heappush(self._actions, (START_MS + fault.end_ms, 2 * i + 1, False, fault))
-        self._disk_errors = sorted(  # (at, order, window, failing from then on)
-            (START_MS + (w.start_ms if on else w.end_ms), 2 * i + (not on), w, on)
-            for i, w in enumerate(plan.disk_errors)
-            for on in (True, False)
-        )
 
     # --- running ------------------------------------------------------------------------
 
@@ -115,16 +102,7 @@ class SimCluster:
         calm_from = START_MS + 100 + max(ends + [w.end_ms for w in plan.disk_errors])
         deadline = calm_from + SETTLE_MS
         while self.now_ms < deadline:
-            while self._actions and self._actions[0][0] <= self.now_ms:
-                _, _, is_start, fault = heapq.heappop(self._actions)
-                self._fault(fault, is_start)
-            while self._disk_errors and self._disk_errors[0][0] <= self.now_ms:
-                _, _, window, on = self._disk_errors.pop(0)
-                self._disk_failing(window, on)
-            for n in [n for n, at in self.restart_at.items() if at <= self.now_ms]:
-                del self.restart_at[n]
-                if n not in self.down_by:
-                    self._boot(n)
+            self.faults.advance(self.now_ms)
             while publish_times and publish_times[0] <= self.now_ms:
                 publish_times.pop(0)
                 self.clients.publish(self.now_ms, self.rng.choice(plan.streams))
@@ -169,7 +147,8 @@ class SimCluster:
     def _next_time(self, publish_times: list[int]) -> int:
         candidates = list(self.next_tick.values())
         candidates += [t for r in self.runners.values() if (t := r.due_ms) is not None]
-        busy = (s.pending or s.log_reads for n, s in self.shells.items() if n not in self.paused)
+        paused = self.faults.is_paused
+        busy = (s.pending or s.log_reads for n, s in self.shells.items() if not paused(n))
         if any(busy):
             candidates.append(self.now_ms + 1)
         for t in (
@@ -177,9 +156,7 @@ class SimCluster:
             publish_times[0] if publish_times else None,
             self.clients.next_time(),
             self.delivery.next_time() if self.delivery is not None else None,
-            self._actions[0][0] if self._actions else None,
-            self._disk_errors[0][0] if self._disk_errors else None,
-            min(self.restart_at.values(), default=None),
+            self.faults.next_time(),
         ):
             if t is not None:
                 candidates.append(t)
@@ -187,8 +164,9 @@ class SimCluster:
 
     def _step(self) -> None:
         inbox: dict[int, list[Event]] = {}
+        paused = self.faults.is_paused
         for n, shell in self.shells.items():  # first, as the node's loop takes them
-            if n in self.paused:  # a stopped process syncs nothing, and hears nothing
+            if paused(n):  # a stopped process syncs nothing, and hears nothing
                 continue
             events = self._own_events(n)
             if events or shell.log_reads:
@@ -201,12 +179,12 @@ class SimCluster:
                 inbox.setdefault(n, []).extend(events)
         self.clients.outgoing = {}
         for n in list(self.nodes):
-            if self.next_tick[n] <= self.now_ms and n not in self.paused:
+            if self.next_tick[n] <= self.now_ms and not paused(n):
                 self.next_tick[n] = self.now_ms + TICK_MS
                 inbox.setdefault(n, []).append(Tick())
         for n, events in sorted(inbox.items()):
-            if n in self.paused:
-                self.backlog.setdefault(n, []).extend(e for e in events if not isinstance(e, Tick))
+            if paused(n):
+                self.faults.hold(n, events)
                 continue
             self._handle(n, events)
 
@@ -220,9 +198,8 @@ class SimCluster:
         return events
 
     def wall_ms(self, n: int) -> int:
-        """Node ``n``'s wall clock: skewed, stepped and drifting, never the same as another's."""
-        rate, since = self.drift.get(n, (0, self.now_ms))
-        return self.now_ms + self.offsets[n] + (self.now_ms - since) * rate // 1000
+        """Node ``n``'s wall clock now, as the faults left it."""
+        return self.faults.wall_ms(n, self.now_ms)
 
     def _handle(self, n: int, events: list[Event]) -> None:
         node = self.nodes[n]
@@ -241,9 +218,15 @@ class SimCluster:
         for answer in self.answers[n].take():
             self.clients.on_reply(self.now_ms, n, answer, fenced)
 
-    def _boot(self, n: int) -> None:
+    # --- the nodes' processes and machines, as the faults act on them (FaultTarget) -----
+
+    def node_running(self, n: int) -> bool:
+        return n in self.nodes
+
+    def start_node(self, n: int) -> bool:
         """Start node ``n`` from its disk (the real store, recovered), in a new epoch above
-        every one it had and with seqs above every one it may have issued."""
+        every one it had and with seqs above every one it may have issued; False when its
+        failing disk refused."""
         config = CoreConfig(n, self.plan.subscriptions, self.plan.params)
         disk, runner = node_disk(self.files[n], n, self.plan.params, self.storage)
         try:
@@ -252,94 +235,22 @@ class SimCluster:
             files = self.files[n]
             if not (files.write_errors or files.sync_errors):
                 raise InvariantViolation(f"node {n} could not start from its disk: {exc}") from exc
-            disk.close()  # its disk is failing: started again later, as a supervisor would
+            disk.close()  # the process exits; its descriptors are gone
             self.files[n].crash(power_loss=False)
-            self.restart_at[n] = self.now_ms + RESTART_MS
-            self.trace.append(f"{self.now_ms - START_MS} ms: node {n} failed to start: {exc}")
-            return
+            self.note(f"node {n} failed to start: {exc}")
+            return False
         self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
         node = self.nodes[n] = NodeCore(config, epoch=epoch, floor=floor, reserved=reserved)
         answers = self.answers[n] = SimAnswers()
         reporter = SimReporter(self.checker, self.incarnation[n])
-        mesh = SimMesh(n, self.network, list(self.offsets), self.checker, lambda: self.now_ms)
+        mesh = SimMesh(n, self.network, list(self.ids), self.checker, lambda: self.now_ms)
         shell = Shell(n, node, disk, mesh, answers, reporter, self.storage.votes_wait)
         shell.pending = list(restored)
         self.shells[n], self.runners[n] = shell, runner
         self.next_tick[n] = self.now_ms
+        return True
 
-    # --- faults -------------------------------------------------------------------------
-
-    def _fault(self, fault: Fault, start: bool) -> None:
-        self.trace.append(
-            f"{self.now_ms - START_MS} ms: {'start' if start else 'heal'} {fault.describe()}"
-        )
-        kind, f = fault.kind, self.network.faults
-        if kind is FaultKind.STOP:
-            for n in fault.nodes:
-                self.down_by.pop(n, None)
-                self.restart_at.pop(n, None)
-                self._kill(n, graceful=fault.amount == 1)
-        elif kind is FaultKind.CRASH:
-            for n in fault.nodes:
-                if start and (n in self.nodes or n in self.restart_at):
-                    self._kill(n, graceful=False)
-                    self.restart_at.pop(n, None)  # down until the crash heals
-                    self.down_by[n] = fault
-                    self._crash_disk(n, fault.amount)
-                elif not start and self.down_by.get(n) is fault:
-                    del self.down_by[n]
-                    self._boot(n)
-        elif kind is FaultKind.ISOLATE:
-            links = {(a, b) for a in fault.nodes for b in self.offsets if a != b}
-            links |= {(b, a) for a, b in links}
-            f.cut = f.cut | links if start else f.cut - links
-        elif kind is FaultKind.ONE_WAY:
-            link = {(fault.nodes[0], fault.nodes[1])}
-            f.cut = f.cut | link if start else f.cut - link
-        elif kind is FaultKind.PAUSE:
-            for n in fault.nodes:
-                if start:
-                    self.paused.add(n)
-                elif n in self.paused:
-                    self.paused.discard(n)
-                    if n in self.nodes:
-                        self._handle(n, [*self._own_events(n), *self.backlog.pop(n, []), Tick()])
-        elif kind is FaultKind.CLOCK_STEP and start:
-            self.offsets[fault.nodes[0]] += fault.amount
-        elif kind is FaultKind.DRIFT:
-            n = fault.nodes[0]
-            if start:
-                self.drift[n] = (fault.amount, self.now_ms)
-            else:  # keep what drifted, stop drifting
-                self.offsets[n] = self.wall_ms(n) - self.now_ms
-                self.drift.pop(n, None)
-        elif kind is FaultKind.LOSS:
-            f.loss_per_mille = fault.amount if start else 0
-        elif kind is FaultKind.DUPLICATE:
-            f.duplicate_per_mille = fault.amount if start else 0
-        elif kind is FaultKind.REORDER:
-            f.reorder_per_mille = fault.amount if start else 0
-
-    def _disk_failing(self, window: DiskErrors, on: bool) -> None:
-        self.trace.append(
-            f"{self.now_ms - START_MS} ms: {'start' if on else 'heal'} {window.describe()}"
-        )
-        files = self.files[window.node]
-        files.write_errors = window.writes if on else 0.0
-        files.sync_errors = window.syncs if on else 0.0
-
-    def _crash_disk(self, n: int, kind: int) -> None:
-        if kind == CrashKind.NEW_DISK:  # a replaced machine: no log, no memory of its epochs
-            failing = self.files[n]
-            self.files[n] = SimFiles(self.disk_rng)
-            self.files[n].write_errors = failing.write_errors
-            self.files[n].sync_errors = failing.sync_errors
-        else:
-            self.files[n].crash(power_loss=kind == CrashKind.POWER)
-
-    def _kill(self, n: int, graceful: bool) -> None:
-        if n not in self.nodes:
-            return
+    def stop_node(self, n: int, graceful: bool) -> None:
         if graceful:
             self._handle(n, [ShutdownRequested()])
             self.shells[n].disk.close()
@@ -347,16 +258,29 @@ class SimCluster:
             self.files[n].crash(power_loss=False)  # the process's descriptors are gone
         del self.nodes[n], self.shells[n], self.runners[n], self.answers[n]
         del self.next_tick[n]
-        self.paused.discard(n)
-        self.backlog.pop(n, None)
         self.network.forget(n)
         self.clients.node_gone(self.now_ms, n)
+
+    def resume_node(self, n: int, held: list[Event]) -> None:
+        self._handle(n, [*self._own_events(n), *held, Tick()])
+
+    def disk(self, n: int) -> SimFiles:
+        return self.files[n]
+
+    def replace_disk(self, n: int) -> SimFiles:
+        self.files[n] = SimFiles(self.disk_rng)
+        return self.files[n]
+
+    def note(self, line: str) -> None:
+        self.trace.append(f"{self.now_ms - START_MS} ms: {line}")
+
+    # --- quiescence ---------------------------------------------------------------------
 
     def _quiet(self) -> bool:
         """Healed and settled: every live node serves and sees every other live node in its
         current epoch; every live replica of every stream knows it, is synced, and verified
         its head with the same digest; every consumer delivered up to that head."""
-        if self.network.in_flight or self.paused or self.restart_at:
+        if self.network.in_flight or not self.faults.settled():
             return False
         heads: dict[str, set[bytes]] = {}
         verified: dict[str, int] = {}
