@@ -132,7 +132,7 @@ class NodeMetrics:
         self.answers_waiting = Gauge(
             "relay_client_answers_waiting_bytes",
             "Bytes of answers waiting in the node for room in their connection's queue "
-            "(200 more counted per answer; at most 256 MiB)",
+            "(200 more counted per answer; at most an eighth of memory_bytes_max)",
             registry=r,
         )
         self.dedup_keys = Gauge(
