@@ -279,7 +279,7 @@ class Notice:
 
 @dataclass(frozen=True, slots=True)
 class PeerFault:
-    """A peer sent something that breaks the protocol; it was dropped."""
+    """A peer broke the protocol (what it sent is not taken; ``text`` follows its name)."""
 
     peer: int
     text: str

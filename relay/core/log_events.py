@@ -23,7 +23,7 @@ class LogEvents:
         self.origin = origin
         self.peers = peers
         self.stream_set = stream_set
-        self.refusing = ""  # what the disk refused last, until a write succeeds
+        self.storage_error = ""  # what the disk refused last, until a write succeeds
 
     def take(self, out: list[Effect], event: LogEvent) -> None:
         if isinstance(event, Persisted):
@@ -35,24 +35,24 @@ class LogEvents:
         else:
             state = self.stream_set.by_name.get(event.stream)
             if state is not None:
-                state.log.based_at(event.base_seq)
+                state.log_starts_after(event.base_seq)
 
     def _on_persisted(self, out: list[Effect], event: Persisted) -> None:
         state = self.stream_set.by_name.get(event.stream)
         if state is not None:
             state.persisted(event.generation, event.seq, event.mark)
             self.stream_set.touch(event.stream)
-        if self.refusing:
+        if self.storage_error:
             out.append(Notice("storage", "the disk takes writes again"))
-            self.refusing = ""
+            self.storage_error = ""
 
     def _on_persist_failed(self, event: PersistFailed) -> None:
         """Stop acknowledging: the votes wait for a ``Persisted`` that this write will not
         bring, publishes are refused, and the write is made again (``LogCursor.failed``)."""
         state = self.stream_set.by_name.get(event.stream)
         if state is not None:
-            state.log.failed(event.sync, state.timeline)
-        self.refusing = event.why
+            state.persist_failed(event.sync)
+        self.storage_error = event.why
 
     def _on_restored(self, out: list[Effect], event: Restored) -> None:
         if event.stream in self.stream_set.by_name:
@@ -71,6 +71,6 @@ class LogEvents:
             event.verified_seq,
             event.dedup_keys,
         )
-        state.log.based_at(event.log_base)
+        state.log_starts_after(event.log_base)
         self.origin.clock.observe(state.timeline.head_seq)
         self.stream_set.restored(event.stream)  # its first ack is paced

@@ -1,11 +1,11 @@
 """What a node does with each mesh message.
 
-How this works: every message first says its sender is alive (``Membership.hear``); a message
-of an older epoch than the sender's latest is stale and dropped. Each kind then goes to the
-part that owns it: txs into their stream's lanes, acks to the stream's votes and cuts, repair
-and sync asks answered from what the stream holds, heartbeats to the peers' promises and
-claims. A message that breaks the protocol is dropped and reported (``PeerFault``), naming
-the sender.
+How this works: a heartbeat, a ``Replicate`` or an ack first says its sender is alive
+(``Membership.hear``); one of an older epoch than the sender's latest is stale and dropped.
+Each kind then goes to the part that owns it: txs into their stream's lanes, acks to the
+stream's votes and cuts, repair and sync asks answered from what the stream holds, heartbeats
+to the peers' promises and claims. A message that breaks the protocol is dropped and reported
+(``PeerFault``), naming the sender.
 """
 
 from __future__ import annotations

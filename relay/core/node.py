@@ -118,7 +118,7 @@ class NodeCore:
     @property
     def storage_error(self) -> str:
         """What the disk refused last, until a write succeeds ("" if none)."""
-        return self.log_events.refusing
+        return self.log_events.storage_error
 
     # --- the one entry point ------------------------------------------------------------
 
@@ -153,7 +153,7 @@ class NodeCore:
         return out
 
     def _gate(self, wall_ms: int) -> Gate:
-        return Gate(self.state, self.log_events.refusing, wall_ms)
+        return Gate(self.state, self.log_events.storage_error, wall_ms)
 
     def _check(self, effects: list[Effect]) -> None:
         """Invariants that hold after every batch."""
@@ -319,7 +319,7 @@ class NodeCore:
         elapsed = self.elapsed_ms
         floors = self.peers.floors
         serving = self.state is NodeState.SERVING
-        for name in self.stream_set.dirty:
+        for name in self.stream_set.take_dirty():
             state = self.streams[name]
             claim = self.origin.last.get(name, 0)
             state.lanes[self.node_id].claim(claim, floor)
@@ -334,7 +334,6 @@ class NodeCore:
                 out.extend(self.publishes.resolve(elapsed, state))
             if state.owes_ack:
                 out.append(Broadcast(self._ack(now, name, state, floor, claim)))
-        self.stream_set.dirty.clear()
         self.stream_set.shed(
             self.params.rings_bytes_max, self.publishes.oldest_awaited, self.elapsed_ms
         )

@@ -52,7 +52,7 @@ class Gate:
     """What a publish depends on that the rest of the node owns, this turn."""
 
     state: NodeState
-    disk_refuses: str  # what the disk refused last ("": it takes writes)
+    storage_error: str  # what the disk refused last ("": it takes writes)
     wall_ms: int  # the wall clock of the turn, as claims are judged (``WallGuard``)
 
 
@@ -149,8 +149,8 @@ class PublishIntake:
             fenced = gate.state is NodeState.FENCED
             why = "fenced: it cannot hear a quorum of the cluster" if fenced else "shutting down"
             return self._unavailable(req, f"this node is {why}")
-        if gate.disk_refuses:
-            why = f"this node's disk refuses writes ({gate.disk_refuses}); try another node"
+        if gate.storage_error:
+            why = f"this node's disk refuses writes ({gate.storage_error}); try another node"
             others = tuple(n for n in replicas if n != self.node_id)
             return Rejected(errors.STORAGE, why, others)
         state = self.stream_set.ensure(req.stream, self.origin.epoch, self.peers.states)

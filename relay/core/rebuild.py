@@ -5,7 +5,8 @@ How this works: each path replaces part of the timeline and then *repositions* t
 lane continues right after the new head, and every tx held above it is taken back, so that
 nothing a peer may still need is lost and folding resumes from the new head. Each cut or reset
 tells the log cursor, so the log on disk follows the timeline. A ``StreamReplica`` owns one
-``TimelineRebuild`` over its own parts; each path returns what happened, and the replica acks.
+``TimelineRebuild`` over its own parts, and owes its peers an ack after each path (``adopt``
+says what it took, ``refold`` how many txs it gave up).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ CONTRADICTS = "a sync slice that contradicts this replica's verified timeline"
 
 @dataclass(frozen=True, slots=True)
 class SliceRefused:
-    """A peer's sync slice breaks the protocol: it does not chain, or contradicts what this
-    replica verified."""
+    """A peer's sync slice breaks the protocol: it does not chain, contradicts what this
+    replica verified, or is older than what it holds."""
 
     why: str
 

@@ -109,7 +109,7 @@ class StreamReplica:
             self.catchup,
             self.vouchers,
             self.log,
-            lambda tx: self.take(tx, restoring=True),
+            self._retake,
         )
         self._ack_owed = False  # this replica's next flush sends its peers an ack
         self.promise_sent = 0  # the promise of this node's last ack in the stream
@@ -144,6 +144,10 @@ class StreamReplica:
             return False
         self.dedup.note_pending((tx,))
         return True
+
+    def _retake(self, tx: Tx) -> bool:
+        """Put back a tx held above a head the timeline was rebuilt to."""
+        return self.take(tx, restoring=True)
 
     def take_chain(self, origin: int, txs: Sequence[Tx]) -> None:
         """An origin's txs of its current epoch in seq order (a ``Replicate``, or this
@@ -214,7 +218,8 @@ class StreamReplica:
         readable = self.acked_seq
         if readable <= self.announced_seq:
             return False
-        timeline.readable_seq = self.announced_seq = readable
+        timeline.make_readable(readable)
+        self.announced_seq = readable
         return True
 
     verified_seq = property(lambda self: self.timeline.verified_seq)
@@ -247,6 +252,15 @@ class StreamReplica:
         the vote is the stable head and no peer counts marks, so nothing is said again."""
         if self.log.persisted(generation, seq, mark) and self.log.votes_wait:
             self._ack_owed = True
+
+    def persist_failed(self, sync: bool) -> None:
+        """The disk refused the last write (or, with ``sync``, a sync): it is made again
+        (``LogCursor.failed``)."""
+        self.log.failed(sync, self.timeline)
+
+    def log_starts_after(self, base_seq: int) -> None:
+        """The log holds nothing at or below ``base_seq`` (restored, or retention)."""
+        self.log.based_at(base_seq)
 
     def trim(self, keep_from: int) -> None:
         """Let the timeline drop entries beyond its bounds, but none ``keep_from`` needs."""
@@ -419,9 +433,9 @@ class StreamReplica:
         verified_seq: int,
         dedup_keys: DedupKeys,
     ) -> None:
-        """Start from this replica's own log (``TimelineRebuild.restore``)."""
+        """Start from this replica's own log (``TimelineRebuild.restore``); its first ack
+        is paced (``StreamSet.restored``)."""
         self.rebuild.restore(base_seq, base_digest, txs, digests, verified_seq, dedup_keys)
-        self._ack_owed = True
 
     def adopt(
         self,

@@ -103,6 +103,11 @@ class StreamSet:
         """(peer, bucket, digest) of the buckets where this node shares streams with ``peer``."""
         return [(peer, b, d) for b in range(BUCKETS) if (d := self.shared.get((peer, b), 0))]
 
+    def take_dirty(self) -> dict[str, None]:
+        """The streams to flush this turn, in the order they changed; none after."""
+        dirty, self.dirty = self.dirty, {}
+        return dirty
+
     def touch(self, name: str) -> None:
         self.dirty[name] = None
         self.active[name] = None

@@ -94,6 +94,12 @@ class Timeline:
         assert seq <= self.head_seq, "cannot verify beyond the stable head"
         self.verified_seq = max(self.verified_seq, seq)
 
+    def make_readable(self, seq: int) -> None:
+        """Readers and acknowledgements may see up to ``seq`` (verified, and with ``always``
+        durable on a quorum)."""
+        assert seq <= self.verified_seq, "only verified entries are readable"
+        self.readable_seq = seq
+
     def read_verified(
         self, after_seq: int, limit: int, upto_seq: int | None = None
     ) -> tuple[int, list[int]]:

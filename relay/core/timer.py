@@ -1,7 +1,8 @@
 """Time as the core sees it: wall time for stamps, elapsed time for timers.
 
 How this works: the shell hands the core a ``Now`` with two readings. ``wall_ms`` is the
-system clock; it stamps seqs and epochs and nothing else, because an operator or NTP may
+system clock; it stamps seqs and epochs, and (kept from going back by ``WallGuard``) judges
+what peers and producers claim about time, and nothing else, because an operator or NTP may
 step it by seconds in either direction. ``elapsed_ms`` is monotonic (the shell reads
 ``time.monotonic``, the simulator its own step counter); every timer runs on it, so a step of
 the wall clock can neither fire a timer early nor hold one back.

@@ -231,7 +231,7 @@ class MeshSockets:
         metrics.errors.labels(kind).inc()
         metrics.peer_faults.labels(str(peer)).inc()
         if self.fault_log.allow(peer, elapsed_ms):
-            log.warning("%s: dropped a frame from node %d: %s", kind, peer, why)
+            log.warning("%s: node %d: %s", kind, peer, why)
 
     def close(self) -> None:
         self.pub.close()
