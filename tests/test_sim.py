@@ -107,6 +107,14 @@ def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
     assert run_seed(seed, nodes, delivery=False).acked > 0  # found before groups and batches
 
 
+def test_marks_of_a_history_a_replica_gave_up_do_not_count_for_the_one_it_took() -> None:
+    """Seed 7409673, 5 nodes (fsync always): a refold took back a vote a peer still counted,
+    two chains were verified, and a replica that had verified and marked one took the other
+    (vouched by two peers); it kept its peers' marks of the history it gave up and made the
+    new one readable with them, against what the others served."""
+    assert run_seed(7409673, 5).acked > 0
+
+
 def test_a_cut_above_every_tx_of_its_epoch_settles_by_a_complete_answer() -> None:
     """Seed 3003529 (3 nodes, from a campaign over 3,000,000-3,009,999): after a power loss of
     every node, the origin closed its own epoch at its head, a seq another origin had made and

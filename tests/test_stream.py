@@ -12,7 +12,9 @@ from relay.core.origin import Origin
 from relay.core.publish import Publishes, attach_retries
 from relay.core.rebuild import HeldVerified, SliceAdopted, SliceRefused
 from relay.core.stream import StreamLimits, StreamReplica
+from relay.core.timeline import Timeline
 from relay.core.timer import Now
+from relay.core.votes import Votes
 
 LIMITS = StreamLimits(buffer_txs_max=100, dedup_window_ms=60_000, dedup_keys_max=1000)
 BASE = 1 << 40
@@ -87,6 +89,21 @@ def test_a_quorum_must_agree_on_the_digest_to_verify() -> None:
     assert r.verified_seq == 0 and r.votes.mismatches == 1
     assert take_vote(r, 3, BASE + 1, digest)
     assert r.verified_seq == BASE + 1
+
+
+def test_marks_above_a_cut_are_forgotten_with_the_history_they_named() -> None:
+    timeline = Timeline("s", 100, 1 << 20)
+    txs = [Tx(BASE + i, BASE + i - 1 if i > 1 else 0, 2, 7, "", 0, bytes([i])) for i in range(1, 6)]
+    digests, chain = [], genesis("s")
+    for tx in txs:
+        chain = fold_tx(chain, tx)
+        digests.append(chain)
+    timeline.extend(txs, digests)
+    votes = Votes(1, (1, 2, 3), 2)
+    votes.take_mark(2, 7, BASE + 5, timeline.digest_at(BASE + 5) or b"", timeline)
+    assert votes.marked(BASE + 5) == BASE + 5
+    votes.forget_after(BASE + 2)  # the timeline was cut there: the mark named what it cut
+    assert votes.marked(BASE + 5) == BASE + 2
 
 
 def test_a_vote_ahead_of_us_counts_once_we_catch_up() -> None:

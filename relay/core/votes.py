@@ -119,9 +119,12 @@ class Votes:
         return True
 
     def forget_after(self, seq: int) -> None:
-        """Our timeline was cut after ``seq``: matches above it no longer hold."""
+        """Our timeline was cut after ``seq``: matches and marks above it named the history
+        it held, and no longer hold."""
         for peer, matched in self.matched.items():
             self.matched[peer] = min(matched, seq)
+        for peer, mark in self.marks.items():
+            self.marks[peer] = min(mark, seq)
 
     def ahead_of(self, seq: int, peers: list[int]) -> bool:
         """Whether any of ``peers`` votes a head above ``seq``."""
