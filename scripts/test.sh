@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run every check: lint, types, then all tests (unit, simulator seeds, real clusters).
 # Sets up .venv by itself, and as root installs nftables for the namespaced tests and promtool
-# for the metrics check (without root those tests skip and say why). Extra arguments go to pytest, e.g.
-# scripts/test.sh -m "not slow".
+# for the metrics check (without root those tests skip and say why). Tests run on two workers
+# (pytest-xdist; RELAY_TEST_WORKERS=N for another count, 0 for none). Extra arguments go to
+# pytest, e.g. scripts/test.sh -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
@@ -24,4 +25,5 @@ apt_tool promtool prometheus "the promtool check of the metrics"
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy
 echo "== import layers"; lint-imports --no-cache
-echo "== pytest"; python -m pytest -q -p no:cacheprovider -rs "$@"
+echo "== pytest"
+python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" --dist worksteal "$@"

@@ -1,4 +1,4 @@
-"""The chaos smokes CI runs: 3 nodes, kills, partitions and loss for about a minute, a clean
+"""The chaos smokes CI runs: 3 nodes, kills, partitions and loss for half a minute, a clean
 verdict; once with the nodes on 127.0.0.1 (faults by admin hooks), once with each node in a
 network namespace of its own (partitions and loss by nftables)."""
 
@@ -28,7 +28,7 @@ def test_a_short_chaos_run_with_kills_and_partitions_keeps_every_invariant(
     tmp_path: Path, net: str
 ) -> None:
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "chaos", "run", "--nodes", "3", "--duration", "50"]
+    command = [sys.executable, "-m", "chaos", "run", "--nodes", "3", "--duration", "30"]
     command += ["--faults", "kill,partition,loss", "--seed", "1", "--out", str(out)]
     command += ["--net", net]
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -222,11 +223,21 @@ def test_rows_written_to_relay_arrive_once_even_when_a_batch_is_replayed(
         assert producer.publish("sink.out", b"after").seq > copied[-1].seq
 
 
-def test_a_batch_replayed_after_a_million_later_messages_adds_nothing(
-    spark: SparkSession, cluster: LocalCluster, tmp_path: Path
+@pytest.fixture
+def small_window_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A cluster whose dedup window holds 20,000 ids per stream (200,000 by default)."""
+    with LocalCluster(tmp_path / "c", nodes=3, overrides={"dedup_keys_max": 20_000}) as made:
+        made.start()
+        made.wait_serving()
+        yield made
+
+
+def test_a_batch_replayed_after_five_dedup_windows_of_later_messages_adds_nothing(
+    spark: SparkSession, small_window_cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    """The dedup window (200,000 ids per stream) had long forgotten the batch's ids, and a
-    replay published copies; now each named write keeps commit records."""
+    """The dedup window had long forgotten the batch's ids, and a replay published copies;
+    now each named write keeps commit records."""
+    cluster = small_window_cluster
     publish(cluster, "late.in", 300)
     checkpoint = tmp_path / "checkpoint"
     copy = functools.partial(copy_in_batches, spark, cluster, "late.in", checkpoint)
@@ -238,7 +249,7 @@ def test_a_batch_replayed_after_a_million_later_messages_adds_nothing(
             crashed.send("late.out", b"w%d" % msg_id, msg_id)
         crashed.flush()
     with Producer(config=cluster.config_path) as flood:
-        for _ in range(1_000_000):
+        for _ in range(100_000):
             flood.send("late.out", b"later")
         flood.flush()
         after_flood = flood.publish("late.out", b"end of the flood").seq
