@@ -1,0 +1,357 @@
+"""The work group's fold against a model that states the rules plainly (a list of jobs, sorted
+at every claim), over random histories of jobs and operations; and the rules one by one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relay.core.flake import make_seq, seq_unix_ms
+from relay.queue.fold import SETTLED, STALE, Outcome, QueueState
+from relay.queue.jobs import Job
+from relay.queue.ops import (
+    ACK,
+    NAK,
+    REJECT,
+    RENEW,
+    Claim,
+    Configure,
+    Op,
+    Settings,
+    Settle,
+    SettleItem,
+    Tick,
+)
+
+T0 = 1_800_000_000_000  # unix ms
+REPLICAS = (1, 2, 3)
+
+
+@dataclass
+class ModelJob:
+    job: Job
+    order_ms: int
+    not_before: int
+    state: str = "waiting"  # held, done
+    delivery: int = 0
+    member: str = ""
+    deadline: int = 0
+    lease: int = 0
+
+
+class Model:
+    """The rules, stated with a list and a sort."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.jobs: dict[int, ModelJob] = {}
+        self.walls: dict[int, int] = {}
+        self.now = 0
+        self.upto = 0
+        self.cursor = 0
+
+    def hear(self, origin: int, wall: int, op_seq: int) -> None:
+        self.walls[origin] = max(self.walls.get(origin, 0), min(wall, seq_unix_ms(op_seq)))
+        if len(self.walls) >= 2:
+            self.now = max(self.now, sorted(self.walls.values(), reverse=True)[1])
+
+    def waiting_with(self, key: bytes | None) -> list[ModelJob]:
+        return [j for j in self.jobs.values() if j.state == "waiting" and j.job.key == key]
+
+    def take_in(self, job: Job) -> None:
+        if self.settings.coalesce and job.key is not None:
+            for old in self.waiting_with(job.key):
+                old.state = "replaced"
+        self.jobs[job.seq] = ModelJob(job, job.order_ms, job.not_before)
+
+    def expire(self) -> list[int]:
+        died: list[int] = []
+        due = sorted(
+            (j.deadline, s)
+            for s, j in self.jobs.items()
+            if j.state == "held" and j.deadline <= self.now
+        )
+        for _, seq in due:
+            died += self.back(self.jobs[seq], 0)
+        return died
+
+    def back(self, j: ModelJob, not_before: int) -> list[int]:
+        if j.delivery >= self.settings.max_deliveries:
+            j.state = "dead"
+            return [j.job.seq]
+        if self.settings.coalesce and j.job.key is not None and self.waiting_with(j.job.key):
+            j.state = "replaced"
+            return []
+        j.state = "waiting"
+        if not_before:
+            j.not_before, j.order_ms = not_before, not_before
+        return []
+
+    def claim(self, op: Claim, op_seq: int) -> list[int]:
+        ready = sorted(
+            (j.job.priority, j.order_ms, s)
+            for s, j in self.jobs.items()
+            if j.state == "waiting" and j.not_before <= self.now
+        )
+        busy = {j.job.key for j in self.jobs.values() if j.state == "held"}
+        taken: list[int] = []
+        for _, _, seq in ready:
+            if len(taken) == op.count:
+                break
+            j = self.jobs[seq]
+            if self.settings.exclusive and j.job.key is not None and j.job.key in busy:
+                continue
+            busy.add(j.job.key)
+            j.state, j.member, j.delivery = "held", op.member, j.delivery + 1
+            j.lease = op.lease_ms
+            j.deadline = max(self.now, seq_unix_ms(op_seq)) + op.lease_ms
+            taken.append(seq)
+        return taken
+
+    def settle(self, op: Settle, op_seq: int) -> tuple[list[str], list[int]]:
+        start = max(self.now, seq_unix_ms(op_seq))
+        results: list[str] = []
+        died: list[int] = []
+        for item in op.items:
+            j = self.jobs.get(item.seq)
+            if (
+                j is None
+                or j.state != "held"
+                or j.member != op.member
+                or j.delivery != item.delivery
+            ):
+                results.append(STALE)
+                continue
+            results.append(SETTLED)
+            if item.action == RENEW:
+                j.deadline = max(j.deadline, start + j.lease)
+            elif item.action == ACK:
+                j.state = "done"
+            elif item.action == REJECT:
+                j.state = "dead"
+                died.append(item.seq)
+            else:
+                died += self.back(j, start + item.delay_ms if item.delay_ms else 0)
+        return results, died
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[Settings, list[tuple[str, tuple[Any, ...]]]]:
+    settings = Settings(
+        lease_ms=1000,
+        max_deliveries=draw(st.integers(1, 3)),
+        coalesce=draw(st.booleans()),
+        exclusive=draw(st.booleans()),
+    )
+    steps: list[tuple[str, tuple[Any, ...]]] = []
+    ms = T0
+    for _ in range(draw(st.integers(1, 60))):
+        ms += draw(st.integers(0, 700))
+        kind = draw(st.sampled_from(["job", "job", "claim", "settle", "tick"]))
+        if kind == "job":
+            priority = draw(st.sampled_from([0, 5, 128]))
+            delay = draw(st.sampled_from([0, 0, 0, 500, 3000]))
+            key = draw(st.sampled_from([None, b"a", b"b", b"c"]))
+            steps.append(("job", (ms, priority, ms + delay if delay else 0, key)))
+        elif kind == "claim":
+            steps.append(
+                (
+                    "claim",
+                    (
+                        ms,
+                        draw(st.sampled_from(["m1", "m2"])),
+                        draw(st.integers(1, 4)),
+                        draw(st.sampled_from([300, 1000, 5000])),
+                        draw(st.integers(1, 3)),
+                    ),
+                )
+            )
+        elif kind == "settle":
+            steps.append(
+                (
+                    "settle",
+                    (
+                        ms,
+                        draw(st.sampled_from(["m1", "m2"])),
+                        draw(st.integers(0, 10**6)),
+                        draw(st.sampled_from([ACK, NAK, REJECT, RENEW])),
+                        draw(st.sampled_from([0, 0, 800])),
+                        draw(st.integers(1, 3)),
+                        draw(st.booleans()),
+                    ),
+                )
+            )
+        else:
+            steps.append(("tick", (ms, draw(st.integers(1, 3)), draw(st.integers(-2000, 2000)))))
+    return settings, steps
+
+
+def run(settings: Settings, steps: list[tuple[str, tuple[Any, ...]]]) -> None:
+    state = QueueState(REPLICAS, 2, bytes_max=1 << 40)
+    model = Model(settings)
+    jobs: list[Job] = []
+    counter = 0
+
+    def apply(op: Op, origin: int, ms: int) -> tuple[list[int], list[str], list[int]]:
+        nonlocal counter
+        counter += 1
+        op_seq = make_seq(ms, origin, counter % 4096)
+        upto = state.begin(op_seq, origin, op)
+        for job in jobs:
+            if job.seq > state.cursor and not state.take_in(job):
+                break
+        out = state.finish(op)
+        model.hear(origin, op.wall_ms, op_seq)
+        died = model.expire()
+        if isinstance(op, Claim):
+            model.upto = max(model.upto, op.upto)
+        for job in jobs:
+            if model.cursor < job.seq <= model.upto:
+                model.take_in(job)
+                model.cursor = job.seq
+        assert upto == model.upto
+        leased: list[int] = []
+        settled: list[str] = []
+        if isinstance(op, Claim):
+            leased = model.claim(op, op_seq)
+        elif isinstance(op, Settle):
+            settled, more = model.settle(op, op_seq)
+            died += more
+        assert [x.job.seq for x in out.leased] == leased
+        assert out.settled == settled
+        assert sorted(d.seq for d in out.died) == sorted(died)
+        return leased, settled, died
+
+    apply(Configure(settings, T0), 1, T0)
+    for kind, args in steps:
+        if kind == "job":
+            ms, priority, nb, key = args
+            counter += 1
+            seq = make_seq(ms, 1, counter % 4096)
+            jobs.append(Job(seq, priority, nb, key))
+        elif kind == "claim":
+            ms, member, count, lease, origin = args
+            upto = jobs[-1].seq if jobs else 0
+            apply(Claim(member, count, lease, upto, ms), origin, ms)
+        elif kind == "settle":
+            ms, member, pick, action, delay, origin, fresh = args
+            held = sorted(state.held.items())
+            if held:
+                seq, h = held[pick % len(held)]
+                item = SettleItem(
+                    seq, h.delivery if fresh else max(1, h.delivery - 1), action, delay
+                )
+                apply(Settle(member, (item,), ms), origin, ms)
+        else:
+            ms, origin, skew = args
+            apply(Tick(max(0, ms + skew)), origin, ms)
+    waiting = sum(1 for j in model.jobs.values() if j.state == "waiting")
+    assert len(state.waiting) == waiting
+    assert len(state.held) == sum(1 for j in model.jobs.values() if j.state == "held")
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories())
+def test_the_fold_follows_the_rules(
+    history: tuple[Settings, list[tuple[str, tuple[Any, ...]]]],
+) -> None:
+    run(*history)
+
+
+def fold_one(
+    state: QueueState, op: Op, origin: int, ms: int, jobs: list[Job], n: list[int]
+) -> Outcome:
+    n[0] += 1
+    op_seq = make_seq(ms, origin, n[0])
+    state.begin(op_seq, origin, op)
+    for job in jobs:
+        if job.seq > state.cursor and not state.take_in(job):
+            break
+    return state.finish(op)
+
+
+def test_one_node_whose_clock_runs_ahead_neither_expires_a_lease_nor_readies_a_delayed_job() -> (
+    None
+):
+    state, n = QueueState(REPLICAS, 2, 1 << 30), [0]
+    jobs = [Job(make_seq(T0, 1, 1), 128, 0, None), Job(make_seq(T0, 1, 2), 128, T0 + 60_000, None)]
+    fold_one(state, Claim("m1", 5, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
+    assert list(state.held) == [jobs[0].seq]
+    far = T0 + 3_600_000  # node 3's clock: an hour ahead (its seqs too: claims.py allows 60 s)
+    fold_one(state, Tick(far), 3, T0 + 60_000, jobs, n)
+    fold_one(state, Tick(T0 + 1000), 2, T0 + 1000, jobs, n)
+    assert state.clock.now_ms == T0 + 1000  # the second latest of 1 (T0), 2 and 3
+    out = fold_one(state, Claim("m2", 5, 10_000, jobs[-1].seq, T0 + 2000), 1, T0 + 2000, jobs, n)
+    assert out.leased == [] and list(state.held) == [jobs[0].seq]  # not expired, not ready
+    fold_one(state, Tick(T0 + 61_000), 2, T0 + 61_000, jobs, n)  # now a quorum is past both
+    out = fold_one(
+        state, Claim("m2", 5, 10_000, jobs[-1].seq, T0 + 61_000), 1, T0 + 61_000, jobs, n
+    )
+    assert [x.job.seq for x in out.leased] == [jobs[0].seq, jobs[1].seq]  # back first: older
+    assert [x.delivery for x in out.leased] == [2, 1]
+
+
+def test_a_group_takes_in_jobs_only_up_to_its_byte_bound_and_more_as_jobs_leave() -> None:
+    state, n = QueueState(REPLICAS, 2, bytes_max=8 * 100), [0]  # a hundred FIFO entries
+    jobs = [Job(make_seq(T0, 1, i), 128, 0, None) for i in range(1, 301)]
+    fold_one(state, Claim("m1", 1, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
+    assert state.cursor == jobs[99].seq and len(state.waiting) == 99 and len(state.held) == 1
+    out = fold_one(state, Claim("m1", 50, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
+    assert len(out.leased) == 50 and state.cursor == jobs[99].seq  # a held job costs more
+    acks = tuple(SettleItem(seq, 1, ACK) for seq in state.held)
+    fold_one(state, Settle("m1", acks, T0), 1, T0, jobs, n)
+    fold_one(state, Tick(T0), 1, T0, jobs, n)  # the next operation takes in what fits again
+    assert state.cursor == jobs[150].seq and len(state.waiting) == 100
+    assert state.size_bytes() == state.bytes_max
+
+
+def test_a_claim_with_exclusive_resources_takes_one_job_per_resource() -> None:
+    state, n = QueueState(REPLICAS, 2, 1 << 30), [0]
+    fold_one(state, Configure(Settings(exclusive=True), T0), 1, T0, [], n)
+    keys = [b"a", b"a", b"b", None, b"b"]
+    jobs = [Job(make_seq(T0, 1, i + 1), 128, 0, k) for i, k in enumerate(keys)]
+    out = fold_one(state, Claim("m1", 10, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
+    assert [x.job.key for x in out.leased] == [b"a", b"b", None]  # in order, one per resource
+
+
+def test_coalescing_keeps_the_newest_job_of_a_resource_and_never_a_claimed_one() -> None:
+    state, n = QueueState(REPLICAS, 2, 1 << 30), [0]
+    fold_one(state, Configure(Settings(coalesce=True), T0), 1, T0, [], n)
+    jobs = [Job(make_seq(T0, 1, i + 1), 128, 0, b"page") for i in range(3)]
+    out = fold_one(state, Claim("m1", 10, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
+    assert [x.job.seq for x in out.leased] == [jobs[2].seq] and state.totals.replaced == 2
+    more = [*jobs, Job(make_seq(T0, 1, 9), 128, 0, b"page")]
+    out = fold_one(state, Claim("m2", 10, 10_000, more[-1].seq, T0), 1, T0, more, n)
+    assert [x.job.seq for x in out.leased] == [more[3].seq]  # the claimed one was not replaced
+
+
+def test_a_settlement_of_another_delivery_or_member_is_stale() -> None:
+    state, n = QueueState(REPLICAS, 2, 1 << 30), [0]
+    jobs = [Job(make_seq(T0, 1, 1), 128, 0, None)]
+    fold_one(state, Claim("m1", 1, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
+    seq = jobs[0].seq
+    out = fold_one(state, Settle("m2", (SettleItem(seq, 1, ACK),), T0), 1, T0, jobs, n)
+    assert out.settled == [STALE]
+    out = fold_one(state, Settle("m1", (SettleItem(seq, 2, ACK),), T0), 1, T0, jobs, n)
+    assert out.settled == [STALE]
+    out = fold_one(
+        state, Settle("m1", (SettleItem(seq, 1, ACK), SettleItem(seq, 1, ACK)), T0), 1, T0, jobs, n
+    )
+    assert out.settled == [SETTLED, STALE] and state.totals.acked == 1
+
+
+def test_a_job_dies_after_its_last_delivery_with_its_history() -> None:
+    state, n = QueueState(REPLICAS, 2, 1 << 30), [0]
+    fold_one(state, Configure(Settings(max_deliveries=2), T0), 1, T0, [], n)
+    jobs = [Job(make_seq(T0, 1, 1), 128, 0, None)]
+    for delivery, member in ((1, "m1"), (2, "m2")):
+        fold_one(state, Claim(member, 1, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
+        out = fold_one(
+            state, Settle(member, (SettleItem(jobs[0].seq, delivery, NAK),), T0), 1, T0, jobs, n
+        )
+    dead = out.died
+    assert [(d.seq, d.ordinal, d.deliveries) for d in dead] == [(jobs[0].seq, 1, 2)]
+    assert [(h.member, h.outcome) for h in dead[0].history] == [("m1", NAK), ("m2", NAK)]
