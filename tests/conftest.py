@@ -6,9 +6,23 @@ from typing import Any
 
 import pytest
 
-from relay.runtime.local_cluster import LocalCluster
+from relay.runtime.local_cluster import PORT_RANGE_ENV, LocalCluster, port_range
 
 pytest_plugins = ["process_guard"]  # a test not marked slow starts no process
+
+
+def _own_port_range() -> None:
+    """Under pytest-xdist, each worker (and what it starts) takes ports from its own slice."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    index, workers = int(worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    first, last = port_range()
+    width = (last - first + 1) // max(1, workers)
+    os.environ[PORT_RANGE_ENV] = f"{first + index * width}-{first + (index + 1) * width - 1}"
+
+
+_own_port_range()
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """The mesh drain bound counts messages, not frames: a peer that packs its messages into
 bundles still gets at most ``DRAIN_FRAMES_MAX`` of them into one loop turn. Real sockets."""
 
-import socket
 import time
 import tomllib
 from typing import Any
@@ -12,23 +11,18 @@ from relay.config import parse
 from relay.core.events import Event, MeshReceived
 from relay.core.messages import StreamAck
 from relay.runtime.faults import FaultHooks
+from relay.runtime.local_cluster import free_ports
 from relay.runtime.mesh_sockets import DRAIN_FRAMES_MAX, MeshSockets
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.templates import cluster_toml
 from relay.wire import mesh
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_turn_takes_at_most_the_bound_of_messages_however_they_are_bundled() -> None:
     raw: dict[str, Any] = tomllib.loads(cluster_toml(3).replace('[""]', "[]"))
     raw["cluster"]["security"] = "none"
-    for node in raw["node"]:
-        node["mesh_port"] = free_port()
+    for node, port in zip(raw["node"], free_ports(len(raw["node"])), strict=True):
+        node["mesh_port"] = port
     config = parse(raw)
     ctx = zmq.Context()
     peer = ctx.socket(zmq.PUB)

@@ -31,18 +31,19 @@ from relay.runtime.launcher import query_status
 from relay.runtime.netns import NetnsLayout
 from relay.runtime.templates import cluster_toml
 
+PORT_RANGE_ENV = "RELAY_PORT_RANGE"  # "FIRST-LAST": where free_ports looks
+
 
 def free_ports(count: int) -> list[int]:
     """Ports nothing listens on right now, all distinct, chosen below the kernel's ephemeral
-    range so that no outgoing connection can take one before the node binds it."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
+    range so that no outgoing connection can take one before the node binds it, or in
+    ``$RELAY_PORT_RANGE`` (``FIRST-LAST``; parallel test workers each get a range of their own,
+    so that one never takes a port another's stopped node will bind again)."""
+    first, last = port_range()
     ports: list[int] = []
     rng = random.SystemRandom()
     while len(ports) < count:
-        port = rng.randrange(10_000, max(10_001, low))
+        port = rng.randint(first, last)
         if port in ports:
             continue
         with socket.socket() as s:
@@ -52,6 +53,19 @@ def free_ports(count: int) -> list[int]:
                 continue
         ports.append(port)
     return ports
+
+
+def port_range() -> tuple[int, int]:
+    """The ports ``free_ports`` chooses from."""
+    given = os.environ.get(PORT_RANGE_ENV, "")
+    if given:
+        first, _, last = given.partition("-")
+        return int(first), int(last)
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return 10_000, max(10_001, low) - 1
 
 
 def write_config(
