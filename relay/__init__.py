@@ -1,7 +1,8 @@
 """relay: a quorum-replicated relay cluster.
 
 The client API: ``Producer`` publishes to any node; ``Consumer`` iterates a stream's
-verified transactions from any node. The clients are imported on first use, so importing
+verified transactions from any node; ``Worker`` claims and settles a stream's jobs as a member
+of a work group. The clients are imported on first use, so importing
 ``relay.core`` (pure) or ``relay.errors`` does not load sockets and threads.
 """
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from relay.client.consumer import Consumer, Transaction
     from relay.client.futures import Ack, PublishFuture
     from relay.client.producer import Producer
+    from relay.client.worker import Job, Worker
 
 _LAZY = {
     "Consumer": "relay.client.consumer",
@@ -24,6 +26,8 @@ _LAZY = {
     "Ack": "relay.client.futures",
     "Producer": "relay.client.producer",
     "PublishFuture": "relay.client.futures",
+    "Job": "relay.client.worker",
+    "Worker": "relay.client.worker",
 }
 
 __all__ = [
@@ -31,11 +35,13 @@ __all__ = [
     "Consumer",
     "DataLossError",
     "DigestMismatchError",
+    "Job",
     "NoQuorumError",
     "Producer",
     "PublishFuture",
     "RelayError",
     "Transaction",
+    "Worker",
     "tune_gc",
 ]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
+from relay import errors
 from relay.core.events import (
     Broadcast,
     Effect,
@@ -35,19 +36,24 @@ from relay.core.events import (
     PeerFault,
     Persist,
     PublishReply,
+    PublishRequested,
     ReadReply,
     ReadResult,
     Redirect,
     Rejected,
     Reserve,
+    Tick,
     Verified,
 )
 from relay.core.messages import MeshMessage
 from relay.core.node import NodeCore
+from relay.core.routing import QUEUE_SUFFIX
 from relay.core.timer import Now
+from relay.queue.service import INTERNAL, Answer, QueueService
 from relay.storage.node_disk import NodeDisk
 
 LOG_READS_PER_TURN = 4
+QUEUE_BYTES_MAX = 64 << 20  # what one work group holds in memory (the rest waits in the log)
 
 
 class MeshPort(Protocol):
@@ -64,6 +70,9 @@ class ClientsPort(Protocol):
 
     def read_done(self, client: bytes, req_id: int, body: ReadResult | Redirect | Rejected) -> None:
         """A fetch's answer."""
+
+    def queue_reply(self, client: bytes, req_id: int, answer: Answer) -> None:
+        """A work group member's answer."""
 
 
 class Reporter(Protocol):
@@ -90,16 +99,42 @@ class Shell:
         self.clients = clients
         self.reporter = reporter
         self.sends_first = sends_first
-        self.pending: list[Event] = []  # the disk's answers, for the next turn
+        self.pending: list[Event] = []  # the disk's and the queues' events, for the next turn
         self.log_reads: deque[tuple[bytes, int, LogRead]] = deque()  # waiting for the disk
+        self.queues = QueueService(
+            node_id, core.routing, core.config.quorum_of, self._verified_of, QUEUE_BYTES_MAX
+        )
 
     def turn(self, now: Now, events: list[Event]) -> list[Effect]:
         """One whole turn: the core handles ``events``, the effects are carried out, a few
         log reads answered, and a sync of what was written started."""
-        effects = self.core.handle(now, events)
+        effects = self.handle(now, events)
         self.carry_out(effects, now)
         self.after_turn(now)
         return effects
+
+    def handle(self, now: Now, events: list[Event]) -> list[Effect]:
+        """The core's turn over ``events``, less clients' publishes into work groups' control
+        streams (refused: only nodes write there), with the work groups' own requests."""
+        taken: list[Event] = []
+        for event in events:
+            if isinstance(event, PublishRequested) and QUEUE_SUFFIX in event.stream:
+                if event.client != INTERNAL:
+                    why = f"{event.stream!r} is a work group's control stream: only nodes write it"
+                    refused = PublishReply(
+                        event.client, event.req_id, Rejected(errors.FORBIDDEN, why), 0
+                    )
+                    self.clients.reply(refused)
+                    continue
+            elif isinstance(event, Tick):
+                self.queues.tick(now)
+            taken.append(event)
+        taken += self.queues.take_events()
+        return self.core.handle(now, taken)
+
+    def _verified_of(self, stream: str) -> int:
+        state = self.core.streams.get(stream)
+        return state.timeline.readable_seq if state is not None else 0
 
     def take_pending(self) -> list[Event]:
         pending, self.pending = self.pending, []
@@ -125,15 +160,20 @@ class Shell:
             self._writes(effects, now)
         for effect in effects:
             if isinstance(effect, PublishReply):
-                self.clients.reply(effect)
+                if effect.client == INTERNAL:
+                    self.queues.answered(effect.req_id, effect.body)
+                else:
+                    self.clients.reply(effect)
             elif isinstance(effect, ReadReply):
                 read = effect.body
                 if isinstance(read, LogRead):
                     self.log_reads.append((effect.client, effect.req_id, read))
                 else:
-                    self.clients.read_done(effect.client, effect.req_id, read)
+                    self._read_done(effect.client, effect.req_id, read)
             elif isinstance(effect, Verified):
                 self.reporter.verified(effect)
+                if QUEUE_SUFFIX in effect.stream:
+                    self.queues.follow(effect.stream)
             elif isinstance(effect, PeerFault):
                 self.mesh.fault(effect.peer, effect.text)
             elif isinstance(effect, Notice):
@@ -143,8 +183,19 @@ class Shell:
         """Answer a few reads from the log, and start a sync of what the turn wrote."""
         for _ in range(min(LOG_READS_PER_TURN, len(self.log_reads))):
             client, req_id, read = self.log_reads.popleft()
-            self.clients.read_done(client, req_id, self.disk.read(read))
+            self._read_done(client, req_id, self.disk.read(read))
         self.disk.after_turn(now.elapsed_ms, self.core.epoch)
+        for client, req_id, answer in self.queues.take_replies():
+            self.clients.queue_reply(client, req_id, answer)
+        self.pending += self.queues.take_events()
+
+    def _read_done(
+        self, client: bytes, req_id: int, body: ReadResult | Redirect | Rejected
+    ) -> None:
+        if client == INTERNAL:
+            self.queues.answered(req_id, body)
+        else:
+            self.clients.read_done(client, req_id, body)
 
     def _writes(self, effects: list[Effect], now: Now) -> None:
         for effect in effects:

@@ -20,7 +20,9 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
-from relay.wire import client, mesh
+from relay.errors import ProtocolError
+from relay.queue.ops import SettleItem
+from relay.wire import client, mesh, replies
 
 u64 = st.integers(0, 2**63 - 1)
 names = st.text(min_size=1, max_size=20)
@@ -239,5 +241,40 @@ def test_fetch_and_span_requests_carry_only_the_fields_a_node_reads() -> None:
     with pytest.raises(client.BadRequest, match="'fetch' with 8 fields") as info:
         client.decode_request(client.pack("fetch", 3, "s", 10, 5, 0, True))
     assert info.value.req_id == 3
-    with pytest.raises(client.BadRequest, match="more than 8 fields"):
+    with pytest.raises(client.BadRequest, match="'span' with 9 fields"):
         client.decode_request(client.pack("span", 4, "s", 0, 99, 10, 2, True))
+    with pytest.raises(client.BadRequest, match="more than 9 fields"):
+        client.decode_request(client.pack("claim", 4, "s", "g", "m", 1, 1000, 0, True))
+
+
+def test_a_work_group_members_requests_decode_with_every_field_checked() -> None:
+    claim = client.decode_request(client.claim_request(5, "jobs", "g", "w1", 10, 30_000, 500))
+    assert claim == client.ClaimFrame(5, "jobs", "g", "w1", 10, 30_000, 500)
+    items = [SettleItem(7, 1, "ack"), SettleItem(8, 2, "nak", 100)]
+    settle = client.decode_request(client.settle_request(6, "jobs", "g", "w1", items))
+    assert settle == client.SettleFrame(6, "jobs", "g", "w1", tuple(items))
+    for bad, names in (
+        (client.pack("claim", 1, "jobs", "g", "w1", 0, 30_000, 0), "count"),
+        (client.pack("claim", 1, "jobs", "g", "", 1, 30_000, 0), "member"),
+        (client.pack("claim", 1, "jobs", "g", "w1", 1, 5, 0), "lease_ms"),
+        (client.pack("settle", 1, "jobs", "g", "w1", []), "items"),
+        (client.pack("settle", 1, "jobs", "g", "w1", [[7, 1, "burn", 0]]), "action"),
+        (client.pack("settle", 1, "jobs", "g", "w1", [[7, 0, "ack", 0]]), "delivery"),
+    ):
+        with pytest.raises(client.BadRequest, match=names) as info:
+            client.decode_request(bad)
+        assert info.value.req_id == 1
+
+
+def test_a_work_group_reply_that_breaks_its_shape_names_the_field() -> None:
+    good = client.pack("jobs", 3, [[7, 1, 0, None, 1, 99, b"p", []]], 0)
+    reply = replies.decode_reply(good)
+    assert isinstance(reply, replies.JobsReply)
+    [row] = reply.rows
+    assert (row.seq, row.priority, row.payload, row.headers) == (7, 1, b"p", ())
+    with pytest.raises(ProtocolError, match="jobs reply: rows"):
+        replies.decode_reply(client.pack("jobs", 3, [[7, 1, 0, None, 1, 99, b"p"]], 0))
+    with pytest.raises(ProtocolError, match="settled reply: results"):
+        replies.decode_reply(client.pack("settled", 3, [1]))
+    with pytest.raises(ProtocolError, match="qinfo reply: info"):
+        replies.decode_reply(client.pack("qinfo", 3, [1]))

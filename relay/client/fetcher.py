@@ -9,6 +9,8 @@ again (the consumer on its next poll, a Spark task until its deadline).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from relay import errors
 from relay.auth.keys import KeyPair
@@ -18,6 +20,7 @@ from relay.errors import ProtocolError
 from relay.wire.client import fetch_request, span_request
 from relay.wire.replies import ErrorReply, RedirectReply, Reply, SpanReply, TxsReply
 
+ReplyKinds = tuple[type[Reply], ...]
 Fetched = TxsReply  # rows of verified txs, with the digest just before the first
 Spanned = SpanReply  # one (last seq, digest there, tx count) per part of a range
 
@@ -80,12 +83,19 @@ class Fetcher:
                     f"(tried {tried})"
                 )
 
+    def call(self, make: Callable[[int], bytes], wait_ms: int, kinds: ReplyKinds) -> Reply | None:
+        """One request built by ``make`` (given its req id) answered by one of ``kinds``, or
+        None if this node did not serve it (the next call goes where it was sent)."""
+        self._req_id += 1
+        found: Reply | None = self._ask(make(self._req_id), wait_ms, kinds)
+        return found
+
     def close(self) -> None:
         self._pool.close()
 
     # --- the engine ---------------------------------------------------------------------
 
-    def _ask(self, request: bytes, wait_ms: int) -> TxsReply | SpanReply | None:
+    def _ask(self, request: bytes, wait_ms: int, kinds: ReplyKinds = (TxsReply, SpanReply)) -> Any:
         """One request, answered or failed over; None if this node did not serve it."""
         address = self.order[self._current]
         conn = self._pool.get(address)
@@ -95,7 +105,7 @@ class Fetcher:
             for _, reply in self._pool.receive(50):
                 if reply.req_id != self._req_id:
                     continue  # a late answer to an earlier request
-                return self._answer(address, reply)
+                return self._answer(address, reply, kinds)
             if address in self._pool.disconnected() or time.monotonic() > deadline:
                 refusal = self._pool.refusal(self.order)
                 if refusal is not None:
@@ -103,8 +113,8 @@ class Fetcher:
                 self._next_node(address)
                 return None
 
-    def _answer(self, address: NodeAddress, reply: Reply) -> TxsReply | SpanReply | None:
-        if isinstance(reply, TxsReply | SpanReply):
+    def _answer(self, address: NodeAddress, reply: Reply, kinds: ReplyKinds) -> Reply | None:
+        if isinstance(reply, kinds):
             self.node = address
             return reply
         if isinstance(reply, RedirectReply):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 STREAM_NAME_BYTES_MAX = 200
+QUEUE_SUFFIX = ".__queue."  # <stream>.__queue.<group>: a work group's control stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +39,15 @@ class Routing:
         self._cache: dict[str, tuple[int, ...]] = {}
 
     def replicas_of(self, stream: str) -> tuple[int, ...]:
+        """The nodes whose patterns cover ``stream``; a work group's control stream is
+        replicated by its job stream's replicas (they fold it over the jobs they hold)."""
         found = self._cache.get(stream)
         if found is None:
-            found = tuple(sorted(s.node_id for s in self.subscriptions if s.covers(stream)))
+            jobs, sep, group = stream.rpartition(QUEUE_SUFFIX)
+            if sep and jobs and group and "." not in group:
+                found = self.replicas_of(jobs)
+            else:
+                found = tuple(sorted(s.node_id for s in self.subscriptions if s.covers(stream)))
             if len(self._cache) >= self.CACHE_MAX:
                 self._cache.clear()
             self._cache[stream] = found

@@ -273,6 +273,41 @@ class QueueState:
 
     # --- reads ----------------------------------------------------------------------------
 
+    def describe(self) -> dict[str, int | dict[str, list[int]]]:
+        """Counts of the group's jobs as this replica folded them, for ``relay queue
+        describe`` and the gauges."""
+        waiting = self.waiting
+        delayed = waiting.delayed_count()
+        per_priority = {
+            str(p): [
+                n - waiting.delayed_by_priority.get(p, 0),
+                waiting.delayed_by_priority.get(p, 0),
+            ]
+            for p, n in sorted(waiting.count_by_priority.items())
+        }
+        t = self.totals
+        return {
+            "ready": len(waiting) - delayed,
+            "delayed": delayed,
+            "claimed": len(self.held),
+            "acked": t.acked,
+            "dead": t.dead,
+            "replaced": t.replaced,
+            "expired": t.expired,
+            "malformed": t.malformed,
+            "oldest_ready_ms": waiting.oldest_ready_ms(),
+            "next_ready_ms": waiting.next_ready_ms(),
+            "clock_ms": self.clock.now_ms,
+            "jobs_through": self.cursor,
+            "op_seq": self.op_seq,
+            "bytes": self.size_bytes(),
+            "per_priority": per_priority,
+        }
+
+    def next_deadline_ms(self) -> int:
+        """The earliest lease deadline of a held job (0: none held)."""
+        return min((h.deadline_ms for h in self.held.values()), default=0)
+
     def size_bytes(self) -> int:
         """What the group holds in memory, by the same count on every replica."""
         history = sum(len(h) for h in self.history.values())

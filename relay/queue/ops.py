@@ -18,8 +18,9 @@ from typing import Any
 
 import msgpack
 
+from relay.core.routing import QUEUE_SUFFIX
+
 VERSION = 1
-QUEUE_SUFFIX = ".__queue."
 MEMBER_BYTES_MAX = 128
 CLAIM_COUNT_MAX = 1000  # jobs one claim may take
 SETTLE_ITEMS_MAX = 1000  # jobs one settlement may name
@@ -129,7 +130,7 @@ def decode(payload: bytes) -> Op:
     if kind == "claim" and len(fields) == 5:
         member, count, lease, upto, wall = fields
         return Claim(
-            _member(member),
+            member_name(member),
             _int("count", count, 1, CLAIM_COUNT_MAX),
             _int("lease_ms", lease, LEASE_MS_MIN, LEASE_MS_MAX),
             _int("upto", upto, 0, SEQ_MAX),
@@ -140,7 +141,9 @@ def decode(payload: bytes) -> Op:
         if not isinstance(items, list) or not 1 <= len(items) <= SETTLE_ITEMS_MAX:
             raise OpError(f"items: 1-{SETTLE_ITEMS_MAX} settlements")
         return Settle(
-            _member(member), tuple(_item(i) for i in items), _int("wall_ms", wall, 0, WALL_MS_MAX)
+            member_name(member),
+            tuple(settle_item(i) for i in items),
+            _int("wall_ms", wall, 0, WALL_MS_MAX),
         )
     if kind == "tick" and len(fields) == 1:
         return Tick(_int("wall_ms", fields[0], 0, WALL_MS_MAX))
@@ -159,7 +162,7 @@ def decode(payload: bytes) -> Op:
     raise OpError(f"unknown operation {str(kind)[:20]!r} with {len(fields)} fields")
 
 
-def _item(raw: Any) -> SettleItem:
+def settle_item(raw: Any) -> SettleItem:
     if not isinstance(raw, list) or len(raw) != 4:
         raise OpError("a settlement is [seq, delivery, action, delay_ms]")
     seq, delivery, action, delay = raw
@@ -173,7 +176,7 @@ def _item(raw: Any) -> SettleItem:
     )
 
 
-def _member(raw: Any) -> str:
+def member_name(raw: Any) -> str:
     if not isinstance(raw, str) or not raw or len(raw.encode()) > MEMBER_BYTES_MAX:
         raise OpError(f"member: a name of 1-{MEMBER_BYTES_MAX} bytes")
     return raw

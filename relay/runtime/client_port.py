@@ -20,6 +20,7 @@ import zmq
 
 from relay import errors
 from relay.config import ClusterConfig
+from relay.core import reads
 from relay.core.events import Acked as AckedResult
 from relay.core.events import (
     Event,
@@ -34,6 +35,17 @@ from relay.core.events import (
     SpanResult,
 )
 from relay.core.node import NodeCore
+from relay.core.timer import Now
+from relay.queue.service import (
+    Answer as QueueAnswer,
+)
+from relay.queue.service import (
+    ClaimAnswer,
+    ClaimRequest,
+    QueueService,
+    SettleAnswer,
+    SettleRequest,
+)
 from relay.runtime.client_limits import ClientLimits
 from relay.runtime.connections import ClientConnections
 from relay.runtime.mesh_sockets import DRAIN_BYTES_MAX, DRAIN_FRAMES_MAX, HWM_FRAMES
@@ -43,9 +55,12 @@ from relay.storage.node_disk import NodeDisk
 from relay.wire import replies
 from relay.wire.client import (
     BadRequest,
+    ClaimFrame,
     FetchFrame,
     PublishFrame,
+    QueueInfoFrame,
     Request,
+    SettleFrame,
     SpanFrame,
     StatusFrame,
     decode_request,
@@ -92,7 +107,9 @@ class ClientPort:
 
     # --- input --------------------------------------------------------------------------
 
-    def drain(self, events: list[Event], core: NodeCore, disk: NodeDisk) -> None:
+    def drain(
+        self, events: list[Event], core: NodeCore, disk: NodeDisk, queues: QueueService, now: Now
+    ) -> None:
         taken = 0
         for i in range(DRAIN_FRAMES_MAX):
             if taken > DRAIN_BYTES_MAX or (i and not holds_more(self.sock)):
@@ -122,7 +139,7 @@ class ClientPort:
                 self.metrics.errors.labels(errors.FORBIDDEN).inc()
                 self.answer(client, request.req_id, forbidden)
                 continue
-            if isinstance(request, PublishFrame | FetchFrame):
+            if isinstance(request, PublishFrame | FetchFrame | ClaimFrame | SettleFrame):
                 refused = self.limits.admit(client, request.req_id, len(frames[1]))
                 if refused is not None:
                     self.metrics.errors.labels(refused.code).inc()
@@ -148,6 +165,31 @@ class ClientPort:
             elif isinstance(request, StatusFrame):
                 status = disk.status(core.status(streams=not request.brief))
                 self.send(client, replies.encode_status(request.req_id, status))
+            elif isinstance(request, ClaimFrame):
+                c = request
+                claim = ClaimRequest(c.stream, c.group, c.member, c.count, c.lease_ms, c.wait_ms)
+                queues.request(client, c.req_id, claim, now)
+            elif isinstance(request, SettleFrame):
+                settle = SettleRequest(request.stream, request.group, request.member, request.items)
+                queues.request(client, request.req_id, settle, now)
+            elif isinstance(request, QueueInfoFrame):
+                self._queue_info(client, request, core, queues)
+
+    def _queue_info(
+        self, client: bytes, request: QueueInfoFrame, core: NodeCore, queues: QueueService
+    ) -> None:
+        """What this node folded of a work group so far (a redirect if it holds no copy)."""
+        replicas = core.routing.replicas_of(request.stream)
+        if core.node_id not in replicas:
+            self.answer(client, request.req_id, reads.redirect(request.stream, replicas, set()))
+            return
+        try:
+            state = queues.describe(request.stream, request.group)
+        except ValueError as exc:
+            self.answer(client, request.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
+            return
+        info = state.describe() if state is not None else {}
+        self.send(client, replies.encode_queue_info(request.req_id, info))
 
     def _forbidden(self, user: str, request: Request) -> Rejected | None:
         """Why the client's ``[[client]]`` table refuses ``request``, or None."""
@@ -183,6 +225,15 @@ class ClientPort:
     def read_done(self, client: bytes, req_id: int, body: ReadResult | Redirect | Rejected) -> None:
         """A fetch's answer."""
         self.answer(client, req_id, body, admitted=True)
+
+    def queue_reply(self, client: bytes, req_id: int, answer: QueueAnswer) -> None:
+        """A work group member's answer: jobs claimed, settlements, or why not."""
+        if isinstance(answer, ClaimAnswer):
+            self.send(client, replies.encode_jobs(req_id, answer), req_id)
+        elif isinstance(answer, SettleAnswer):
+            self.send(client, replies.encode_settled(req_id, answer), req_id)
+        else:
+            self.answer(client, req_id, answer, admitted=True)
 
     def answer(
         self,

@@ -215,14 +215,14 @@ class NodeRuntime:
                 if self.clients.connections.monitor in ready:
                     self._connections(elapsed)
                 if self.clients.sock in ready:
-                    self.clients.drain(events, self.core, self.disk)
+                    self.clients.drain(events, self.core, self.disk, self.shell.queues, now)
                 if elapsed >= next_tick:
                     next_tick = elapsed + TICK_MS
                     events.append(Tick(frozenset(self.mesh.behind)))
                     self.mesh.behind.clear()
                 handle_ns = time.monotonic_ns()
                 handle_cpu = time.thread_time_ns() if self.trace is not None else 0
-                effects = self.core.handle(now, events)
+                effects = self.shell.handle(now, events)
                 carry_ns = time.monotonic_ns()
                 carry_cpu = time.thread_time_ns() if self.trace is not None else 0
                 self.shell.carry_out(effects, now)

@@ -22,6 +22,7 @@ from relay.core.events import (
 )
 from relay.core.messages import MeshMessage, Replicate, StreamAck
 from relay.core.params import CoreParams
+from relay.queue.service import Answer as QueueAnswer
 from relay.sim.checker import InvariantChecker
 from relay.sim.files import SimFiles
 from relay.sim.network import SimNetwork
@@ -120,9 +121,13 @@ class SimAnswers:
     """A turn's answers, held until the checker has looked at the turn."""
 
     held: list[PublishReply | ReadReply] = field(default_factory=list)
+    members: list[tuple[bytes, int, QueueAnswer]] = field(default_factory=list)  # work groups'
 
     def reply(self, reply: PublishReply) -> None:
         self.held.append(reply)
+
+    def queue_reply(self, client: bytes, req_id: int, answer: QueueAnswer) -> None:
+        self.members.append((client, req_id, answer))
 
     def read_done(self, client: bytes, req_id: int, body: ReadResult | Redirect | Rejected) -> None:
         self.held.append(ReadReply(client, req_id, body))

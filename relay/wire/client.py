@@ -1,8 +1,9 @@
 """The client protocol on a node's client port (ZeroMQ ROUTER; clients use DEALER).
 
 Every frame is msgpack ``[version, kind, req_id, ...]``. Requests: ``pub``, ``fetch``,
-``span`` (plan a range read: where to cut it and the digests there), ``status``. Replies:
-``acks``, ``txs``, ``span``, ``status``, ``redirect``, ``error``. A node answers
+``span`` (plan a range read: where to cut it and the digests there), ``status``, and a work
+group member's ``claim``, ``settle`` and ``qinfo``. Replies: ``acks``, ``txs``, ``span``,
+``status``, ``jobs``, ``settled``, ``qinfo``, ``redirect``, ``error``. A node answers
 a malformed request with an ``error`` reply (code ``bad_request``) when it can read a req_id,
 and with req_id 0 when it cannot.
 """
@@ -17,6 +18,15 @@ from typing import Any
 import msgspec
 
 from relay.core.messages import Item
+from relay.queue.ops import (
+    CLAIM_COUNT_MAX,
+    LEASE_MS_MAX,
+    LEASE_MS_MIN,
+    SETTLE_ITEMS_MAX,
+    SettleItem,
+    member_name,
+    settle_item,
+)
 from relay.wire.fields import U64, HeaderRows, array_len, as_int, as_str
 from relay.wire.mesh import MalformedFrame
 
@@ -57,7 +67,37 @@ class StatusFrame:
     brief: bool = False  # the node's state and peers, no stream: what a readiness check needs
 
 
-Request = PublishFrame | FetchFrame | SpanFrame | StatusFrame
+@dataclass(frozen=True, slots=True)
+class ClaimFrame:
+    req_id: int
+    stream: str
+    group: str
+    member: str
+    count: int
+    lease_ms: int
+    wait_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SettleFrame:
+    req_id: int
+    stream: str
+    group: str
+    member: str
+    items: tuple[SettleItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfoFrame:
+    req_id: int
+    stream: str
+    group: str
+
+
+Request = (
+    PublishFrame | FetchFrame | SpanFrame | StatusFrame | ClaimFrame | SettleFrame | QueueInfoFrame
+)
+QueueFrame = ClaimFrame | SettleFrame | QueueInfoFrame
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -65,7 +105,7 @@ _ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still
 _ANY = msgspec.msgpack.Decoder()
 # A message as a typed decoder reads it: [msg id, payload, key, headers], exactly.
 _ITEMS = msgspec.msgpack.Decoder(tuple[tuple[U64, bytes, bytes | None, HeaderRows], ...])
-FIELDS_MAX = 8  # the most fields a request has (a span)
+FIELDS_MAX = 9  # the most fields a request has (a claim)
 _ITEMS_AT = 5  # the field of a ``pub`` request that holds its messages
 
 
@@ -116,6 +156,22 @@ def decode_request(body: bytes) -> Request:
             return SpanFrame(req_id, as_str(f[3]), after, upto, max_txs, parts)
         if kind == "status" and len(f) in (3, 4):
             return StatusFrame(req_id, len(f) == 4 and bool(f[3]))
+        if kind == "claim" and len(f) == 9:
+            count, lease, wait = (as_int(v) for v in f[6:9])
+            if not 1 <= count <= CLAIM_COUNT_MAX or not LEASE_MS_MIN <= lease <= LEASE_MS_MAX:
+                raise ValueError(
+                    f"count is 1-{CLAIM_COUNT_MAX}, lease_ms {LEASE_MS_MIN}-{LEASE_MS_MAX}"
+                )
+            group, member = as_str(f[4]), member_name(f[5])
+            return ClaimFrame(req_id, as_str(f[3]), group, member, count, lease, wait)
+        if kind == "settle" and len(f) == 7:
+            rows = f[6]
+            if not isinstance(rows, list) or not 1 <= len(rows) <= SETTLE_ITEMS_MAX:
+                raise ValueError(f"items: 1-{SETTLE_ITEMS_MAX} settlements")
+            items = tuple(settle_item(row) for row in rows)
+            return SettleFrame(req_id, as_str(f[3]), as_str(f[4]), member_name(f[5]), items)
+        if kind == "qinfo" and len(f) == 5:
+            return QueueInfoFrame(req_id, as_str(f[3]), as_str(f[4]))
     except (TypeError, ValueError) as exc:
         raise BadRequest(req_id, f"bad field in {kind!r} request: {exc}") from None
     raise BadRequest(req_id, f"unknown request kind {kind!r} with {len(f)} fields")
@@ -152,3 +208,20 @@ def span_request(
 
 def status_request(req_id: int, brief: bool = False) -> bytes:
     return pack("status", req_id, True) if brief else pack("status", req_id)
+
+
+def claim_request(
+    req_id: int, stream: str, group: str, member: str, count: int, lease_ms: int, wait_ms: int
+) -> bytes:
+    return pack("claim", req_id, stream, group, member, count, lease_ms, wait_ms)
+
+
+def settle_request(
+    req_id: int, stream: str, group: str, member: str, items: Sequence[SettleItem]
+) -> bytes:
+    rows = [[i.seq, i.delivery, i.action, i.delay_ms] for i in items]
+    return pack("settle", req_id, stream, group, member, rows)
+
+
+def queue_info_request(req_id: int, stream: str, group: str) -> bytes:
+    return pack("qinfo", req_id, stream, group)

@@ -23,6 +23,7 @@ from relay.core.digest import Headers
 from relay.core.events import Acked, PublishResults, ReadResult, Rejected, SpanResult
 from relay.core.status import NodeStatus, StatusFormatError
 from relay.errors import ProtocolError
+from relay.queue.service import ClaimAnswer, SettleAnswer
 from relay.wire.client import VERSION, pack
 from relay.wire.fields import (
     U64,
@@ -109,7 +110,47 @@ class ErrorReply:
     try_nodes: tuple[Address, ...]
 
 
-Reply = AcksReply | TxsReply | SpanReply | StatusReply | RedirectReply | ErrorReply
+class JobRow(NamedTuple):
+    seq: int
+    priority: int
+    not_before: int  # unix ms; 0: ready at once
+    key: bytes | None
+    delivery: int  # 1 for the first delivery
+    deadline_ms: int  # the lease's end by the group's clock (unix ms)
+    payload: bytes
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class JobsReply:
+    req_id: int
+    rows: tuple[JobRow, ...]
+    next_ready_ms: int  # with no row: when the next delayed job is ready (0: none known)
+
+
+@dataclass(frozen=True, slots=True)
+class SettledReply:
+    req_id: int
+    results: tuple[str, ...]  # per item: settled, or stale (the member no longer holds it)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfoReply:
+    req_id: int
+    info: dict[str, Any]
+
+
+Reply = (
+    AcksReply
+    | TxsReply
+    | SpanReply
+    | StatusReply
+    | RedirectReply
+    | ErrorReply
+    | JobsReply
+    | SettledReply
+    | QueueInfoReply
+)
 
 
 # --- the node's side ---------------------------------------------------------------------
@@ -156,6 +197,31 @@ def encode_span(req_id: int, result: SpanResult) -> bytes:
 
 def encode_status(req_id: int, status: NodeStatus) -> bytes:
     return pack("status", req_id, status.to_wire())
+
+
+def encode_jobs(req_id: int, answer: ClaimAnswer) -> bytes:
+    rows = [
+        [
+            j.leased.job.seq,
+            j.leased.job.priority,
+            j.leased.job.not_before,
+            j.tx.key,
+            j.leased.delivery,
+            j.leased.deadline_ms,
+            j.tx.payload,
+            j.tx.headers,
+        ]
+        for j in answer.jobs
+    ]
+    return pack("jobs", req_id, rows, answer.next_ready_ms)
+
+
+def encode_settled(req_id: int, answer: SettleAnswer) -> bytes:
+    return pack("settled", req_id, list(answer.results))
+
+
+def encode_queue_info(req_id: int, info: dict[str, Any]) -> bytes:
+    return pack("qinfo", req_id, info)
 
 
 def encode_redirect(req_id: int, stream: str, nodes: list[Address]) -> bytes:
@@ -296,6 +362,30 @@ def _tx_row(row: list[Any]) -> TxRow:
     )
 
 
+def _job_row(row: list[Any]) -> JobRow:
+    seq, priority, not_before, key, delivery, deadline, payload, headers = row
+    return JobRow(
+        as_int(seq),
+        as_int(priority),
+        as_int(not_before),
+        as_key(key),
+        as_int(delivery),
+        as_int(deadline),
+        as_bytes(payload),
+        () if headers == [] else as_headers(headers),
+    )
+
+
+def _results(v: Any) -> tuple[str, ...]:
+    return tuple(as_str(r) for r in as_list(v))
+
+
+def _info(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise ValueError("expected a map with string keys")
+    return v
+
+
 def _bound(row: list[Any]) -> tuple[int, bytes, int]:
     return as_int(row[0]), as_bytes(row[1]), as_int(row[2])
 
@@ -331,6 +421,9 @@ SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
         ),
     ),
     "status": (StatusReply, (("status", NodeStatus.from_wire),)),
+    "jobs": (JobsReply, (("rows", rows_of(_job_row, 8)), ("next_ready_ms", as_int))),
+    "settled": (SettledReply, (("results", _results),)),
+    "qinfo": (QueueInfoReply, (("info", _info),)),
     "redirect": (RedirectReply, (("stream", as_str), ("nodes", rows_of(_address, 4)))),
     "error": (
         ErrorReply,

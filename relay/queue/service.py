@@ -1,0 +1,334 @@
+"""A node's work groups: members' claims and settlements in, operations and answers out.
+
+How this works: the service is a client of its own node's core. A member's claim or
+settlement becomes an operation published into the group's control stream (a
+``PublishRequested`` from an address no ZeroMQ client can have); the service keeps every group
+this node serves up with its two streams through fetches of its own (``Follower``), and
+answers the member once the fold has applied its operation: the jobs it took, with their
+payloads read from the job stream, or the result of each settlement. A claim that took
+nothing, with time left to wait, is parked and proposed again when the job stream grows or
+another operation changed the group; at the end of its wait it is answered empty, with when
+the next delayed job becomes ready. When a lease deadline or a not-before time passes by this
+node's clock and the group's clock is behind, the node writes a tick. Every request and answer
+goes through ``events`` and ``replies``: the shell hands the first to the core on its next turn
+and sends the second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from relay import errors
+from relay.core.events import (
+    Acked,
+    Event,
+    FetchRequested,
+    PublishRequested,
+    PublishResults,
+    ReadResult,
+    Redirect,
+    Rejected,
+)
+from relay.core.flake import seq_node
+from relay.core.messages import Item, Tx
+from relay.core.routing import Routing
+from relay.core.timer import Now
+from relay.queue.fold import Leased, Outcome, QueueState
+from relay.queue.follower import Follower, ReadOps
+from relay.queue.ops import (
+    Claim,
+    Op,
+    Settle,
+    SettleItem,
+    Tick,
+    encode,
+    parse_queue_stream,
+    queue_stream,
+)
+
+INTERNAL = b"\x00relay-queue"  # ZeroMQ's own ids are 5 bytes; a client's may not start with 0
+READ_TXS = 1000  # txs per fetch of the service's own
+READ_WAIT_MS = 10_000  # its long polls of the control stream
+TICK_EVERY_MS = 200  # the least time between two ticks of one group from this node
+WAIT_MS_MAX = 30_000
+UNCLAIMED_MAX = 1024  # outcomes of this node's operations applied before their publish answer
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    stream: str
+    group: str
+    member: str
+    count: int
+    lease_ms: int
+    wait_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SettleRequest:
+    stream: str
+    group: str
+    member: str
+    items: tuple[SettleItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    leased: Leased
+    tx: Tx
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAnswer:
+    jobs: tuple[ClaimedJob, ...]
+    next_ready_ms: int  # with no job: when the next delayed job becomes ready (0: unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class SettleAnswer:
+    results: tuple[str, ...]
+
+
+Answer = ClaimAnswer | SettleAnswer | Redirect | Rejected
+
+
+@dataclass(slots=True)
+class Member:
+    """A member's request in flight."""
+
+    client: bytes
+    req_id: int
+    request: ClaimRequest | SettleRequest
+    deadline_ms: int  # elapsed time when a claim's wait ends
+    leased: list[Leased] = field(default_factory=list)
+    txs: dict[int, Tx] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Group:
+    stream: str  # the job stream
+    control: str
+    follower: Follower
+    reading: bool = False  # a fetch of this service's is out for the group
+    published: dict[int, Member] = field(default_factory=dict)  # op seq -> its member
+    parked: list[Member] = field(default_factory=list)
+    last_tick_ms: int = -TICK_EVERY_MS
+    changed: bool = False  # an operation of another changed the group since the last proposal
+    unclaimed: dict[int, Outcome] = field(default_factory=dict)  # this node's ops, not matched
+
+
+class QueueService:
+    def __init__(
+        self,
+        node_id: int,
+        routing: Routing,
+        quorum_of: Callable[[int], int],
+        verified_of: Callable[[str], int],
+        bytes_max: int,
+    ) -> None:
+        self.node_id = node_id
+        self.routing = routing
+        self.quorum_of = quorum_of
+        self.verified_of = verified_of
+        self.bytes_max = bytes_max
+        self.groups: dict[str, Group] = {}
+        self.events: list[Event] = []  # for the core's next turn
+        self.replies: list[tuple[bytes, int, Answer]] = []
+        self._next_id = 0
+        self._pending: dict[int, Callable[[object], None]] = {}  # own req id -> what to do
+
+    # --- members ----------------------------------------------------------------------------
+
+    def request(
+        self, client: bytes, req_id: int, request: ClaimRequest | SettleRequest, now: Now
+    ) -> None:
+        replicas = self.routing.replicas_of(request.stream)
+        if self.node_id not in replicas:
+            if replicas:
+                self.replies.append((client, req_id, Redirect(request.stream, replicas)))
+            else:
+                why = f"no node's streams patterns match {request.stream!r}"
+                self.replies.append((client, req_id, Rejected(errors.NO_REPLICAS, why)))
+            return
+        try:
+            control = queue_stream(request.stream, request.group)
+        except ValueError as exc:
+            self.replies.append((client, req_id, Rejected(errors.BAD_REQUEST, str(exc))))
+            return
+        group = self._group(request.stream, control)
+        wait = min(request.wait_ms, WAIT_MS_MAX) if isinstance(request, ClaimRequest) else 0
+        self._propose(group, Member(client, req_id, request, now.elapsed_ms + wait), now)
+
+    def follow(self, control: str) -> None:
+        """A control stream this node replicates moved: keep its group's state (every replica
+        folds every group, so any of them can answer a member)."""
+        if control not in self.groups:
+            parsed = parse_queue_stream(control)
+            if parsed is not None and self.node_id in self.routing.replicas_of(parsed[0]):
+                self._group(parsed[0], control)
+
+    def describe(self, stream: str, group: str) -> QueueState | None:
+        """The group's state as this node folded it so far (None: this node has not read it)."""
+        found = self.groups.get(queue_stream(stream, group))
+        return found.follower.state if found else None
+
+    def _group(self, stream: str, control: str) -> Group:
+        group = self.groups.get(control)
+        if group is None:
+            replicas = self.routing.replicas_of(stream)
+            state = QueueState(replicas, self.quorum_of(len(replicas)), self.bytes_max)
+            group = self.groups[control] = Group(stream, control, Follower(state))
+            self._read(group)
+        return group
+
+    def _propose(self, group: Group, member: Member, now: Now) -> None:
+        request = member.request
+        op: Op
+        if isinstance(request, ClaimRequest):
+            upto = self.verified_of(group.stream)
+            op = Claim(request.member, request.count, request.lease_ms, upto, now.wall_ms)
+        else:
+            op = Settle(request.member, request.items, now.wall_ms)
+        group.changed = False
+
+        def published(body: object) -> None:
+            if isinstance(body, PublishResults) and isinstance(body.results[0], Acked):
+                seq = body.results[0].seq
+                early = group.unclaimed.pop(seq, None)  # the fold got there before the answer
+                if early is not None:
+                    self._outcome(group, member, early)
+                else:
+                    group.published[seq] = member
+                self._read(group)
+            elif isinstance(body, PublishResults) and isinstance(body.results[0], Rejected):
+                self.replies.append((member.client, member.req_id, body.results[0]))
+            elif isinstance(body, Redirect | Rejected):
+                self.replies.append((member.client, member.req_id, body))
+
+        self._publish(group.control, op, published)
+
+    def _publish(self, control: str, op: Op, then: Callable[[object], None]) -> None:
+        req_id = self._own(then)
+        item = Item(req_id, encode(op))
+        self.events.append(PublishRequested(INTERNAL, req_id, control, "", (item,)))
+
+    def _own(self, then: Callable[[object], None]) -> int:
+        self._next_id += 1
+        self._pending[self._next_id] = then
+        return self._next_id
+
+    # --- the core's answers to the service --------------------------------------------------
+
+    def answered(self, req_id: int, body: object) -> None:
+        """The core answered one of the service's own requests."""
+        then = self._pending.pop(req_id, None)
+        if then is not None:
+            then(body)
+
+    def _read(self, group: Group) -> None:
+        """Fetch what the group's follower wants next, unless a fetch is out."""
+        if group.reading:
+            return
+        want = group.follower.wants()
+        if want is None:
+            return
+        group.reading = True
+
+        def read(body: object) -> None:
+            group.reading = False
+            if not isinstance(body, ReadResult):
+                return  # not readable now (the node is catching up, or not serving): later
+            if isinstance(want, ReadOps):
+                group.follower.ops_read(body.txs)
+            else:
+                group.follower.jobs_read(body.txs, body.verified_seq, body.lost)
+            self._advance(group)
+            self._read(group)
+
+        req_id = self._own(read)
+        if isinstance(want, ReadOps):
+            fetch = FetchRequested(
+                INTERNAL, req_id, group.control, want.after_seq, READ_TXS, READ_WAIT_MS
+            )
+        else:
+            fetch = FetchRequested(INTERNAL, req_id, group.stream, want.after_seq, READ_TXS, 0)
+        self.events.append(fetch)
+
+    def _advance(self, group: Group) -> None:
+        for outcome in group.follower.advance():
+            member = group.published.pop(outcome.op_seq, None)
+            if member is not None:
+                self._outcome(group, member, outcome)
+                continue
+            group.changed = True
+            if seq_node(outcome.op_seq) == self.node_id:  # perhaps ours, its answer not in yet
+                group.unclaimed[outcome.op_seq] = outcome
+                while len(group.unclaimed) > UNCLAIMED_MAX:
+                    del group.unclaimed[next(iter(group.unclaimed))]
+
+    def _outcome(self, group: Group, member: Member, outcome: Outcome) -> None:
+        if isinstance(member.request, SettleRequest):
+            answer = SettleAnswer(tuple(outcome.settled))
+            self.replies.append((member.client, member.req_id, answer))
+            return
+        if not outcome.leased:
+            group.parked.append(member)
+            return
+        member.leased = outcome.leased
+        for leased in outcome.leased:
+            self._fetch_job(group, member, leased.job.seq)
+
+    def _fetch_job(self, group: Group, member: Member, seq: int) -> None:
+        def got(body: object) -> None:
+            if isinstance(body, ReadResult) and body.txs and body.txs[0].seq == seq:
+                member.txs[seq] = body.txs[0]
+            elif isinstance(body, ReadResult | Redirect | Rejected):  # gone: answered without
+                member.txs[seq] = Tx(seq, 0, 0, 0, "", 0, b"")
+            if len(member.txs) == len(member.leased):
+                jobs = tuple(ClaimedJob(x, member.txs[x.job.seq]) for x in member.leased)
+                self.replies.append((member.client, member.req_id, ClaimAnswer(jobs, 0)))
+
+        req_id = self._own(got)
+        self.events.append(FetchRequested(INTERNAL, req_id, group.stream, seq - 1, 1, 0))
+
+    # --- time -------------------------------------------------------------------------------
+
+    def tick(self, now: Now) -> None:
+        """Parked claims whose wait ended are answered, those with news proposed again; ticks
+        are written where a deadline passed by this node's clock."""
+        for group in self.groups.values():
+            self._read(group)
+            state = group.follower.state
+            news = group.changed or self.verified_of(group.stream) > state.upto
+            keep: list[Member] = []
+            for member in group.parked:
+                if now.elapsed_ms >= member.deadline_ms:
+                    answer = ClaimAnswer((), state.waiting.next_ready_ms())
+                    self.replies.append((member.client, member.req_id, answer))
+                elif news:
+                    self._propose(group, member, now)
+                else:
+                    keep.append(member)
+            group.parked = keep
+            self._tick_group(group, now)
+
+    def _tick_group(self, group: Group, now: Now) -> None:
+        state = group.follower.state
+        due = [d for d in (state.next_deadline_ms(), state.waiting.next_ready_ms()) if d]
+        if not due or now.wall_ms < min(due):
+            return
+        if state.clock.written_by(self.node_id) >= min(due):
+            return
+        if now.elapsed_ms - group.last_tick_ms < TICK_EVERY_MS:
+            return
+        group.last_tick_ms = now.elapsed_ms
+        self._publish(group.control, Tick(now.wall_ms), lambda _body: None)
+
+    def take_events(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+    def take_replies(self) -> list[tuple[bytes, int, Answer]]:
+        replies, self.replies = self.replies, []
+        return replies

@@ -1,0 +1,81 @@
+"""Work groups on a real cluster through the public surfaces (issue 33): jobs claimed in
+priority order, a nak and a lease that runs out bring a job back with its delivery count, a
+rejected job dies, settlements of a lost delivery are stale, and a client cannot write into a
+control stream."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from waits import until
+
+from relay import Producer, RelayError, Worker
+from relay.queue.jobs import job_headers
+from relay.runtime.local_cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_work_group_hands_out_jobs_by_priority_and_takes_them_back(
+    fresh_cluster3: LocalCluster,
+) -> None:
+    cluster = fresh_cluster3
+    priorities = [128, 5, 128, 0, 5, 200]
+    with Producer(config=cluster.config_path) as producer:
+        seqs = [
+            producer.publish("jobs", b"job%d" % i, headers=job_headers(p, None)).seq
+            for i, p in enumerate(priorities)
+        ]
+    by_order = [s for _, s in sorted(zip(priorities, seqs, strict=True))]
+    with Worker("jobs", "g", config=cluster.config_path, node=2, member="w1") as worker:
+        jobs = worker.claim(count=10)
+        assert [j.seq for j in jobs] == by_order
+        assert [j.priority for j in jobs] == sorted(priorities)
+        assert all(j.delivery == 1 for j in jobs) and jobs[0].payload == b"job3"
+        assert worker.ack(jobs[:3]) == ["settled"] * 3
+        assert worker.ack(jobs[:1]) == ["stale"]  # settled twice: the second changes nothing
+        assert worker.nak(jobs[3:4]) == ["settled"]
+        assert worker.reject(jobs[4:5]) == ["settled"]
+        again = worker.claim(count=10)
+        assert [(j.seq, j.delivery) for j in again] == [(jobs[3].seq, 2)]
+        assert worker.claim(count=1) == []  # the last one is held (jobs[5])
+    with Worker("jobs", "g", config=cluster.config_path, node=3, member="w2") as other:
+        assert other.ack(jobs[5:6]) == ["stale"]  # not its delivery
+        # jobs[5]'s lease (30 s) still runs; again[0] is held by w1 too: nothing ready
+        assert other.claim(count=5, wait_ms=300) == []
+    with Worker("jobs", "g", config=cluster.config_path, node=1) as reader:  # folded there too
+        info = until(reader.info, lambda i: i.get("acked") == 3, timeout_s=10)
+    assert (info["acked"], info["dead"], info["claimed"], info["ready"]) == (3, 1, 2, 0)
+
+
+def test_a_lease_that_runs_out_makes_the_job_ready_again(fresh_cluster3: LocalCluster) -> None:
+    cluster = fresh_cluster3
+    with Producer(config=cluster.config_path) as producer:
+        seq = producer.publish("work", b"slow job").seq
+    with Worker("work", "g", config=cluster.config_path, member="dies") as dying:
+        [held] = dying.claim(lease_ms=500)
+    assert held.seq == seq
+    with Worker("work", "g", config=cluster.config_path, member="next") as worker:
+        found = until(lambda: worker.claim(wait_ms=500), bool, timeout_s=15)
+        assert [(j.seq, j.delivery) for j in found] == [(seq, 2)]
+        assert dying_ack_is_stale(cluster, held.seq)
+        assert worker.ack(found) == ["settled"]
+
+
+def dying_ack_is_stale(cluster: LocalCluster, seq: int) -> bool:
+    with Worker("work", "g", config=cluster.config_path, member="dies") as late:
+        job = late.claim(count=1, wait_ms=0)
+        assert job == []
+        from relay.client.worker import Job
+
+        gone = Job(seq, 128, 0, None, 1, 0, b"", (), time.monotonic(), 500)
+        return late.ack([gone]) == ["stale"]
+
+
+def test_a_client_cannot_write_into_a_control_stream(fresh_cluster3: LocalCluster) -> None:
+    with (
+        Producer(config=fresh_cluster3.config_path) as producer,
+        pytest.raises(RelayError, match="control stream"),
+    ):
+        producer.publish("jobs.__queue.g", b"a forged claim")
