@@ -102,7 +102,12 @@ class Shell:
         self.pending: list[Event] = []  # the disk's and the queues' events, for the next turn
         self.log_reads: deque[tuple[bytes, int, LogRead]] = deque()  # waiting for the disk
         self.queues = QueueService(
-            node_id, core.routing, core.config.quorum_of, self._verified_of, QUEUE_BYTES_MAX
+            node_id,
+            core.routing,
+            core.config.quorum_of,
+            self._verified_of,
+            core.peers.up_nodes,
+            QUEUE_BYTES_MAX,
         )
 
     def turn(self, now: Now, events: list[Event]) -> list[Effect]:

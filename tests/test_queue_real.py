@@ -10,7 +10,7 @@ import time
 import pytest
 from waits import until
 
-from relay import Producer, RelayError, Worker
+from relay import Consumer, Producer, RelayError, Worker
 from relay.queue.jobs import job_headers
 from relay.runtime.local_cluster import LocalCluster
 
@@ -79,3 +79,51 @@ def test_a_client_cannot_write_into_a_control_stream(fresh_cluster3: LocalCluste
         pytest.raises(RelayError, match="control stream"),
     ):
         producer.publish("jobs.__queue.g", b"a forged claim")
+
+
+def test_dead_jobs_go_to_the_dead_letter_stream_with_their_history(
+    fresh_cluster3: LocalCluster,
+) -> None:
+    cluster = fresh_cluster3
+    with Worker("mail", "senders", config=cluster.config_path, member="w") as worker:
+        assert worker.configure(max_deliveries=2)["max_deliveries"] == 2
+        with Producer(config=cluster.config_path) as producer:
+            first = producer.publish("mail", b"bounce", key="a@example.com").seq
+            second = producer.publish("mail", b"retry", key="b@example.com").seq
+        jobs = worker.claim(count=2)
+        assert worker.reject([j for j in jobs if j.seq == first]) == ["settled"]
+        for delivery in (1, 2):
+            [job] = [j for j in jobs if j.seq == second] if delivery == 1 else worker.claim()
+            assert job.delivery == delivery
+            assert worker.nak([job]) == ["settled"]
+        with Consumer("mail.dead", config=cluster.config_path) as dead:
+            letters = dead.take(2, timeout_s=15)
+        info = until(worker.info, lambda i: i["dead_not_moved"] == 0, timeout_s=10)
+    assert info["dead"] == 2 and info["ready"] == 0
+    headers = [dict(tx.headers) for tx in letters]
+    assert [tx.payload for tx in letters] == [b"bounce", b"retry"]
+    assert [tx.key for tx in letters] == [b"a@example.com", b"b@example.com"]
+    assert [h["relay-dead-seq"] for h in headers] == [str(first).encode(), str(second).encode()]
+    assert headers[0]["relay-dead-reason"] == b"rejected"
+    assert headers[1]["relay-dead-deliveries"] == b"2"
+    assert b'"w", 2' in headers[1]["relay-dead-history"]
+
+
+def test_coalescing_runs_the_newest_job_of_a_resource_once_and_one_at_a_time(
+    fresh_cluster3: LocalCluster,
+) -> None:
+    cluster = fresh_cluster3
+    with Worker("pages", "render", config=cluster.config_path, member="w") as worker:
+        worker.configure(coalesce=True, exclusive=True)
+        with Producer(config=cluster.config_path) as producer:
+            for version in (1, 2, 3):
+                producer.publish("pages", b"home v%d" % version, key="/home")
+            producer.publish("pages", b"about v1", key="/about")
+            jobs = worker.claim(count=10)
+            assert [j.payload for j in jobs] == [b"home v3", b"about v1"]
+            producer.publish("pages", b"home v4", key="/home")  # /home is being rendered
+        assert worker.claim(count=10, wait_ms=300) == []  # one job per resource at a time
+        worker.ack(jobs)
+        [latest] = worker.claim(count=10, wait_ms=2000)
+        assert latest.payload == b"home v4"
+        assert worker.info()["replaced"] == 2

@@ -25,7 +25,12 @@ from relay.client.directory import identity, resolve
 from relay.client.fetcher import Fetcher
 from relay.core.digest import Headers
 from relay.queue.ops import ACK, NAK, REJECT, RENEW, SettleItem
-from relay.wire.client import claim_request, queue_info_request, settle_request
+from relay.wire.client import (
+    claim_request,
+    queue_config_request,
+    queue_info_request,
+    settle_request,
+)
 from relay.wire.replies import JobsReply, QueueInfoReply, SettledReply
 
 SETTLED, STALE = "settled", "stale"
@@ -120,6 +125,34 @@ class Worker:
         reply = self._call(make, 0, SettledReply)
         assert isinstance(reply, SettledReply)
         return list(reply.results)
+
+    def configure(
+        self,
+        lease_ms: int | None = None,
+        max_deliveries: int | None = None,
+        coalesce: bool | None = None,
+        exclusive: bool | None = None,
+        start: str | None = None,
+    ) -> dict[str, object]:
+        """Set the group's settings (those not given take their defaults: lease 30 s, 5
+        deliveries, no coalescing, resources not exclusive); ``start`` (``earliest`` or
+        ``latest``) counts only for a group's first operation. Returns the group's counts once
+        the change is applied."""
+        given = {
+            "lease_ms": lease_ms,
+            "max_deliveries": max_deliveries,
+            "coalesce": coalesce,
+            "exclusive": exclusive,
+            "start": start,
+        }
+        settings = {k: v for k, v in given.items() if v is not None}
+
+        def make(req_id: int) -> bytes:
+            return queue_config_request(req_id, self.stream, self.group, settings)
+
+        reply = self._call(make, 0, QueueInfoReply)
+        assert isinstance(reply, QueueInfoReply)
+        return reply.info
 
     def info(self) -> dict[str, object]:
         """The group's counts as the answering node folded them."""

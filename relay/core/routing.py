@@ -7,6 +7,7 @@ from fnmatch import fnmatchcase
 
 STREAM_NAME_BYTES_MAX = 200
 QUEUE_SUFFIX = ".__queue."  # <stream>.__queue.<group>: a work group's control stream
+DEAD_SUFFIX = ".dead"  # <stream>.dead: the jobs that died in its work groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +40,9 @@ class Routing:
         self._cache: dict[str, tuple[int, ...]] = {}
 
     def replicas_of(self, stream: str) -> tuple[int, ...]:
-        """The nodes whose patterns cover ``stream``; a work group's control stream is
-        replicated by its job stream's replicas (they fold it over the jobs they hold)."""
+        """The nodes whose patterns cover ``stream``. A work group's control stream is
+        replicated by its job stream's replicas (they fold it over the jobs they hold), and a
+        dead-letter stream ``<stream>.dead`` that no pattern covers by the job stream's."""
         found = self._cache.get(stream)
         if found is None:
             jobs, sep, group = stream.rpartition(QUEUE_SUFFIX)
@@ -48,6 +50,8 @@ class Routing:
                 found = self.replicas_of(jobs)
             else:
                 found = tuple(sorted(s.node_id for s in self.subscriptions if s.covers(stream)))
+                if not found and stream.endswith(DEAD_SUFFIX) and len(stream) > len(DEAD_SUFFIX):
+                    found = self.replicas_of(stream[: -len(DEAD_SUFFIX)])
             if len(self._cache) >= self.CACHE_MAX:
                 self._cache.clear()
             self._cache[stream] = found

@@ -10,7 +10,8 @@ ready; then a claim takes up to ``count`` ready jobs in claim order (resources p
 rejects (dead at once) or renews jobs, each only if the member holds that very delivery
 (a settlement of an older delivery, or of a lease that ran out, changes nothing and is
 answered ``stale``). A job whose delivery ends unacknowledged (nak or expiry) after
-``max_deliveries`` deliveries is dead, as is a rejected one. With ``coalesce``, a job for a
+``max_deliveries`` deliveries is dead, as is a rejected one; dead jobs wait in the state until
+an operation says they were moved into the dead-letter stream. With ``coalesce``, a job for a
 resource whose job waits replaces it (the newest payload runs once); a job that is claimed is
 not replaced, and one that comes back while a newer one waits is the one replaced.
 
@@ -21,13 +22,13 @@ replica knows what a claim took without anyone writing it down.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from relay.core.flake import seq_unix_ms
 from relay.queue.clock import QuorumClock
 from relay.queue.jobs import Job
-from relay.queue.ops import ACK, NAK, REJECT, RENEW, Claim, Configure, Op, Settings, Settle
+from relay.queue.ops import ACK, NAK, REJECT, RENEW, Claim, Configure, Moved, Op, Settings, Settle
 from relay.queue.waiting import Waiting, WaitingJobs
 
 HISTORY_MAX = 10  # deliveries of a job remembered for its dead letter
@@ -109,6 +110,7 @@ class QueueState:
         self.history: dict[int, list[Delivery]] = {}  # of jobs delivered and not done
         self.waiting_by_key: dict[bytes, int] = {}  # with coalesce: key -> its waiting job
         self.totals = Totals()
+        self.unmoved: deque[Dead] = deque()  # dead jobs not yet in the dead-letter stream
         self._outcome = Outcome(0)
 
     # --- an operation: begin, take in jobs, finish -----------------------------------------
@@ -172,6 +174,9 @@ class QueueState:
             self._claim(op)
         elif isinstance(op, Settle):
             self._settle(op)
+        elif isinstance(op, Moved):
+            while self.unmoved and self.unmoved[0].ordinal <= op.ordinal:
+                self.unmoved.popleft()
         return self._outcome
 
     def skip(self, op_seq: int) -> None:
@@ -269,7 +274,9 @@ class QueueState:
         history = tuple(self.history.pop(seq, ()))
         deliveries = history[-1].delivery if history else 0
         self.totals.dead += 1
-        self._outcome.died.append(Dead(self.totals.dead, seq, reason, deliveries, history))
+        dead = Dead(self.totals.dead, seq, reason, deliveries, history)
+        self._outcome.died.append(dead)
+        self.unmoved.append(dead)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -286,12 +293,18 @@ class QueueState:
             for p, n in sorted(waiting.count_by_priority.items())
         }
         t = self.totals
+        settings = self.settings
         return {
+            "lease_ms": settings.lease_ms,
+            "max_deliveries": settings.max_deliveries,
+            "coalesce": int(settings.coalesce),
+            "exclusive": int(settings.exclusive),
             "ready": len(waiting) - delayed,
             "delayed": delayed,
             "claimed": len(self.held),
             "acked": t.acked,
             "dead": t.dead,
+            "dead_not_moved": len(self.unmoved),
             "replaced": t.replaced,
             "expired": t.expired,
             "malformed": t.malformed,
@@ -311,4 +324,6 @@ class QueueState:
     def size_bytes(self) -> int:
         """What the group holds in memory, by the same count on every replica."""
         history = sum(len(h) for h in self.history.values())
-        return self.waiting.size_bytes() + HELD_BYTES * len(self.held) + HISTORY_BYTES * history
+        history += sum(len(d.history) for d in self.unmoved)
+        held = HELD_BYTES * (len(self.held) + len(self.unmoved))
+        return self.waiting.size_bytes() + held + HISTORY_BYTES * history

@@ -5,7 +5,8 @@ How this works: a group ``G`` working stream ``S`` keeps its decisions in the st
 publish to such a name is refused); each transaction is one operation, msgpack
 ``[1, kind, ...]``: a claim (a member asks for up to ``count`` ready jobs with a lease, looking
 at jobs up to ``upto``), a settlement of jobs it holds (ack, nak with a delay, reject, renew),
-a tick (a node's wall clock, so the group's clock can move on) and the group's settings. The
+a tick (a node's wall clock, so the group's clock can move on), the group's settings, and how
+far its dead jobs were moved into the dead-letter stream. The
 operation's result is not written: every replica folds the same operations in the same
 verified order over the same jobs and computes it. An operation that does not decode (a hostile
 peer's) is skipped by every replica alike.
@@ -81,7 +82,15 @@ class Tick:
     wall_ms: int
 
 
-Op = Configure | Claim | Settle | Tick
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """The group's dead jobs up to ``ordinal`` are in the dead-letter stream."""
+
+    ordinal: int
+    wall_ms: int
+
+
+Op = Configure | Claim | Settle | Tick | Moved
 
 
 class OpError(ValueError):
@@ -111,6 +120,8 @@ def encode(op: Op) -> bytes:
         body = ["settle", op.member, items, op.wall_ms]
     elif isinstance(op, Tick):
         body = ["tick", op.wall_ms]
+    elif isinstance(op, Moved):
+        body = ["moved", op.ordinal, op.wall_ms]
     else:
         s = op.settings
         body = ["configure", s.lease_ms, s.max_deliveries, s.coalesce, s.exclusive]
@@ -147,6 +158,9 @@ def decode(payload: bytes) -> Op:
         )
     if kind == "tick" and len(fields) == 1:
         return Tick(_int("wall_ms", fields[0], 0, WALL_MS_MAX))
+    if kind == "moved" and len(fields) == 2:
+        ordinal, wall = fields
+        return Moved(_int("ordinal", ordinal, 1, SEQ_MAX), _int("wall_ms", wall, 0, WALL_MS_MAX))
     if kind == "configure" and len(fields) == 6:
         lease, deliveries, coalesce, exclusive, start_after, wall = fields
         if not isinstance(coalesce, bool) or not isinstance(exclusive, bool):

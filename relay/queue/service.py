@@ -16,8 +16,11 @@ and sends the second.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from relay import errors
 from relay.core.events import (
@@ -32,13 +35,16 @@ from relay.core.events import (
 )
 from relay.core.flake import seq_node
 from relay.core.messages import Item, Tx
-from relay.core.routing import Routing
+from relay.core.routing import DEAD_SUFFIX, QUEUE_SUFFIX, Routing
 from relay.core.timer import Now
-from relay.queue.fold import Leased, Outcome, QueueState
+from relay.queue.fold import Dead, Leased, Outcome, QueueState
 from relay.queue.follower import Follower, ReadOps
 from relay.queue.ops import (
     Claim,
+    Configure,
+    Moved,
     Op,
+    Settings,
     Settle,
     SettleItem,
     Tick,
@@ -52,6 +58,7 @@ READ_TXS = 1000  # txs per fetch of the service's own
 READ_WAIT_MS = 10_000  # its long polls of the control stream
 TICK_EVERY_MS = 200  # the least time between two ticks of one group from this node
 WAIT_MS_MAX = 30_000
+DEAD_PER_MOVE = 100  # dead jobs moved in one publish
 UNCLAIMED_MAX = 1024  # outcomes of this node's operations applied before their publish answer
 
 
@@ -74,6 +81,14 @@ class SettleRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfigureRequest:
+    stream: str
+    group: str
+    settings: Settings
+    start_latest: bool = False  # a new group starts after the job stream's verified seq
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedJob:
     leased: Leased
     tx: Tx
@@ -90,7 +105,13 @@ class SettleAnswer:
     results: tuple[str, ...]
 
 
-Answer = ClaimAnswer | SettleAnswer | Redirect | Rejected
+@dataclass(frozen=True, slots=True)
+class InfoAnswer:
+    info: dict[str, object]
+
+
+Answer = ClaimAnswer | SettleAnswer | InfoAnswer | Redirect | Rejected
+Request = ClaimRequest | SettleRequest | ConfigureRequest
 
 
 @dataclass(slots=True)
@@ -99,7 +120,7 @@ class Member:
 
     client: bytes
     req_id: int
-    request: ClaimRequest | SettleRequest
+    request: Request
     deadline_ms: int  # elapsed time when a claim's wait ends
     leased: list[Leased] = field(default_factory=list)
     txs: dict[int, Tx] = field(default_factory=dict)
@@ -108,6 +129,7 @@ class Member:
 @dataclass(slots=True)
 class Group:
     stream: str  # the job stream
+    group: str
     control: str
     follower: Follower
     reading: bool = False  # a fetch of this service's is out for the group
@@ -116,6 +138,11 @@ class Group:
     last_tick_ms: int = -TICK_EVERY_MS
     changed: bool = False  # an operation of another changed the group since the last proposal
     unclaimed: dict[int, Outcome] = field(default_factory=dict)  # this node's ops, not matched
+    moving: bool = False  # dead jobs on their way to the dead-letter stream
+
+    @property
+    def dead_stream(self) -> str:
+        return self.stream + DEAD_SUFFIX
 
 
 class QueueService:
@@ -125,12 +152,14 @@ class QueueService:
         routing: Routing,
         quorum_of: Callable[[int], int],
         verified_of: Callable[[str], int],
+        up_nodes: Callable[[], set[int]],
         bytes_max: int,
     ) -> None:
         self.node_id = node_id
         self.routing = routing
         self.quorum_of = quorum_of
         self.verified_of = verified_of
+        self.up_nodes = up_nodes
         self.bytes_max = bytes_max
         self.groups: dict[str, Group] = {}
         self.events: list[Event] = []  # for the core's next turn
@@ -140,9 +169,7 @@ class QueueService:
 
     # --- members ----------------------------------------------------------------------------
 
-    def request(
-        self, client: bytes, req_id: int, request: ClaimRequest | SettleRequest, now: Now
-    ) -> None:
+    def request(self, client: bytes, req_id: int, request: Request, now: Now) -> None:
         replicas = self.routing.replicas_of(request.stream)
         if self.node_id not in replicas:
             if replicas:
@@ -178,7 +205,8 @@ class QueueService:
         if group is None:
             replicas = self.routing.replicas_of(stream)
             state = QueueState(replicas, self.quorum_of(len(replicas)), self.bytes_max)
-            group = self.groups[control] = Group(stream, control, Follower(state))
+            name = control[len(stream) + len(QUEUE_SUFFIX) :]
+            group = self.groups[control] = Group(stream, name, control, Follower(state))
             self._read(group)
         return group
 
@@ -188,8 +216,13 @@ class QueueService:
         if isinstance(request, ClaimRequest):
             upto = self.verified_of(group.stream)
             op = Claim(request.member, request.count, request.lease_ms, upto, now.wall_ms)
-        else:
+        elif isinstance(request, SettleRequest):
             op = Settle(request.member, request.items, now.wall_ms)
+        else:
+            settings = request.settings
+            if request.start_latest:
+                settings = replace(settings, start_after=self.verified_of(group.stream))
+            op = Configure(settings, now.wall_ms)
         group.changed = False
 
         def published(body: object) -> None:
@@ -272,6 +305,10 @@ class QueueService:
             answer = SettleAnswer(tuple(outcome.settled))
             self.replies.append((member.client, member.req_id, answer))
             return
+        if isinstance(member.request, ConfigureRequest):
+            info = InfoAnswer(dict(group.follower.state.describe()))
+            self.replies.append((member.client, member.req_id, info))
+            return
         if not outcome.leased:
             group.parked.append(member)
             return
@@ -312,6 +349,52 @@ class QueueService:
                     keep.append(member)
             group.parked = keep
             self._tick_group(group, now)
+            self._move_dead(group, now)
+
+    def _move_dead(self, group: Group, now: Now) -> None:
+        """As the group's mover (the first live replica of the job stream that replicates its
+        dead-letter stream too), publish the dead jobs not yet moved, then say so in the control
+        stream. Message ids are the dead jobs' ordinals under one producer id per group, so a
+        second mover's copy (or this one's after a crash) within the dedup window is the same
+        message."""
+        unmoved = group.follower.state.unmoved
+        if group.moving or not unmoved or not self._is_mover(group):
+            return
+        batch = list(itertools.islice(unmoved, DEAD_PER_MOVE))
+        group.moving = True
+        found: dict[int, Tx] = {}
+
+        def moved(_body: object) -> None:
+            group.moving = False
+
+        def published(body: object) -> None:
+            if not isinstance(body, PublishResults) or not all(map(_stored, body.results)):
+                group.moving = False
+                return
+            self._publish(group.control, Moved(batch[-1].ordinal, now.wall_ms), moved)
+
+        def got(seq: int, body: object) -> None:
+            if isinstance(body, ReadResult) and body.txs and body.txs[0].seq == seq:
+                found[seq] = body.txs[0]
+            elif isinstance(body, ReadResult | Redirect | Rejected):
+                found[seq] = Tx(seq, 0, 0, 0, "", 0, b"")  # retention removed it
+            if len(found) == len(batch):
+                items = tuple(dead_letter(group.group, d, found[d.seq]) for d in batch)
+                req_id = self._own(published)
+                producer = f"relay-dead.{group.group}"
+                self.events.append(
+                    PublishRequested(INTERNAL, req_id, group.dead_stream, producer, items)
+                )
+
+        for dead in batch:
+            req_id = self._own(functools.partial(got, dead.seq))
+            self.events.append(FetchRequested(INTERNAL, req_id, group.stream, dead.seq - 1, 1, 0))
+
+    def _is_mover(self, group: Group) -> bool:
+        up = self.up_nodes() | {self.node_id}
+        both = set(self.routing.replicas_of(group.dead_stream))
+        movers = [n for n in self.routing.replicas_of(group.stream) if n in both and n in up]
+        return bool(movers) and min(movers) == self.node_id
 
     def _tick_group(self, group: Group, now: Now) -> None:
         state = group.follower.state
@@ -332,3 +415,24 @@ class QueueService:
     def take_replies(self) -> list[tuple[bytes, int, Answer]]:
         replies, self.replies = self.replies, []
         return replies
+
+
+def dead_letter(group: str, dead: Dead, job: Tx) -> Item:
+    """The dead-letter stream's message for a dead job: its payload, key and headers, and
+    where, why and after how many deliveries it died (``relay-dead-*`` headers)."""
+    history = [[d.member, d.delivery, d.at_ms, d.outcome] for d in dead.history]
+    headers = (
+        *job.headers,
+        ("relay-dead-group", group.encode()),
+        ("relay-dead-seq", str(dead.seq).encode()),
+        ("relay-dead-reason", dead.reason.encode()),
+        ("relay-dead-deliveries", str(dead.deliveries).encode()),
+        ("relay-dead-history", json.dumps(history).encode()),
+    )
+    return Item(dead.ordinal, job.payload, job.key, headers)
+
+
+def _stored(result: Acked | Rejected) -> bool:
+    """Whether the dead-letter stream holds the message: stored now, or by an earlier mover
+    (``conflict``: the same id with other content, such as a payload retention removed since)."""
+    return isinstance(result, Acked) or result.code == errors.CONFLICT

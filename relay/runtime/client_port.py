@@ -42,6 +42,8 @@ from relay.queue.service import (
 from relay.queue.service import (
     ClaimAnswer,
     ClaimRequest,
+    ConfigureRequest,
+    InfoAnswer,
     QueueService,
     SettleAnswer,
     SettleRequest,
@@ -58,6 +60,7 @@ from relay.wire.client import (
     ClaimFrame,
     FetchFrame,
     PublishFrame,
+    QueueConfigFrame,
     QueueInfoFrame,
     Request,
     SettleFrame,
@@ -68,6 +71,7 @@ from relay.wire.client import (
 from relay.wire.drain import holds_more
 
 log = logging.getLogger("relay.node")
+QueueRequestFrame = ClaimFrame | SettleFrame | QueueConfigFrame  # answered by the queues
 
 
 class ClientPort:
@@ -139,7 +143,7 @@ class ClientPort:
                 self.metrics.errors.labels(errors.FORBIDDEN).inc()
                 self.answer(client, request.req_id, forbidden)
                 continue
-            if isinstance(request, PublishFrame | FetchFrame | ClaimFrame | SettleFrame):
+            if isinstance(request, PublishFrame | FetchFrame | QueueRequestFrame):
                 refused = self.limits.admit(client, request.req_id, len(frames[1]))
                 if refused is not None:
                     self.metrics.errors.labels(refused.code).inc()
@@ -174,6 +178,10 @@ class ClientPort:
                 queues.request(client, request.req_id, settle, now)
             elif isinstance(request, QueueInfoFrame):
                 self._queue_info(client, request, core, queues)
+            elif isinstance(request, QueueConfigFrame):
+                r = request
+                configure = ConfigureRequest(r.stream, r.group, r.settings, r.start_latest)
+                queues.request(client, r.req_id, configure, now)
 
     def _queue_info(
         self, client: bytes, request: QueueInfoFrame, core: NodeCore, queues: QueueService
@@ -232,6 +240,8 @@ class ClientPort:
             self.send(client, replies.encode_jobs(req_id, answer), req_id)
         elif isinstance(answer, SettleAnswer):
             self.send(client, replies.encode_settled(req_id, answer), req_id)
+        elif isinstance(answer, InfoAnswer):
+            self.send(client, replies.encode_queue_info(req_id, answer.info), req_id)
         else:
             self.answer(client, req_id, answer, admitted=True)
 

@@ -2,7 +2,7 @@
 
 Every frame is msgpack ``[version, kind, req_id, ...]``. Requests: ``pub``, ``fetch``,
 ``span`` (plan a range read: where to cut it and the digests there), ``status``, and a work
-group member's ``claim``, ``settle`` and ``qinfo``. Replies: ``acks``, ``txs``, ``span``,
+group member's ``claim``, ``settle``, ``qinfo`` and ``qconf``. Replies: ``acks``, ``txs``, ``span``,
 ``status``, ``jobs``, ``settled``, ``qinfo``, ``redirect``, ``error``. A node answers
 a malformed request with an ``error`` reply (code ``bad_request``) when it can read a req_id,
 and with req_id 0 when it cannot.
@@ -20,9 +20,11 @@ import msgspec
 from relay.core.messages import Item
 from relay.queue.ops import (
     CLAIM_COUNT_MAX,
+    DELIVERIES_MAX,
     LEASE_MS_MAX,
     LEASE_MS_MIN,
     SETTLE_ITEMS_MAX,
+    Settings,
     SettleItem,
     member_name,
     settle_item,
@@ -88,6 +90,15 @@ class SettleFrame:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueConfigFrame:
+    req_id: int
+    stream: str
+    group: str
+    settings: Settings
+    start_latest: bool
+
+
+@dataclass(frozen=True, slots=True)
 class QueueInfoFrame:
     req_id: int
     stream: str
@@ -95,9 +106,15 @@ class QueueInfoFrame:
 
 
 Request = (
-    PublishFrame | FetchFrame | SpanFrame | StatusFrame | ClaimFrame | SettleFrame | QueueInfoFrame
+    PublishFrame
+    | FetchFrame
+    | SpanFrame
+    | StatusFrame
+    | ClaimFrame
+    | SettleFrame
+    | QueueInfoFrame
+    | QueueConfigFrame
 )
-QueueFrame = ClaimFrame | SettleFrame | QueueInfoFrame
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -172,9 +189,35 @@ def decode_request(body: bytes) -> Request:
             return SettleFrame(req_id, as_str(f[3]), as_str(f[4]), member_name(f[5]), items)
         if kind == "qinfo" and len(f) == 5:
             return QueueInfoFrame(req_id, as_str(f[3]), as_str(f[4]))
+        if kind == "qconf" and len(f) == 6:
+            settings, latest = queue_settings(f[5])
+            return QueueConfigFrame(req_id, as_str(f[3]), as_str(f[4]), settings, latest)
     except (TypeError, ValueError) as exc:
         raise BadRequest(req_id, f"bad field in {kind!r} request: {exc}") from None
     raise BadRequest(req_id, f"unknown request kind {kind!r} with {len(f)} fields")
+
+
+def queue_settings(raw: Any) -> tuple[Settings, bool]:
+    """A work group's settings as a ``qconf`` request carries them (a map; keys left out keep
+    their defaults), and whether a new group starts at the stream's end (``start``)."""
+    if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+        raise ValueError("settings: a map with string keys")
+    unknown = set(raw) - {"lease_ms", "max_deliveries", "coalesce", "exclusive", "start"}
+    if unknown:
+        raise ValueError(f"settings: unknown key {sorted(unknown)[0]!r:.40}")
+    base = Settings()
+    lease, deliveries = raw.get("lease_ms", base.lease_ms), raw.get("max_deliveries", 5)
+    if type(lease) is not int or not LEASE_MS_MIN <= lease <= LEASE_MS_MAX:
+        raise ValueError(f"lease_ms: {LEASE_MS_MIN}-{LEASE_MS_MAX}")
+    if type(deliveries) is not int or not 1 <= deliveries <= DELIVERIES_MAX:
+        raise ValueError(f"max_deliveries: 1-{DELIVERIES_MAX}")
+    flags = (raw.get("coalesce", False), raw.get("exclusive", False))
+    if not all(isinstance(flag, bool) for flag in flags):
+        raise ValueError("coalesce and exclusive: true or false")
+    start = raw.get("start", "earliest")
+    if start not in ("earliest", "latest"):
+        raise ValueError("start: earliest or latest")
+    return Settings(lease, deliveries, flags[0], flags[1]), start == "latest"
 
 
 def _items(raw: Any) -> tuple[Item, ...]:
@@ -225,3 +268,7 @@ def settle_request(
 
 def queue_info_request(req_id: int, stream: str, group: str) -> bytes:
     return pack("qinfo", req_id, stream, group)
+
+
+def queue_config_request(req_id: int, stream: str, group: str, settings: dict[str, Any]) -> bytes:
+    return pack("qconf", req_id, stream, group, settings)
