@@ -16,6 +16,7 @@ from relay.cli.keys import keys_group
 from relay.cli.log import log_group
 from relay.cli.options import CONFIG, Target, cluster_target, load_config
 from relay.cli.publish import publish
+from relay.cli.queue import queue_group
 from relay.cli.streams import stream_group
 from relay.config import ConfigError
 
@@ -33,6 +34,7 @@ main.add_command(groups_group)
 main.add_command(batch_group)
 main.add_command(keys_group)
 main.add_command(stream_group)
+main.add_command(queue_group)
 
 
 # --- node and cluster ----------------------------------------------------------------------

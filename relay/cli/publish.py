@@ -46,6 +46,17 @@ LINE_BYTES_MAX = 16 << 20  # a longer line or --file is an error (payload_bytes_
 )
 @click.argument("messages", nargs=-1)
 @click.option(
+    "--priority",
+    type=click.IntRange(0, 255),
+    help="A job's priority for work groups (0 first; 128 when absent).",
+)
+@click.option(
+    "--at",
+    "not_before",
+    help="A job's not-before time for work groups: +DURATION (+10m, +30s, +500ms), an "
+    "ISO-8601 time, or unix ms.",
+)
+@click.option(
     "--journal",
     type=click.Path(file_okay=False),
     help="A directory that keeps each message until it is acknowledged; publishing again "
@@ -61,13 +72,19 @@ def publish(
     path: str | None,
     journal: str | None,
     messages: tuple[str, ...],
+    priority: int | None,
+    not_before: str | None,
 ) -> None:
     """Publish MESSAGES, a --file, or one message per line of standard input as each line
     arrives; print each seq and digest."""
     from relay import Producer, RelayError
+    from relay.cli.durations import point_in_time
     from relay.client.journal import JournalError
+    from relay.queue.jobs import job_headers
 
-    pairs = [_header(h) for h in headers]
+    pairs: list[tuple[str, str | bytes]] = [_header(h) for h in headers]
+    at_ms = point_in_time(not_before, "--at") if not_before is not None else None
+    pairs += job_headers(priority, at_ms)
     if path is not None and messages:
         raise click.UsageError("give MESSAGES or --file, not both")
     pending: deque[tuple[bytes, PublishFuture]] = deque()
