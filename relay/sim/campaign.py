@@ -31,21 +31,23 @@ def run_campaign(
     sizes: tuple[int, ...],
     echo: Callable[[str], None] = print,
     progress: Callable[[CampaignSummary], None] | None = None,
+    work: bool = False,
 ) -> CampaignSummary:
-    """Run every seed on every size; ``progress`` sees the summary after each seed."""
+    """Run every seed on every size (``work``: each with a work group); ``progress`` sees the
+    summary after each seed."""
     summary = CampaignSummary()
     started = time.monotonic()
     for seed in seeds:
         for nodes in sizes:
             summary.runs += 1
             try:
-                result = run_seed(seed, nodes)
+                result = run_seed(seed, nodes, work=work)
             except InvariantViolation as exc:
                 summary.failures.append(str(exc))
                 echo(f"FAIL {exc}")
                 continue
             except Exception as exc:  # the code under test broke: a failure of the seed too
-                replay = f"relay sim --seed {seed} --nodes {nodes}"
+                replay = f"relay sim --seed {seed} --nodes {nodes}{' --work' if work else ''}"
                 why = f"seed {seed} ({nodes} nodes) raised {exc!r}\n  replay: {replay}"
                 summary.failures.append(why)
                 echo(f"FAIL {why}")

@@ -30,6 +30,7 @@ from relay.sim.files import SimFiles
 from relay.sim.network import LinkFaults, SimNetwork
 from relay.sim.plan import SimPlan
 from relay.sim.ports import SimAnswers, SimMesh, SimReporter, SimSyncRunner, node_disk
+from relay.sim.work import SimWorkGroup
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StorageError
 
@@ -89,6 +90,12 @@ class SimCluster:
             stream = rng.choice(plan.streams)
             self.delivery = SimDelivery(rng, self.clients, self.checker, stream, first, last)
             self.clients.live = lambda: sorted(self.nodes)
+        self.work: SimWorkGroup | None = None
+        if plan.work:
+            rng = random.Random(seed * 15_485_863 + 5)
+            first, last = START_MS + 100, START_MS + 100 + plan.publish_ms
+            stream = rng.choice(plan.streams)
+            self.work = SimWorkGroup(rng, stream, lambda: sorted(self.nodes), first, last)
         self.turns = 0
 
     # --- running ------------------------------------------------------------------------
@@ -109,9 +116,12 @@ class SimCluster:
             self.clients.advance(self.now_ms)
             if self.delivery is not None:
                 self.delivery.advance(self.now_ms)
+            if self.work is not None:
+                self.work.advance(self.now_ms, self.shells, self.wall_ms)
             self._step()
             idle = self.clients.idle() and not publish_times
             idle = idle and (self.delivery is None or self.delivery.idle())
+            idle = idle and (self.work is None or self.work.idle())
             if self.now_ms > calm_from and idle and self._quiet():
                 break
             self.now_ms = self._next_time(publish_times)
@@ -124,6 +134,8 @@ class SimCluster:
         if self.delivery is not None:
             for n, node in self.nodes.items():
                 self.delivery.check(node, self.incarnation[n], final=True)
+        if self.work is not None:
+            self.work.check(self.shells, self._verified_of)
         return SimResult(
             self.seed,
             plan,
@@ -156,6 +168,7 @@ class SimCluster:
             publish_times[0] if publish_times else None,
             self.clients.next_time(),
             self.delivery.next_time() if self.delivery is not None else None,
+            self.work.next_time() if self.work is not None else None,
             self.faults.next_time(),
         ):
             if t is not None:
@@ -197,6 +210,10 @@ class SimCluster:
             events += shell.completed(Now(self.wall_ms(n), self.now_ms))
         return events
 
+    def _verified_of(self, n: int, stream: str) -> int:
+        state = self.nodes[n].streams.get(stream)
+        return state.timeline.readable_seq if state is not None else 0
+
     def wall_ms(self, n: int) -> int:
         """Node ``n``'s wall clock now, as the faults left it."""
         return self.faults.wall_ms(n, self.now_ms)
@@ -217,6 +234,10 @@ class SimCluster:
         fenced = node.state_name() == "fenced"
         for answer in self.answers[n].take():
             self.clients.on_reply(self.now_ms, n, answer, fenced)
+        members, self.answers[n].members = self.answers[n].members, []
+        if self.work is not None:
+            for client, req_id, reply in members:
+                self.work.on_answer(self.now_ms, client, req_id, reply)
 
     # --- the nodes' processes and machines, as the faults act on them (FaultTarget) -----
 
@@ -327,13 +348,19 @@ class SimCluster:
 
 
 def run_seed(
-    seed: int, nodes: int = 3, with_faults: bool = True, delivery: bool | None = None
+    seed: int,
+    nodes: int = 3,
+    with_faults: bool = True,
+    delivery: bool | None = None,
+    work: bool = False,
 ) -> SimResult:
     """Run one seed; ``delivery`` overrides the draw (a seed found before the simulator had
-    groups and batches replays as it was found without them)."""
+    groups and batches replays as it was found without them); ``work`` adds a work group."""
     plan = SimPlan.draw(seed, nodes, with_faults)
     if delivery is not None:
         plan = replace(plan, delivery=delivery)
+    if work:
+        plan = replace(plan, work=True)
     cluster = SimCluster(seed, plan)
     try:
         return cluster.run()
@@ -341,5 +368,5 @@ def run_seed(
         trace = "\n  ".join(cluster.trace[-20:])
         raise InvariantViolation(
             f"seed {seed} ({nodes} nodes) failed: {exc}\n  replay: relay sim --seed {seed} "
-            f"--nodes {nodes}\n  {trace}"
+            f"--nodes {nodes}{' --work' if work else ''}\n  {trace}"
         ) from exc

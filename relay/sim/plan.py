@@ -38,6 +38,7 @@ class SimPlan:
     disk_latency_ms_max: int = 0  # an fsync takes 0 to this many ms
     reuse_rate: float = 0.0  # publishes that reuse an earlier key with other content
     delivery: bool = False  # a fan-out batch and a group member that commits and restarts
+    work: bool = False  # a work group's members (opt-in: relay sim --work)
     segment_bytes: int = 1 << 20  # the logs' segments roll at this size
     disk_errors: tuple[DiskErrors, ...] = ()  # windows in which a node's disk refuses
 

@@ -1,0 +1,254 @@
+"""A work group in the simulator: members that claim, work, settle, renew late, settle twice
+and crash, under the same faults as the rest, and the history the checker holds them to.
+
+How this works: in the seeds that draw it, two or three members work one of the plan's
+streams (its transactions are the jobs) through the nodes' queue services, each request to a
+live node, given up after ``REQUEST_TIMEOUT_MS`` without an answer. The checker holds:
+
+- no job is handed to a member while another still holds it: a new delivery is answered only
+  after the previous holder settled it or its lease ran out, counted from when that holder sent
+  its claim (or its last renewal that was applied);
+- an acknowledged job never comes back, and no ack is applied twice;
+- once the run is quiet, every live replica folded the group's control stream to its verified
+  head and they agree (the same jobs held, the same counts), and every job a member saw acked
+  is neither waiting nor held there.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from relay.core.timer import Now
+from relay.queue.ops import ACK, NAK, REJECT, RENEW, Settings, SettleItem, queue_stream
+from relay.queue.service import (
+    ClaimAnswer,
+    ClaimRequest,
+    ConfigureRequest,
+    SettleAnswer,
+    SettleRequest,
+)
+from relay.sim.checker import InvariantViolation
+
+if TYPE_CHECKING:
+    from relay.shell import Shell
+
+GROUP = "workers"
+REQUEST_TIMEOUT_MS = 5000
+CRASHES_MAX = 3
+NEVER = 1 << 62
+
+
+@dataclass(slots=True)
+class Held:
+    seq: int
+    delivery: int
+    lease_ms: int
+    until_ms: int  # by the member's own count: claim (or applied renewal) sent + lease
+    settle_at: int
+
+
+@dataclass(slots=True)
+class Asked:
+    req_id: int
+    node: int
+    sent_ms: int
+    kind: str  # claim, settle
+    lease_ms: int = 0
+    items: tuple[SettleItem, ...] = ()
+
+
+@dataclass(slots=True)
+class Member:
+    name: str
+    next_ms: int
+    held: dict[int, Held] = field(default_factory=dict)
+    asked: Asked | None = None
+    req_id: int = 0
+
+
+class SimWorkGroup:
+    def __init__(
+        self,
+        rng: random.Random,
+        stream: str,
+        live: Callable[[], list[int]],
+        first_ms: int,
+        last_ms: int,
+    ) -> None:
+        self.rng = rng
+        self.stream = stream
+        self.control = queue_stream(stream, GROUP)
+        self.live = live
+        self.last_ms = last_ms
+        self.members = [
+            Member(f"m{i}", rng.randint(first_ms, last_ms)) for i in range(rng.randint(2, 3))
+        ]
+        self.settings = Settings(lease_ms=2000, max_deliveries=rng.randint(2, 4))
+        self.configured = False
+        self.crashes = 0
+        self.holder: dict[int, tuple[str, int, int]] = {}  # seq -> (member, delivery, until)
+        self.acked: set[int] = set()  # jobs a member saw acked
+
+    # --- driving ----------------------------------------------------------------------------
+
+    def advance(self, now_ms: int, shells: dict[int, Shell], wall_ms: Callable[[int], int]) -> None:
+        for member in self.members:
+            asked = member.asked
+            if asked is not None:
+                if now_ms - asked.sent_ms >= REQUEST_TIMEOUT_MS:
+                    member.asked = None  # given up: a claim's jobs run out their leases
+                    member.next_ms = now_ms + self.rng.randint(0, 500)
+                continue
+            if member.next_ms > now_ms:
+                continue
+            self._act(member, now_ms, shells, wall_ms)
+
+    def _act(
+        self, member: Member, now_ms: int, shells: dict[int, Shell], wall_ms: Callable[[int], int]
+    ) -> None:
+        nodes = [n for n in self.live() if n in shells]
+        if not nodes:
+            member.next_ms = now_ms + 100
+            return
+        n = self.rng.choice(nodes)
+        now = Now(wall_ms(n), now_ms)
+        member.req_id += 1
+        client = member.name.encode()
+        if not self.configured:
+            self.configured = True
+            request = ConfigureRequest(self.stream, GROUP, self.settings)
+            shells[n].queues.request(client, member.req_id, request, now)
+            member.asked = Asked(member.req_id, n, now_ms, "configure")
+            return
+        due = sorted((h.settle_at, seq) for seq, h in member.held.items() if h.settle_at <= now_ms)
+        if due:
+            self._settle(member, [seq for _, seq in due], n, now, shells)
+            return
+        if member.held:
+            member.next_ms = min(h.settle_at for h in member.held.values())
+            return
+        if now_ms > self.last_ms:
+            member.next_ms = NEVER  # the run winds down: no new claims
+            return
+        lease = self.rng.choice([500, 1000, 2000])
+        claim = ClaimRequest(
+            self.stream,
+            GROUP,
+            member.name,
+            self.rng.randint(1, 3),
+            lease,
+            self.rng.choice([0, 300]),
+        )
+        shells[n].queues.request(client, member.req_id, claim, now)
+        member.asked = Asked(member.req_id, n, now_ms, "claim", lease)
+
+    def _settle(
+        self, member: Member, seqs: list[int], n: int, now: Now, shells: dict[int, Shell]
+    ) -> None:
+        rng = self.rng
+        if self.crashes < CRASHES_MAX and rng.random() < 0.05:
+            self.crashes += 1  # the member dies holding them: their leases run out
+            member.held.clear()
+            member.next_ms = now.elapsed_ms + rng.randint(0, 1000)
+            return
+        items = []
+        for seq in seqs:
+            held = member.held[seq]
+            action = rng.choices([ACK, NAK, REJECT, RENEW], [70, 12, 6, 12])[0]
+            delay = rng.choice([0, 0, 300]) if action == NAK else 0
+            items.append(SettleItem(seq, held.delivery, action, delay))
+            if rng.random() < 0.05:  # the same settlement twice
+                items.append(SettleItem(seq, held.delivery, action, delay))
+        request = SettleRequest(self.stream, GROUP, member.name, tuple(items))
+        shells[n].queues.request(member.name.encode(), member.req_id, request, now)
+        member.asked = Asked(member.req_id, n, now.elapsed_ms, "settle", items=tuple(items))
+
+    # --- answers ----------------------------------------------------------------------------
+
+    def on_answer(self, now_ms: int, client: bytes, req_id: int, answer: object) -> None:
+        member = next((m for m in self.members if m.name.encode() == client), None)
+        if member is None or member.asked is None or member.asked.req_id != req_id:
+            return  # an answer to a request the member gave up on
+        asked, member.asked = member.asked, None
+        member.next_ms = now_ms + self.rng.randint(0, 200)
+        if isinstance(answer, ClaimAnswer):
+            for job in answer.jobs:
+                self._given(member, job.leased.job.seq, job.leased.delivery, asked, now_ms)
+        elif isinstance(answer, SettleAnswer):
+            for item, result in zip(asked.items, answer.results, strict=True):
+                self._settled(member, item, result, asked.sent_ms)
+
+    def _given(self, member: Member, seq: int, delivery: int, asked: Asked, now_ms: int) -> None:
+        if seq in self.acked:
+            raise InvariantViolation(f"job {seq} was acked and came back (delivery {delivery})")
+        before = self.holder.get(seq)
+        if before is not None:
+            name, was, until = before
+            if delivery <= was:
+                raise InvariantViolation(f"job {seq}: delivery {delivery} after {was}")
+            if now_ms < until:
+                raise InvariantViolation(
+                    f"job {seq} handed to {member.name} (delivery {delivery}) at {now_ms} while "
+                    f"{name} held delivery {was} until {until}"
+                )
+        until = asked.sent_ms + asked.lease_ms
+        self.holder[seq] = (member.name, delivery, until)
+        work = self.rng.randint(0, int(asked.lease_ms * 1.3))  # now and then past the lease
+        member.held[seq] = Held(seq, delivery, asked.lease_ms, until, now_ms + work)
+
+    def _settled(self, member: Member, item: SettleItem, result: str, sent_ms: int) -> None:
+        held = member.held.get(item.seq)
+        if held is None or held.delivery != item.delivery:
+            return  # the second copy of a settlement
+        if item.action == RENEW:
+            if result == "settled":
+                held.until_ms = sent_ms + held.lease_ms
+                self.holder[item.seq] = (member.name, held.delivery, held.until_ms)
+            held.settle_at = sent_ms + self.rng.randint(100, 1500)
+            if result != "settled":
+                del member.held[item.seq]
+            return
+        del member.held[item.seq]
+        name, delivery, _ = self.holder.get(item.seq, ("", 0, 0))
+        if result == "settled" and (name, delivery) == (member.name, item.delivery):
+            self.holder[item.seq] = (name, delivery, sent_ms)  # released when it was sent
+            if item.action == ACK:
+                if item.seq in self.acked:
+                    raise InvariantViolation(f"job {item.seq} was acked twice")
+                self.acked.add(item.seq)
+
+    # --- the run's end ------------------------------------------------------------------------
+
+    def idle(self) -> bool:
+        return all(m.asked is None and not m.held for m in self.members)
+
+    def next_time(self) -> int | None:
+        times = [m.next_ms for m in self.members if m.next_ms < NEVER]
+        times += [m.asked.sent_ms + REQUEST_TIMEOUT_MS for m in self.members if m.asked]
+        return min(times) if times else None
+
+    def check(self, shells: dict[int, Shell], verified_of: Callable[[int, str], int]) -> None:
+        """Once quiet: every live replica folded the control stream to its head, they agree,
+        and nothing a member saw acked waits or is held."""
+        seen = []
+        for n, shell in shells.items():
+            state = shell.queues.describe(self.stream, GROUP)
+            head = verified_of(n, self.control)
+            if head == 0:
+                continue
+            if state is None or state.op_seq != head:
+                found = None if state is None else state.op_seq
+                raise InvariantViolation(
+                    f"node {n} folded {self.control} to {found}, its verified head is {head}"
+                )
+            held = tuple(sorted((seq, h.member, h.delivery) for seq, h in state.held.items()))
+            t = state.totals
+            seen.append((n, (held, t.acked, t.dead, t.replaced, len(state.waiting), state.cursor)))
+            for seq in self.acked:
+                if seq in state.held:
+                    raise InvariantViolation(f"node {n} holds job {seq}, which a member saw acked")
+        if len({summary for _, summary in seen}) > 1:
+            raise InvariantViolation(f"the replicas' work groups differ: {seen}")
