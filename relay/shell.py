@@ -42,6 +42,7 @@ from relay.core.events import (
     Redirect,
     Rejected,
     Reserve,
+    Restored,
     Tick,
     Verified,
 )
@@ -121,6 +122,7 @@ class Shell:
     def handle(self, now: Now, events: list[Event]) -> list[Effect]:
         """The core's turn over ``events``, less clients' publishes into work groups' control
         streams (refused: only nodes write there), with the work groups' own requests."""
+        self.queues.now = now
         taken: list[Event] = []
         for event in events:
             if isinstance(event, PublishRequested) and QUEUE_SUFFIX in event.stream:
@@ -133,6 +135,8 @@ class Shell:
                     continue
             elif isinstance(event, Tick):
                 self.queues.tick(now)
+            elif isinstance(event, Restored) and QUEUE_SUFFIX in event.stream:
+                self.queues.follow(event.stream)  # its group, folded again from the start
             taken.append(event)
         taken += self.queues.take_events()
         return self.core.handle(now, taken)

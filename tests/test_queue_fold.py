@@ -38,7 +38,7 @@ class ModelJob:
     state: str = "waiting"  # held, done
     delivery: int = 0
     member: str = ""
-    deadline: int = 0
+    lease_op: int = 0
     lease: int = 0
 
 
@@ -49,6 +49,7 @@ class Model:
         self.settings = settings
         self.jobs: dict[int, ModelJob] = {}
         self.walls: dict[int, int] = {}
+        self.attested: dict[int, tuple[int, int]] = {}
         self.now = 0
         self.upto = 0
         self.cursor = 0
@@ -67,14 +68,19 @@ class Model:
                 old.state = "replaced"
         self.jobs[job.seq] = ModelJob(job, job.order_ms, job.not_before)
 
-    def expire(self) -> list[int]:
-        died: list[int] = []
-        due = sorted(
-            (j.deadline, s)
+    def expire(self, op: Op, origin: int) -> list[int]:
+        """A tick's word; then every lease a quorum's words cover ran out."""
+        if not isinstance(op, Tick) or not op.op_seq:
+            return []
+        self.attested[origin] = (op.op_seq, op.age_ms)
+        words = list(self.attested.values())
+        out = sorted(
+            (j.lease_op, s)
             for s, j in self.jobs.items()
-            if j.state == "held" and j.deadline <= self.now
+            if j.state == "held" and sum(o >= j.lease_op and a >= j.lease for o, a in words) >= 2
         )
-        for _, seq in due:
+        died: list[int] = []
+        for _, seq in out:
             died += self.back(self.jobs[seq], 0)
         return died
 
@@ -106,8 +112,7 @@ class Model:
                 continue
             busy.add(j.job.key)
             j.state, j.member, j.delivery = "held", op.member, j.delivery + 1
-            j.lease = op.lease_ms
-            j.deadline = max(self.now, seq_unix_ms(op_seq)) + op.lease_ms
+            j.lease, j.lease_op = op.lease_ms, op_seq
             taken.append(seq)
         return taken
 
@@ -127,7 +132,7 @@ class Model:
                 continue
             results.append(SETTLED)
             if item.action == RENEW:
-                j.deadline = max(j.deadline, start + j.lease)
+                j.lease_op = op_seq
             elif item.action == ACK:
                 j.state = "done"
             elif item.action == REJECT:
@@ -185,7 +190,10 @@ def histories(draw: st.DrawFn) -> tuple[Settings, list[tuple[str, tuple[Any, ...
                 )
             )
         else:
-            steps.append(("tick", (ms, draw(st.integers(1, 3)), draw(st.integers(-2000, 2000)))))
+            word = (draw(st.integers(0, 10**6)), draw(st.sampled_from([0, 300, 1000, 6000])))
+            steps.append(
+                ("tick", (ms, draw(st.integers(1, 3)), draw(st.integers(-2000, 2000)), *word))
+            )
     return settings, steps
 
 
@@ -193,6 +201,7 @@ def run(settings: Settings, steps: list[tuple[str, tuple[Any, ...]]]) -> None:
     state = QueueState(REPLICAS, 2, bytes_max=1 << 40)
     model = Model(settings)
     jobs: list[Job] = []
+    op_seqs: list[int] = []
     counter = 0
 
     def apply(op: Op, origin: int, ms: int) -> tuple[list[int], list[str], list[int]]:
@@ -205,7 +214,8 @@ def run(settings: Settings, steps: list[tuple[str, tuple[Any, ...]]]) -> None:
                 break
         out = state.finish(op)
         model.hear(origin, op.wall_ms, op_seq)
-        died = model.expire()
+        died = model.expire(op, origin)
+        op_seqs.append(op_seq)
         if isinstance(op, Claim):
             model.upto = max(model.upto, op.upto)
         for job in jobs:
@@ -246,8 +256,9 @@ def run(settings: Settings, steps: list[tuple[str, tuple[Any, ...]]]) -> None:
                 )
                 apply(Settle(member, (item,), ms), origin, ms)
         else:
-            ms, origin, skew = args
-            apply(Tick(max(0, ms + skew)), origin, ms)
+            ms, origin, skew, pick, age = args
+            attest = op_seqs[pick % len(op_seqs)] if op_seqs and pick % 4 else 0
+            apply(Tick(max(0, ms + skew), attest, age), origin, ms)
     waiting = sum(1 for j in model.jobs.values() if j.state == "waiting")
     assert len(state.waiting) == waiting
     assert len(state.held) == sum(1 for j in model.jobs.values() if j.state == "held")
@@ -273,25 +284,35 @@ def fold_one(
     return state.finish(op)
 
 
-def test_one_node_whose_clock_runs_ahead_neither_expires_a_lease_nor_readies_a_delayed_job() -> (
-    None
-):
+def test_one_node_whose_clock_runs_ahead_does_not_ready_a_delayed_job() -> None:
     state, n = QueueState(REPLICAS, 2, 1 << 30), [0]
-    jobs = [Job(make_seq(T0, 1, 1), 128, 0, None), Job(make_seq(T0, 1, 2), 128, T0 + 60_000, None)]
-    fold_one(state, Claim("m1", 5, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
-    assert list(state.held) == [jobs[0].seq]
+    jobs = [Job(make_seq(T0, 1, 1), 128, T0 + 60_000, None)]
     far = T0 + 3_600_000  # node 3's clock: an hour ahead (its seqs too: claims.py allows 60 s)
     fold_one(state, Tick(far), 3, T0 + 60_000, jobs, n)
     fold_one(state, Tick(T0 + 1000), 2, T0 + 1000, jobs, n)
-    assert state.clock.now_ms == T0 + 1000  # the second latest of 1 (T0), 2 and 3
-    out = fold_one(state, Claim("m2", 5, 10_000, jobs[-1].seq, T0 + 2000), 1, T0 + 2000, jobs, n)
-    assert out.leased == [] and list(state.held) == [jobs[0].seq]  # not expired, not ready
-    fold_one(state, Tick(T0 + 61_000), 2, T0 + 61_000, jobs, n)  # now a quorum is past both
-    out = fold_one(
-        state, Claim("m2", 5, 10_000, jobs[-1].seq, T0 + 61_000), 1, T0 + 61_000, jobs, n
-    )
-    assert [x.job.seq for x in out.leased] == [jobs[0].seq, jobs[1].seq]  # back first: older
-    assert [x.delivery for x in out.leased] == [2, 1]
+    assert state.clock.now_ms == T0 + 1000  # the second latest of 2 and 3
+    out = fold_one(state, Claim("m", 5, 10_000, jobs[-1].seq, T0 + 2000), 1, T0 + 2000, jobs, n)
+    assert out.leased == []
+    fold_one(state, Tick(T0 + 61_000), 2, T0 + 61_000, jobs, n)  # now a quorum is past it
+    out = fold_one(state, Claim("m", 5, 10_000, jobs[-1].seq, T0 + 61_000), 1, T0 + 61_000, jobs, n)
+    assert [x.job.seq for x in out.leased] == [jobs[0].seq]
+
+
+def test_a_lease_runs_out_only_when_a_quorum_saw_it_pass_by_their_elapsed_clocks() -> None:
+    state, n = QueueState(REPLICAS, 2, 1 << 30), [0]
+    jobs = [Job(make_seq(T0, 1, 1), 128, 0, None)]
+    fold_one(state, Claim("m1", 1, 10_000, jobs[-1].seq, T0), 1, T0, jobs, n)
+    [(claim_op, _)] = state.leases()
+    far = T0 + 3_600_000  # wall clocks an hour ahead on every node change nothing
+    for node in REPLICAS:
+        fold_one(state, Tick(far, claim_op, 9_999), node, T0 + 100, jobs, n)
+    assert list(state.held) == [jobs[0].seq]
+    fold_one(state, Tick(T0, claim_op, 10_000), 3, T0 + 200, jobs, n)
+    assert list(state.held) == [jobs[0].seq]  # one node's word is not enough
+    fold_one(state, Tick(T0, claim_op, 10_500), 2, T0 + 300, jobs, n)
+    assert state.held == {} and state.totals.expired == 1
+    out = fold_one(state, Claim("m2", 1, 10_000, jobs[-1].seq, T0), 1, T0 + 400, jobs, n)
+    assert [(x.job.seq, x.delivery) for x in out.leased] == [(jobs[0].seq, 2)]
 
 
 def test_a_group_takes_in_jobs_only_up_to_its_byte_bound_and_more_as_jobs_leave() -> None:

@@ -52,7 +52,7 @@ def test_an_operation_comes_back_as_it_went(op: object) -> None:
         ([1, "settle", "m", [[1, 1, "ack"]], 1], "settlement"),
         ([1, "configure", 1000, 3, 1, False, 0, 1], "booleans"),
         ([2, "tick", 1], "version"),
-        ([1, "tick", True], "wall_ms"),
+        ([1, "tick", True, 0, 0], "wall_ms"),
         ([1, "launch"], "unknown"),
     ],
 )

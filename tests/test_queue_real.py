@@ -69,7 +69,7 @@ def dying_ack_is_stale(cluster: LocalCluster, seq: int) -> bool:
         assert job == []
         from relay.client.worker import Job
 
-        gone = Job(seq, 128, 0, None, 1, 0, b"", (), time.monotonic(), 500)
+        gone = Job(seq, 128, 0, None, 1, 500, b"", (), time.monotonic())
         return late.ack([gone]) == ["stale"]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from relay.core.timer import Now
 from relay.queue import fold
 from relay.queue.service import QueueService
 from relay.sim.checker import InvariantViolation
@@ -32,9 +33,13 @@ def fails_somewhere() -> str:
 
 
 def test_the_checker_catches_a_lease_that_runs_out_early(monkeypatch: pytest.MonkeyPatch) -> None:
-    expire = fold.QueueState._expire
-    monkeypatch.setattr(fold.QueueState, "_expire", lambda self, now: expire(self, now + 1500))
-    assert "while" in fails_somewhere() and "held delivery" in fails_somewhere()
+    tick = QueueService._tick_group  # every node's elapsed clock 1.5 s ahead when it ticks
+
+    def early(self: QueueService, group: Any, now: Now) -> None:
+        tick(self, group, Now(now.wall_ms, now.elapsed_ms + 1500))
+
+    monkeypatch.setattr(QueueService, "_tick_group", early)
+    assert "held delivery" in fails_somewhere()
 
 
 def test_the_checker_catches_an_acked_job_that_comes_back(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,9 +6,9 @@ failures are followed as a consumer follows them); the node writes the claim or 
 the group's control stream and answers once a quorum verified it and the fold applied it. A
 claim answered empty says when the next delayed job becomes ready (``next_ready_ms``). A
 settlement of a delivery the member no longer holds (its lease ran out, or it was settled
-already) is answered ``stale``. The lease is judged by the group's clock; a member should
-finish or renew well before ``lease_ms`` after it asked (``Job.lease_left_s`` counts from the
-claim's answer).
+already) is answered ``stale``. A lease runs out only once a quorum of replicas saw it pass by
+their own elapsed-time clocks, counted from when each applied the claim; a member that counts
+from when it sent the claim (``Job.lease_left_s``) is on the safe side.
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ class Job:
     not_before: int  # unix ms; 0: was ready at once
     key: bytes | None  # the resource
     delivery: int  # 1 the first time this job is handed out
-    deadline_ms: int  # the lease's end, by the group's clock (unix ms)
+    lease_ms: int
     payload: bytes
     headers: Headers
     claimed_at: float  # time.monotonic() when the claim was sent
-    lease_ms: int
 
     def lease_left_s(self) -> float:
         """The lease left by this process's clock, counted from when the claim was sent."""
@@ -99,7 +98,7 @@ class Worker:
         reply = self._call(make, wait_ms, JobsReply)
         assert isinstance(reply, JobsReply)
         self.next_ready_ms = reply.next_ready_ms
-        return [Job(*row, claimed_at=sent, lease_ms=lease) for row in reply.rows]
+        return [Job(*row, claimed_at=sent) for row in reply.rows]
 
     def ack(self, jobs: Sequence[Job]) -> list[str]:
         return self.settle(jobs, ACK)

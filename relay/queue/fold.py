@@ -4,12 +4,14 @@ How this works: every replica of the job stream folds the group's operations in 
 order (``apply``); before each one it takes in the jobs the operation looked at (every job up to
 the highest ``upto`` seen so far, in seq order, while the group holds less than ``bytes_max``:
 beyond it jobs wait in the log and are taken in as others leave). An operation first moves the
-group's clock (``QuorumClock``), expires the leases that ran out by it, and makes delayed jobs
-ready; then a claim takes up to ``count`` ready jobs in claim order (resources passed over when
-``exclusive`` and busy) and leases them; a settlement acks, naks (ready again, after its delay),
-rejects (dead at once) or renews jobs, each only if the member holds that very delivery
-(a settlement of an older delivery, or of a lease that ran out, changes nothing and is
-answered ``stale``). A job whose delivery ends unacknowledged (nak or expiry) after
+group's clock (``QuorumClock``) and makes delayed jobs ready; a tick may also expire leases: a
+lease runs out once a quorum of replicas said, each by its own elapsed-time clock, that it
+applied the claim (or renewal) the lease counts from at least the lease ago, so no wall clock
+can cut a lease short. A claim takes up to ``count`` ready jobs in claim order (resources
+passed over when ``exclusive`` and busy) and leases them; a settlement acks, naks (ready again,
+after its delay), rejects (dead at once) or renews jobs, each only if the member holds that
+very delivery (a settlement of an older delivery, or of a lease that ran out, changes nothing
+and is answered ``stale``). A job whose delivery ends unacknowledged (nak or expiry) after
 ``max_deliveries`` deliveries is dead, as is a rejected one; dead jobs wait in the state until
 an operation says they were moved into the dead-letter stream. With ``coalesce``, a job for a
 resource whose job waits replaces it (the newest payload runs once); a job that is claimed is
@@ -21,14 +23,25 @@ replica knows what a claim took without anyone writing it down.
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from relay.core.flake import seq_unix_ms
 from relay.queue.clock import QuorumClock
 from relay.queue.jobs import Job
-from relay.queue.ops import ACK, NAK, REJECT, RENEW, Claim, Configure, Moved, Op, Settings, Settle
+from relay.queue.ops import (
+    ACK,
+    NAK,
+    REJECT,
+    RENEW,
+    Claim,
+    Configure,
+    Moved,
+    Op,
+    Settings,
+    Settle,
+    Tick,
+)
 from relay.queue.waiting import Waiting, WaitingJobs
 
 HISTORY_MAX = 10  # deliveries of a job remembered for its dead letter
@@ -51,16 +64,16 @@ class Held:
     member: str
     delivery: int
     lease_ms: int
-    deadline_ms: int
+    lease_op: int  # the claim, or the last renewal applied: the lease counts from it
 
 
 @dataclass(frozen=True, slots=True)
 class Leased:
-    """A job a claim took: which delivery it is and until when the lease runs."""
+    """A job a claim took: which delivery it is, and its lease."""
 
     job: Waiting
     delivery: int
-    deadline_ms: int
+    lease_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +119,7 @@ class QueueState:
         self.waiting = WaitingJobs()
         self.held: dict[int, Held] = {}
         self.held_keys: Counter[bytes] = Counter()
-        self.leases: list[tuple[int, int, int]] = []  # (deadline, seq, delivery)
+        self.attested: dict[int, tuple[int, int]] = {}  # replica -> (op seq, age ms) it wrote
         self.history: dict[int, list[Delivery]] = {}  # of jobs delivered and not done
         self.waiting_by_key: dict[bytes, int] = {}  # with coalesce: key -> its waiting job
         self.totals = Totals()
@@ -126,7 +139,9 @@ class QueueState:
         self._outcome = Outcome(op_seq)
         self.op_seq = op_seq
         now = self.clock.hear(origin, op.wall_ms, op_seq)
-        self._expire(now)
+        if isinstance(op, Tick) and op.op_seq and origin in self.clock.replicas:
+            self.attested[origin] = (op.op_seq, op.age_ms)
+            self._expire()
         self.waiting.advance(now)
         if isinstance(op, Claim):
             self.upto = max(self.upto, op.upto)
@@ -188,7 +203,6 @@ class QueueState:
 
     def _claim(self, op: Claim) -> None:
         busy = self.held_keys.__contains__ if self.settings.exclusive else None
-        start = max(self.clock.now_ms, seq_unix_ms(self._outcome.op_seq))
         for job in self.waiting.take(op.count, busy):
             if job.key is not None and self.waiting_by_key.get(job.key) == job.seq:
                 del self.waiting_by_key[job.key]
@@ -196,12 +210,11 @@ class QueueState:
             delivery = (history[-1].delivery if history else 0) + 1
             history.append(Delivery(op.member, delivery, self.clock.now_ms, ""))
             del history[:-HISTORY_MAX]
-            deadline = start + op.lease_ms
-            self.held[job.seq] = Held(job, op.member, delivery, op.lease_ms, deadline)
+            lease_op = self._outcome.op_seq
+            self.held[job.seq] = Held(job, op.member, delivery, op.lease_ms, lease_op)
             if job.key is not None:
                 self.held_keys[job.key] += 1
-            heapq.heappush(self.leases, (deadline, job.seq, delivery))
-            self._outcome.leased.append(Leased(job, delivery, deadline))
+            self._outcome.leased.append(Leased(job, delivery, op.lease_ms))
 
     def _settle(self, op: Settle) -> None:
         start = max(self.clock.now_ms, seq_unix_ms(self._outcome.op_seq))
@@ -212,8 +225,7 @@ class QueueState:
                 continue
             self._outcome.settled.append(SETTLED)
             if item.action == RENEW:
-                held.deadline_ms = max(held.deadline_ms, start + held.lease_ms)
-                heapq.heappush(self.leases, (held.deadline_ms, item.seq, held.delivery))
+                held.lease_op = self._outcome.op_seq
                 continue
             self._release(held, item.action)
             if item.action == ACK:
@@ -225,12 +237,18 @@ class QueueState:
                 not_before = start + item.delay_ms if item.delay_ms else 0
                 self._back_or_dead(held, not_before)
 
-    def _expire(self, now: int) -> None:
-        while self.leases and self.leases[0][0] <= now:
-            deadline, seq, delivery = heapq.heappop(self.leases)
-            held = self.held.get(seq)
-            if held is None or held.delivery != delivery or held.deadline_ms != deadline:
-                continue  # settled, or renewed: a later entry stands for it
+    def _expire(self) -> None:
+        """Leases a quorum of replicas said ran out: each applied the claim (or renewal) the
+        lease counts from at least the lease ago, by its own elapsed-time clock."""
+        words = list(self.attested.values())
+        quorum = self.clock.quorum
+        out = sorted(
+            (h.lease_op, seq)
+            for seq, h in self.held.items()
+            if sum(op >= h.lease_op and age >= h.lease_ms for op, age in words) >= quorum
+        )
+        for _, seq in out:
+            held = self.held[seq]
             self.totals.expired += 1
             self._release(held, "expired")
             self._back_or_dead(held, 0)
@@ -317,9 +335,9 @@ class QueueState:
             "per_priority": per_priority,
         }
 
-    def next_deadline_ms(self) -> int:
-        """The earliest lease deadline of a held job (0: none held)."""
-        return min((h.deadline_ms for h in self.held.values()), default=0)
+    def leases(self) -> list[tuple[int, int]]:
+        """(op seq the lease counts from, lease ms) of every held job."""
+        return [(h.lease_op, h.lease_ms) for h in self.held.values()]
 
     def size_bytes(self) -> int:
         """What the group holds in memory, by the same count on every replica."""

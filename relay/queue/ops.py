@@ -79,7 +79,12 @@ class Settle:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
+    """A node's wall clock (for not-before times) and, with ``op_seq``, its word that it
+    applied that operation at least ``age_ms`` ago by its elapsed-time clock (for leases)."""
+
     wall_ms: int
+    op_seq: int = 0
+    age_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +124,7 @@ def encode(op: Op) -> bytes:
         items = [[i.seq, i.delivery, i.action, i.delay_ms] for i in op.items]
         body = ["settle", op.member, items, op.wall_ms]
     elif isinstance(op, Tick):
-        body = ["tick", op.wall_ms]
+        body = ["tick", op.wall_ms, op.op_seq, op.age_ms]
     elif isinstance(op, Moved):
         body = ["moved", op.ordinal, op.wall_ms]
     else:
@@ -156,8 +161,13 @@ def decode(payload: bytes) -> Op:
             tuple(settle_item(i) for i in items),
             _int("wall_ms", wall, 0, WALL_MS_MAX),
         )
-    if kind == "tick" and len(fields) == 1:
-        return Tick(_int("wall_ms", fields[0], 0, WALL_MS_MAX))
+    if kind == "tick" and len(fields) == 3:
+        wall, op_seq, age = fields
+        return Tick(
+            _int("wall_ms", wall, 0, WALL_MS_MAX),
+            _int("op_seq", op_seq, 0, SEQ_MAX),
+            _int("age_ms", age, 0, WALL_MS_MAX),
+        )
     if kind == "moved" and len(fields) == 2:
         ordinal, wall = fields
         return Moved(_int("ordinal", ordinal, 1, SEQ_MAX), _int("wall_ms", wall, 0, WALL_MS_MAX))

@@ -8,8 +8,9 @@ answers the member once the fold has applied its operation: the jobs it took, wi
 payloads read from the job stream, or the result of each settlement. A claim that took
 nothing, with time left to wait, is parked and proposed again when the job stream grows or
 another operation changed the group; at the end of its wait it is answered empty, with when
-the next delayed job becomes ready. When a lease deadline or a not-before time passes by this
-node's clock and the group's clock is behind, the node writes a tick. Every request and answer
+the next delayed job becomes ready. When a lease runs out by this node's elapsed-time clock
+(counted from when it applied the claim or renewal), or a not-before time passes by its wall
+clock, and what it last wrote does not say so, the node writes a tick. Every request and answer
 goes through ``events`` and ``replies``: the shell hands the first to the core on its next turn
 and sends the second.
 """
@@ -139,6 +140,7 @@ class Group:
     changed: bool = False  # an operation of another changed the group since the last proposal
     unclaimed: dict[int, Outcome] = field(default_factory=dict)  # this node's ops, not matched
     moving: bool = False  # dead jobs on their way to the dead-letter stream
+    applied_at: dict[int, int] = field(default_factory=dict)  # op seq -> elapsed ms applied
 
     @property
     def dead_stream(self) -> str:
@@ -162,6 +164,7 @@ class QueueService:
         self.up_nodes = up_nodes
         self.bytes_max = bytes_max
         self.groups: dict[str, Group] = {}
+        self.now = Now(0, 0)  # the turn's time: the shell sets it before each turn
         self.events: list[Event] = []  # for the core's next turn
         self.replies: list[tuple[bytes, int, Answer]] = []
         self._next_id = 0
@@ -290,6 +293,7 @@ class QueueService:
 
     def _advance(self, group: Group) -> None:
         for outcome in group.follower.advance():
+            group.applied_at[outcome.op_seq] = self.now.elapsed_ms
             member = group.published.pop(outcome.op_seq, None)
             if member is not None:
                 self._outcome(group, member, outcome)
@@ -397,16 +401,36 @@ class QueueService:
         return bool(movers) and min(movers) == self.node_id
 
     def _tick_group(self, group: Group, now: Now) -> None:
-        state = group.follower.state
-        due = [d for d in (state.next_deadline_ms(), state.waiting.next_ready_ms()) if d]
-        if not due or now.wall_ms < min(due):
-            return
-        if state.clock.written_by(self.node_id) >= min(due):
-            return
+        """Write a tick when, by this node's clocks, a lease ran out (elapsed time since this
+        node applied the operation it counts from) or a delayed job's time came (wall time),
+        and what this node last wrote does not say so yet."""
         if now.elapsed_ms - group.last_tick_ms < TICK_EVERY_MS:
             return
+        state = group.follower.state
+        applied = group.applied_at
+        leases = state.leases()
+        if len(applied) > 2 * len(leases) + 64:
+            live = {op for op, _ in leases}
+            group.applied_at = applied = {op: t for op, t in applied.items() if op in live}
+        passed = [
+            (op, lease)
+            for op, lease in leases
+            if now.elapsed_ms - applied.get(op, now.elapsed_ms) >= lease
+        ]
+        op_seq = age = 0
+        if passed:
+            op_seq = max(op for op, _ in passed)
+            age = now.elapsed_ms - applied[op_seq]
+            said_op, said_age = state.attested.get(self.node_id, (0, 0))
+            longest = max(lease for op, lease in passed if op <= op_seq)
+            if said_op >= op_seq and said_age >= longest:
+                op_seq = age = 0  # said already: the others' word is awaited
+        ready_at = state.waiting.next_ready_ms()
+        due = ready_at and now.wall_ms >= ready_at > state.clock.written_by(self.node_id)
+        if not op_seq and not due:
+            return
         group.last_tick_ms = now.elapsed_ms
-        self._publish(group.control, Tick(now.wall_ms), lambda _body: None)
+        self._publish(group.control, Tick(now.wall_ms, op_seq, age), lambda _body: None)
 
     def take_events(self) -> list[Event]:
         events, self.events = self.events, []

@@ -121,7 +121,7 @@ class SimCluster:
             self._step()
             idle = self.clients.idle() and not publish_times
             idle = idle and (self.delivery is None or self.delivery.idle())
-            idle = idle and (self.work is None or self.work.idle())
+            idle = idle and (self.work is None or self.work.idle(self.shells, self._verified_of))
             if self.now_ms > calm_from and idle and self._quiet():
                 break
             self.now_ms = self._next_time(publish_times)

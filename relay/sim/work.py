@@ -222,8 +222,17 @@ class SimWorkGroup:
 
     # --- the run's end ------------------------------------------------------------------------
 
-    def idle(self) -> bool:
-        return all(m.asked is None and not m.held for m in self.members)
+    def idle(self, shells: dict[int, Shell], verified_of: Callable[[int, str], int]) -> bool:
+        """No member waits for an answer or holds a job, and every live replica folded the
+        control stream to its verified head (its reads of it may be a turn behind)."""
+        if not all(m.asked is None and not m.held for m in self.members):
+            return False
+        for n, shell in shells.items():
+            head = verified_of(n, self.control)
+            state = shell.queues.describe(self.stream, GROUP)
+            if head and (state is None or state.op_seq != head):
+                return False
+        return True
 
     def next_time(self) -> int | None:
         times = [m.next_ms for m in self.members if m.next_ms < NEVER]

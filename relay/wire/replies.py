@@ -116,7 +116,7 @@ class JobRow(NamedTuple):
     not_before: int  # unix ms; 0: ready at once
     key: bytes | None
     delivery: int  # 1 for the first delivery
-    deadline_ms: int  # the lease's end by the group's clock (unix ms)
+    lease_ms: int
     payload: bytes
     headers: Headers
 
@@ -207,7 +207,7 @@ def encode_jobs(req_id: int, answer: ClaimAnswer) -> bytes:
             j.leased.job.not_before,
             j.tx.key,
             j.leased.delivery,
-            j.leased.deadline_ms,
+            j.leased.lease_ms,
             j.tx.payload,
             j.tx.headers,
         ]
@@ -363,14 +363,14 @@ def _tx_row(row: list[Any]) -> TxRow:
 
 
 def _job_row(row: list[Any]) -> JobRow:
-    seq, priority, not_before, key, delivery, deadline, payload, headers = row
+    seq, priority, not_before, key, delivery, lease, payload, headers = row
     return JobRow(
         as_int(seq),
         as_int(priority),
         as_int(not_before),
         as_key(key),
         as_int(delivery),
-        as_int(deadline),
+        as_int(lease),
         as_bytes(payload),
         () if headers == [] else as_headers(headers),
     )
