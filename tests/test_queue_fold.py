@@ -3,13 +3,12 @@ at every claim), over random histories of jobs and operations; and the rules one
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.core.flake import make_seq, seq_unix_ms
+from relay.core.flake import make_seq
 from relay.queue.fold import SETTLED, STALE, Outcome, QueueState
 from relay.queue.jobs import Job
 from relay.queue.ops import (
@@ -25,122 +24,10 @@ from relay.queue.ops import (
     SettleItem,
     Tick,
 )
+from relay.sim.queue_model import WAITING, QueueModel
 
 T0 = 1_800_000_000_000  # unix ms
 REPLICAS = (1, 2, 3)
-
-
-@dataclass
-class ModelJob:
-    job: Job
-    order_ms: int
-    not_before: int
-    state: str = "waiting"  # held, done
-    delivery: int = 0
-    member: str = ""
-    lease_op: int = 0
-    lease: int = 0
-
-
-class Model:
-    """The rules, stated with a list and a sort."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.jobs: dict[int, ModelJob] = {}
-        self.walls: dict[int, int] = {}
-        self.attested: dict[int, tuple[int, int]] = {}
-        self.now = 0
-        self.upto = 0
-        self.cursor = 0
-
-    def hear(self, origin: int, wall: int, op_seq: int) -> None:
-        self.walls[origin] = max(self.walls.get(origin, 0), min(wall, seq_unix_ms(op_seq)))
-        if len(self.walls) >= 2:
-            self.now = max(self.now, sorted(self.walls.values(), reverse=True)[1])
-
-    def waiting_with(self, key: bytes | None) -> list[ModelJob]:
-        return [j for j in self.jobs.values() if j.state == "waiting" and j.job.key == key]
-
-    def take_in(self, job: Job) -> None:
-        if self.settings.coalesce and job.key is not None:
-            for old in self.waiting_with(job.key):
-                old.state = "replaced"
-        self.jobs[job.seq] = ModelJob(job, job.order_ms, job.not_before)
-
-    def expire(self, op: Op, origin: int) -> list[int]:
-        """A tick's word; then every lease a quorum's words cover ran out."""
-        if not isinstance(op, Tick) or not op.op_seq:
-            return []
-        self.attested[origin] = (op.op_seq, op.age_ms)
-        words = list(self.attested.values())
-        out = sorted(
-            (j.lease_op, s)
-            for s, j in self.jobs.items()
-            if j.state == "held" and sum(o >= j.lease_op and a >= j.lease for o, a in words) >= 2
-        )
-        died: list[int] = []
-        for _, seq in out:
-            died += self.back(self.jobs[seq], 0)
-        return died
-
-    def back(self, j: ModelJob, not_before: int) -> list[int]:
-        if j.delivery >= self.settings.max_deliveries:
-            j.state = "dead"
-            return [j.job.seq]
-        if self.settings.coalesce and j.job.key is not None and self.waiting_with(j.job.key):
-            j.state = "replaced"
-            return []
-        j.state = "waiting"
-        if not_before:
-            j.not_before, j.order_ms = not_before, not_before
-        return []
-
-    def claim(self, op: Claim, op_seq: int) -> list[int]:
-        ready = sorted(
-            (j.job.priority, j.order_ms, s)
-            for s, j in self.jobs.items()
-            if j.state == "waiting" and j.not_before <= self.now
-        )
-        busy = {j.job.key for j in self.jobs.values() if j.state == "held"}
-        taken: list[int] = []
-        for _, _, seq in ready:
-            if len(taken) == op.count:
-                break
-            j = self.jobs[seq]
-            if self.settings.exclusive and j.job.key is not None and j.job.key in busy:
-                continue
-            busy.add(j.job.key)
-            j.state, j.member, j.delivery = "held", op.member, j.delivery + 1
-            j.lease, j.lease_op = op.lease_ms, op_seq
-            taken.append(seq)
-        return taken
-
-    def settle(self, op: Settle, op_seq: int) -> tuple[list[str], list[int]]:
-        start = max(self.now, seq_unix_ms(op_seq))
-        results: list[str] = []
-        died: list[int] = []
-        for item in op.items:
-            j = self.jobs.get(item.seq)
-            if (
-                j is None
-                or j.state != "held"
-                or j.member != op.member
-                or j.delivery != item.delivery
-            ):
-                results.append(STALE)
-                continue
-            results.append(SETTLED)
-            if item.action == RENEW:
-                j.lease_op = op_seq
-            elif item.action == ACK:
-                j.state = "done"
-            elif item.action == REJECT:
-                j.state = "dead"
-                died.append(item.seq)
-            else:
-                died += self.back(j, start + item.delay_ms if item.delay_ms else 0)
-        return results, died
 
 
 @st.composite
@@ -199,12 +86,12 @@ def histories(draw: st.DrawFn) -> tuple[Settings, list[tuple[str, tuple[Any, ...
 
 def run(settings: Settings, steps: list[tuple[str, tuple[Any, ...]]]) -> None:
     state = QueueState(REPLICAS, 2, bytes_max=1 << 40)
-    model = Model(settings)
+    model = QueueModel(REPLICAS, 2, settings)
     jobs: list[Job] = []
     op_seqs: list[int] = []
     counter = 0
 
-    def apply(op: Op, origin: int, ms: int) -> tuple[list[int], list[str], list[int]]:
+    def apply(op: Op, origin: int, ms: int) -> None:
         nonlocal counter
         counter += 1
         op_seq = make_seq(ms, origin, counter % 4096)
@@ -213,27 +100,12 @@ def run(settings: Settings, steps: list[tuple[str, tuple[Any, ...]]]) -> None:
             if job.seq > state.cursor and not state.take_in(job):
                 break
         out = state.finish(op)
-        model.hear(origin, op.wall_ms, op_seq)
-        died = model.expire(op, origin)
+        expected = model.apply(op, origin, op_seq, jobs)
         op_seqs.append(op_seq)
-        if isinstance(op, Claim):
-            model.upto = max(model.upto, op.upto)
-        for job in jobs:
-            if model.cursor < job.seq <= model.upto:
-                model.take_in(job)
-                model.cursor = job.seq
         assert upto == model.upto
-        leased: list[int] = []
-        settled: list[str] = []
-        if isinstance(op, Claim):
-            leased = model.claim(op, op_seq)
-        elif isinstance(op, Settle):
-            settled, more = model.settle(op, op_seq)
-            died += more
-        assert [x.job.seq for x in out.leased] == leased
-        assert out.settled == settled
-        assert sorted(d.seq for d in out.died) == sorted(died)
-        return leased, settled, died
+        assert [(x.job.seq, x.delivery) for x in out.leased] == expected.leased
+        assert out.settled == expected.settled
+        assert sorted(d.seq for d in out.died) == sorted(expected.died)
 
     apply(Configure(settings, T0), 1, T0)
     for kind, args in steps:
@@ -259,9 +131,8 @@ def run(settings: Settings, steps: list[tuple[str, tuple[Any, ...]]]) -> None:
             ms, origin, skew, pick, age = args
             attest = op_seqs[pick % len(op_seqs)] if op_seqs and pick % 4 else 0
             apply(Tick(max(0, ms + skew), attest, age), origin, ms)
-    waiting = sum(1 for j in model.jobs.values() if j.state == "waiting")
-    assert len(state.waiting) == waiting
-    assert len(state.held) == sum(1 for j in model.jobs.values() if j.state == "held")
+    assert len(state.waiting) == model.count(WAITING)
+    assert sorted((s, h.member, h.delivery) for s, h in state.held.items()) == model.held()
 
 
 @settings(max_examples=400, deadline=None)

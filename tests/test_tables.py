@@ -170,6 +170,20 @@ def test_stuck_then_refold_when_nobody_verified_further() -> None:
     assert c.on_tick(260, view(), 2, False) is CatchupAction.NONE and not c.progress.running
 
 
+def test_a_replica_alone_with_an_unverified_tail_refolds_it() -> None:
+    c = Catchup(100)
+    c.apply(CI.GENESIS_AGREED, 0)
+    assert c.on_tick(0, view(), 2, True) is CatchupAction.NONE  # the stuck clock starts
+    assert c.on_tick(199, view(), 2, True) is CatchupAction.SYNC
+    assert c.on_tick(200, view(), 2, True) is CatchupAction.REFOLD
+    alone = PeerView(
+        live=0, verified_known=0, any_verified=False, verified_ahead=False, heads_ahead=False
+    )
+    c.apply(CI.REFOLDED, 200)
+    assert c.on_tick(900, alone, 2, True) is CatchupAction.NONE  # nobody to verify it with
+    assert not c.progress.running
+
+
 def test_a_diverged_replica_asks_for_a_sync_at_once() -> None:
     c = Catchup(100)
     c.apply(CI.GENESIS_AGREED, 0)

@@ -168,7 +168,9 @@ def fault(
 @click.option("--seeds", type=int, default=0, help="Run this many seeds from --first.")
 @click.option("--first", type=int, default=0, show_default=True)
 @click.option("--nodes", type=click.Choice(["3", "5", "both"]), default="both", show_default=True)
-@click.option("--work", is_flag=True, help="Every seed also runs a work group's members.")
+@click.option(
+    "--work", is_flag=True, help="Every seed runs a work group (else 30% of them draw one)."
+)
 def sim(seed: int | None, seeds: int, first: int, nodes: str, work: bool) -> None:
     """Run the deterministic simulator: one seed, or a campaign of many."""
     from relay.sim.campaign import CampaignSummary, run_campaign
@@ -189,7 +191,7 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str, work: bool) -> Non
             shown[0] = summary.seconds
             click.echo(f"{summary.runs}/{total}: {summary.line()}", err=True)
 
-    summary = run_campaign(chosen, sizes, echo=click.echo, progress=progress, work=work)
+    summary = run_campaign(chosen, sizes, echo=click.echo, progress=progress, work=work or None)
     if tty:
         click.echo(err=True)
     click.echo(summary.line())

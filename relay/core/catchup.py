@@ -5,9 +5,12 @@ it may not fold, vote or serve reads). It becomes SYNCED at genesis when every l
 reports that nothing is verified yet, or by adopting a peer's verified slice (a sync). A
 SYNCED replica whose timeline a peer's vote contradicts is DIVERGED until its verified seq
 moves or it adopts or refolds. It asks for a sync while UNSYNCED with peers verified, while
-DIVERGED, and when *stuck*: peers vote ahead of its verified seq and its verified seq has not
-moved for ``stuck_after_ms``. Stuck for twice that with nobody verified further ("no quorum on
-a digest"), it refolds its unverified tail. Every state change goes through the table.
+DIVERGED, and when *stuck*: peers vote ahead of its verified seq, or it holds an unverified tail
+with enough peers up to verify it, and its verified seq has not moved for ``stuck_after_ms``.
+Stuck for twice that with nobody verified further ("no quorum on a digest"), it refolds its
+unverified tail: txs of its lanes' current epochs fold again, those of an epoch that ended
+(a tx its origin sent into a cut it never reached) are dropped. Every state change goes
+through the table.
 
 ``slice_for`` and ``slice_problem`` are the two halves of a sync: what a peer sends (a
 verified slice after the asker's verified seq, or a snapshot from its oldest entry) and what
@@ -105,7 +108,8 @@ class Catchup:
                 return CatchupAction.GENESIS
             return CatchupAction.NONE
         diverged = self.state is CatchupState.DIVERGED
-        if not diverged and not peers.heads_ahead:
+        alone_ahead = unverified_tail and peers.live + 1 >= quorum
+        if not diverged and not peers.heads_ahead and not alone_ahead:
             self.progress.stop()
             return CatchupAction.NONE
         self.progress.start(elapsed_ms)

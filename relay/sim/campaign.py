@@ -31,10 +31,10 @@ def run_campaign(
     sizes: tuple[int, ...],
     echo: Callable[[str], None] = print,
     progress: Callable[[CampaignSummary], None] | None = None,
-    work: bool = False,
+    work: bool | None = None,
 ) -> CampaignSummary:
-    """Run every seed on every size (``work``: each with a work group); ``progress`` sees the
-    summary after each seed."""
+    """Run every seed on every size (``work``: the share of seeds that draw a work group, or
+    each seed with one); ``progress`` sees the summary after each seed."""
     summary = CampaignSummary()
     started = time.monotonic()
     for seed in seeds:

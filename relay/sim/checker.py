@@ -72,6 +72,7 @@ class StreamReference:
     digests: list[bytes] = field(default_factory=list)
     keys: set[tuple[str, int]] = field(default_factory=set)
     last_digest: bytes = b""
+    txs: list[Tx] | None = None  # the txs too, for a stream a checker replays (``keep_txs``)
 
     def extend(self, name: str, tx: Tx, digest: bytes) -> None:
         """Append the next verified tx: it must ascend, chain, and carry a new key."""
@@ -87,6 +88,8 @@ class StreamReference:
         self.seqs.append(tx.seq)
         self.digests.append(digest)
         self.last_digest = digest
+        if self.txs is not None:
+            self.txs.append(tx)
 
     def index_of(self, seq: int, digest: bytes, where: str) -> int:
         i = bisect_left(self.seqs, seq)
@@ -113,6 +116,15 @@ class InvariantChecker:
     announced: dict[tuple[int, str], int] = field(default_factory=dict)
     # (origin, epoch, stream) -> the highest promise its acks made there
     promises: dict[tuple[int, int, str], int] = field(default_factory=dict)
+
+    def keep_txs(self, name: str) -> list[Tx]:
+        """The verified txs of stream ``name``, kept from now on (before any is verified)."""
+        ref = self.references.setdefault(name, StreamReference(last_digest=genesis(name)))
+        if ref.txs is None:
+            if ref.seqs:
+                raise ValueError(f"{name!r} has verified txs already")
+            ref.txs = []
+        return ref.txs
 
     def check_node(
         self, node: NodeCore, incarnation: int, names: Iterable[str], log_of: LogOf

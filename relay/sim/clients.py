@@ -43,6 +43,7 @@ class Publish:
     attempts: int = 0
     headers: tuple[tuple[str, bytes], ...] | None = None  # None: drawn from the payload
     routed: bool = False  # sent only to nodes that are up, as a producer that saw one go
+    key: bytes | None = None  # None: drawn from the payload
 
 
 @dataclass(slots=True)
@@ -110,7 +111,7 @@ class SimClients:
         pid = f"p{self.rng.randint(1, 3)}"
         self.msg_ids[pid] = self.msg_ids.get(pid, 0) + 1
         payload = self.rng.randbytes(self.rng.randint(0, 40))
-        self._send(now_ms, Publish(stream, pid, self.msg_ids[pid], payload))
+        self.send(now_ms, Publish(stream, pid, self.msg_ids[pid], payload))
         rng = self.reuse_rng
         if rng is None or not self.reuse_rate:
             return
@@ -118,9 +119,9 @@ class SimClients:
         if rng.random() < self.reuse_rate:
             old = rng.choice(self.sent)
             again = Publish(old.stream, old.producer_id, old.msg_id, rng.randbytes(41))
-            self._send(now_ms, again, rng)
+            self.send(now_ms, again, rng)
 
-    def _send(self, now_ms: int, pub: Publish, rng: random.Random | None = None) -> None:
+    def send(self, now_ms: int, pub: Publish, rng: random.Random | None = None) -> None:
         up = self.live() if pub.routed and self.live is not None else []
         node = (rng or self.rng).choice(up or self.node_ids)
         pub.attempts += 1
@@ -145,6 +146,7 @@ class SimClients:
                 pub.attempts,
                 pub.headers,
                 pub.routed,
+                pub.key,
             )
             self._retry(now_ms + self.rng.randint(0, 20), again)
 
@@ -162,7 +164,7 @@ class SimClients:
     def advance(self, now_ms: int) -> None:
         """Retries that are due, and requests that waited too long."""
         while self.retry_queue and self.retry_queue[0][0] <= now_ms:
-            self._send(now_ms, heapq.heappop(self.retry_queue)[2])
+            self.send(now_ms, heapq.heappop(self.retry_queue)[2])
         for req_id, request in list(self.requests.items()):
             if now_ms - request.sent_ms >= CLIENT_TIMEOUT_MS:
                 self._lost(now_ms, req_id, request, 0)
@@ -291,7 +293,7 @@ def item_of(pub: Publish) -> Item:
     """The message a publish sends: some carry a key and headers, drawn from the payload so
     that they take nothing from the seeds' random draws."""
     payload = pub.payload
-    key = payload[:3] if len(payload) % 3 == 0 else None
+    key = pub.key if pub.key is not None else payload[:3] if len(payload) % 3 == 0 else None
     headers = pub.headers
     if headers is None:
         headers = (("h", payload[-2:]), ("h", b"")) if len(payload) % 5 == 0 else ()

@@ -95,7 +95,9 @@ class SimCluster:
             rng = random.Random(seed * 15_485_863 + 5)
             first, last = START_MS + 100, START_MS + 100 + plan.publish_ms
             stream = rng.choice(plan.streams)
-            self.work = SimWorkGroup(rng, stream, lambda: sorted(self.nodes), first, last)
+            self.work = SimWorkGroup(
+                rng, stream, lambda: sorted(self.nodes), first, last, self.clients, self.checker
+            )
         self.turns = 0
 
     # --- running ------------------------------------------------------------------------
@@ -352,15 +354,16 @@ def run_seed(
     nodes: int = 3,
     with_faults: bool = True,
     delivery: bool | None = None,
-    work: bool = False,
+    work: bool | None = None,
 ) -> SimResult:
-    """Run one seed; ``delivery`` overrides the draw (a seed found before the simulator had
-    groups and batches replays as it was found without them); ``work`` adds a work group."""
+    """Run one seed; ``delivery`` and ``work`` override the draws (a seed found before the
+    simulator had groups and batches, or work groups, replays as it was found without them;
+    ``work=True`` gives every seed a work group)."""
     plan = SimPlan.draw(seed, nodes, with_faults)
     if delivery is not None:
         plan = replace(plan, delivery=delivery)
-    if work:
-        plan = replace(plan, work=True)
+    if work is not None:
+        plan = replace(plan, work=work)
     cluster = SimCluster(seed, plan)
     try:
         return cluster.run()

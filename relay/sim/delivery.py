@@ -121,7 +121,7 @@ class SimDelivery:
         return done and self.commit_at == NEVER
 
     def _send(self, now_ms: int, pub: Publish) -> None:
-        self.clients._send(now_ms, pub, self.rng)
+        self.clients.send(now_ms, pub, self.rng)
 
     # --- the group member ---------------------------------------------------------------
 

@@ -38,7 +38,7 @@ class SimPlan:
     disk_latency_ms_max: int = 0  # an fsync takes 0 to this many ms
     reuse_rate: float = 0.0  # publishes that reuse an earlier key with other content
     delivery: bool = False  # a fan-out batch and a group member that commits and restarts
-    work: bool = False  # a work group's members (opt-in: relay sim --work)
+    work: bool = False  # a work group: a producer of jobs and members that work them
     segment_bytes: int = 1 << 20  # the logs' segments roll at this size
     disk_errors: tuple[DiskErrors, ...] = ()  # windows in which a node's disk refuses
 
@@ -86,6 +86,7 @@ class SimPlan:
             # its own stream of numbers too: half the seeds never reuse
             reuse_rate=random.Random(seed * 15_485_863 + nodes).choice([0.0, 0.0, 0.03, 0.1]),
             delivery=random.Random(seed * 32_452_843 + nodes).random() < 0.5,
+            work=random.Random(seed * 67_867_967 + nodes).random() < WORK_SHARE,
             segment_bytes=random.Random(seed * 49_979_693 + nodes).choice(SEGMENT_BYTES),
             disk_errors=_disk_errors(random.Random(seed * 86_028_121 + nodes), nodes, publish_ms)
             if with_faults
@@ -93,6 +94,7 @@ class SimPlan:
         )
 
 
+WORK_SHARE = 0.3  # of the seeds that run a work group
 SEGMENT_BYTES = (4096, 16_384, 1 << 20)  # small ones roll, seal and rename often
 
 

@@ -1,9 +1,13 @@
-"""A work group in the simulator: members that claim, work, settle, renew late, settle twice
-and crash, under the same faults as the rest, and the history the checker holds them to.
+"""A work group in the simulator: a producer of jobs (priorities, not-before times, resources),
+members that claim, work, settle, renew late, settle twice and crash, under the same faults as
+the rest, and the history the checker holds them to.
 
-How this works: in the seeds that draw it, two or three members work one of the plan's
-streams (its transactions are the jobs) through the nodes' queue services, each request to a
-live node, given up after ``REQUEST_TIMEOUT_MS`` without an answer. The checker holds:
+How this works: in the seeds that draw it, a producer publishes jobs to one of the plan's
+streams (whose other transactions are jobs too, with no headers) and two or three members work
+it through the nodes' queue services, each request to a live node, given up after
+``REQUEST_TIMEOUT_MS`` without an answer. The group's settings (coalescing, exclusive
+resources, max deliveries) are drawn per seed and configured before any member claims. The
+checker holds:
 
 - no job is handed to a member while another still holds it: a new delivery is answered only
   after the previous holder settled it or its lease ran out, counted from when that holder sent
@@ -11,7 +15,12 @@ live node, given up after ``REQUEST_TIMEOUT_MS`` without an answer. The checker 
 - an acknowledged job never comes back, and no ack is applied twice;
 - once the run is quiet, every live replica folded the group's control stream to its verified
   head and they agree (the same jobs held, the same counts), and every job a member saw acked
-  is neither waiting nor held there.
+  is neither waiting nor held there;
+- the verified history, replayed through ``QueueModel`` (the rules stated plainly), hands out
+  exactly what the members got: every delivery a member was given is one the model's claim
+  made to that member (so no ready job waited behind a less urgent one, and no coalesced or
+  busy resource ran twice), and the replicas end where the model does (no job lost: each is
+  acked, dead, replaced by a newer one of its resource, still held or still waiting).
 """
 
 from __future__ import annotations
@@ -22,23 +31,43 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from relay.core.timer import Now
-from relay.queue.ops import ACK, NAK, REJECT, RENEW, Settings, SettleItem, queue_stream
+from relay.queue.fold import QueueState
+from relay.queue.jobs import job_headers, job_of
+from relay.queue.ops import (
+    ACK,
+    NAK,
+    REJECT,
+    RENEW,
+    Claim,
+    OpError,
+    Settings,
+    Settle,
+    SettleItem,
+    decode,
+    queue_stream,
+)
 from relay.queue.service import (
     ClaimAnswer,
     ClaimRequest,
     ConfigureRequest,
+    InfoAnswer,
     SettleAnswer,
     SettleRequest,
 )
-from relay.sim.checker import InvariantViolation
+from relay.sim.checker import InvariantChecker, InvariantViolation
+from relay.sim.clients import Publish, SimClients
+from relay.sim.queue_model import DEAD, DONE, REPLACED, WAITING, QueueModel
 
 if TYPE_CHECKING:
     from relay.shell import Shell
 
 GROUP = "workers"
+PRODUCER = "jobs"
+RESOURCES = (None, None, b"r1", b"r2", b"r3")
 REQUEST_TIMEOUT_MS = 5000
 CRASHES_MAX = 3
 NEVER = 1 << 62
+CLAIMING_AFTER_MS = 3000  # members claim this long after the last job was published
 
 
 @dataclass(slots=True)
@@ -77,24 +106,40 @@ class SimWorkGroup:
         live: Callable[[], list[int]],
         first_ms: int,
         last_ms: int,
+        clients: SimClients,
+        checker: InvariantChecker,
     ) -> None:
         self.rng = rng
         self.stream = stream
         self.control = queue_stream(stream, GROUP)
         self.live = live
-        self.last_ms = last_ms
+        self.clients = clients
         self.members = [
             Member(f"m{i}", rng.randint(first_ms, last_ms)) for i in range(rng.randint(2, 3))
         ]
-        self.settings = Settings(lease_ms=2000, max_deliveries=rng.randint(2, 4))
-        self.configured = False
+        self.members[0].next_ms = first_ms  # it configures the group first
+        self.claims_until_ms = last_ms + CLAIMING_AFTER_MS
+        self.settings = Settings(
+            lease_ms=2000,
+            max_deliveries=rng.randint(2, 4),
+            coalesce=rng.random() < 0.5,
+            exclusive=rng.random() < 0.5,
+        )
+        self.configured = False  # the configuration was answered: members may claim
+        self.job_times = sorted(rng.randint(first_ms, last_ms) for _ in range(rng.randint(5, 40)))
+        self.jobs_sent = 0
         self.crashes = 0
         self.holder: dict[int, tuple[str, int, int]] = {}  # seq -> (member, delivery, until)
         self.acked: set[int] = set()  # jobs a member saw acked
+        self.given: set[tuple[str, int, int]] = set()  # (member, seq, delivery) answered
+        self.ops = checker.keep_txs(self.control)  # the verified histories, for the model
+        self.jobs = checker.keep_txs(stream)
 
     # --- driving ----------------------------------------------------------------------------
 
     def advance(self, now_ms: int, shells: dict[int, Shell], wall_ms: Callable[[int], int]) -> None:
+        while self.jobs_sent < len(self.job_times) and self.job_times[self.jobs_sent] <= now_ms:
+            self._publish_job(now_ms, wall_ms)
         for member in self.members:
             asked = member.asked
             if asked is not None:
@@ -105,6 +150,21 @@ class SimWorkGroup:
             if member.next_ms > now_ms:
                 continue
             self._act(member, now_ms, shells, wall_ms)
+
+    def _publish_job(self, now_ms: int, wall_ms: Callable[[int], int]) -> None:
+        """The next job: a priority, now and then a not-before time a moment ahead by some
+        node's clock, and a resource from a few (a length of payload that draws no key)."""
+        rng = self.rng
+        self.jobs_sent += 1
+        priority = rng.choice([None, 0, 5, 128, 200])
+        nodes = self.live() or [1]
+        delay = rng.choice([0, 0, 0, 300, 1500])
+        not_before = wall_ms(rng.choice(nodes)) + delay if delay else None
+        payload = rng.randbytes(rng.choice([1, 2, 4, 5, 7]))
+        headers = job_headers(priority, not_before)
+        job = Publish(self.stream, PRODUCER, self.jobs_sent, payload, headers=headers, routed=True)
+        job.key = rng.choice(RESOURCES)
+        self.clients.send(now_ms, job, rng)
 
     def _act(
         self, member: Member, now_ms: int, shells: dict[int, Shell], wall_ms: Callable[[int], int]
@@ -118,7 +178,9 @@ class SimWorkGroup:
         member.req_id += 1
         client = member.name.encode()
         if not self.configured:
-            self.configured = True
+            if member is not self.members[0]:
+                member.next_ms = now_ms + 100  # the first member configures the group
+                return
             request = ConfigureRequest(self.stream, GROUP, self.settings)
             shells[n].queues.request(client, member.req_id, request, now)
             member.asked = Asked(member.req_id, n, now_ms, "configure")
@@ -130,7 +192,7 @@ class SimWorkGroup:
         if member.held:
             member.next_ms = min(h.settle_at for h in member.held.values())
             return
-        if now_ms > self.last_ms:
+        if now_ms > self.claims_until_ms:
             member.next_ms = NEVER  # the run winds down: no new claims
             return
         lease = self.rng.choice([500, 1000, 2000])
@@ -174,7 +236,9 @@ class SimWorkGroup:
             return  # an answer to a request the member gave up on
         asked, member.asked = member.asked, None
         member.next_ms = now_ms + self.rng.randint(0, 200)
-        if isinstance(answer, ClaimAnswer):
+        if isinstance(answer, InfoAnswer):
+            self.configured = True  # the configuration is applied
+        elif isinstance(answer, ClaimAnswer):
             for job in answer.jobs:
                 self._given(member, job.leased.job.seq, job.leased.delivery, asked, now_ms)
         elif isinstance(answer, SettleAnswer):
@@ -189,15 +253,30 @@ class SimWorkGroup:
             name, was, until = before
             if delivery <= was:
                 raise InvariantViolation(f"job {seq}: delivery {delivery} after {was}")
-            if now_ms < until:
+            if now_ms < until and not self._released(name, seq, was):
                 raise InvariantViolation(
                     f"job {seq} handed to {member.name} (delivery {delivery}) at {now_ms} while "
                     f"{name} held delivery {was} until {until}"
                 )
         until = asked.sent_ms + asked.lease_ms
         self.holder[seq] = (member.name, delivery, until)
+        self.given.add((member.name, seq, delivery))
         work = self.rng.randint(0, int(asked.lease_ms * 1.3))  # now and then past the lease
         member.held[seq] = Held(seq, delivery, asked.lease_ms, until, now_ms + work)
+
+    def _released(self, member: str, seq: int, delivery: int) -> bool:
+        """Whether the verified history holds ``member``'s settlement of that delivery (one
+        whose answer the member never got: it gave up waiting, or the node went down)."""
+        for tx in self.ops:
+            try:
+                op = decode(tx.payload)
+            except OpError:
+                continue
+            if isinstance(op, Settle) and op.member == member:
+                for item in op.items:
+                    if (item.seq, item.delivery) == (seq, delivery) and item.action != RENEW:
+                        return True
+        return False
 
     def _settled(self, member: Member, item: SettleItem, result: str, sent_ms: int) -> None:
         held = member.held.get(item.seq)
@@ -225,6 +304,8 @@ class SimWorkGroup:
     def idle(self, shells: dict[int, Shell], verified_of: Callable[[int, str], int]) -> bool:
         """No member waits for an answer or holds a job, and every live replica folded the
         control stream to its verified head (its reads of it may be a turn behind)."""
+        if self.jobs_sent < len(self.job_times):
+            return False
         if not all(m.asked is None and not m.held for m in self.members):
             return False
         for n, shell in shells.items():
@@ -236,12 +317,15 @@ class SimWorkGroup:
 
     def next_time(self) -> int | None:
         times = [m.next_ms for m in self.members if m.next_ms < NEVER]
+        if self.jobs_sent < len(self.job_times):
+            times.append(self.job_times[self.jobs_sent])
         times += [m.asked.sent_ms + REQUEST_TIMEOUT_MS for m in self.members if m.asked]
         return min(times) if times else None
 
     def check(self, shells: dict[int, Shell], verified_of: Callable[[int, str], int]) -> None:
         """Once quiet: every live replica folded the control stream to its head, they agree,
-        and nothing a member saw acked waits or is held."""
+        nothing a member saw acked waits or is held, and the model's replay of the history
+        made every delivery the members got and ends where the replicas do."""
         seen = []
         for n, shell in shells.items():
             state = shell.queues.describe(self.stream, GROUP)
@@ -253,7 +337,7 @@ class SimWorkGroup:
                 raise InvariantViolation(
                     f"node {n} folded {self.control} to {found}, its verified head is {head}"
                 )
-            held = tuple(sorted((seq, h.member, h.delivery) for seq, h in state.held.items()))
+            held = tuple(state_held(state))
             t = state.totals
             seen.append((n, (held, t.acked, t.dead, t.replaced, len(state.waiting), state.cursor)))
             for seq in self.acked:
@@ -261,3 +345,58 @@ class SimWorkGroup:
                     raise InvariantViolation(f"node {n} holds job {seq}, which a member saw acked")
         if len({summary for _, summary in seen}) > 1:
             raise InvariantViolation(f"the replicas' work groups differ: {seen}")
+        states = [shell.queues.describe(self.stream, GROUP) for shell in shells.values()]
+        state = next((s for s in states if s is not None and s.op_seq == self.ops[-1].seq), None)
+        if state is None:
+            return  # no live replica holds the group (nothing was written, or all went away)
+        model, leases = self._replay(tuple(state.clock.replicas), state.clock.quorum)
+        for member, seq, delivery in sorted(self.given - leases):
+            raise InvariantViolation(
+                f"{member} was given job {seq} (delivery {delivery}), which no claim of it "
+                f"took by the rules: {self._why(model, seq)}"
+            )
+        t = state.totals
+        ends = (state_held(state), len(state.waiting), t.acked, t.dead, t.replaced)
+        expected = (
+            model.held(),
+            model.count(WAITING),
+            model.count(DONE),
+            model.count(DEAD),
+            model.count(REPLACED),
+        )
+        if ends != expected:
+            raise InvariantViolation(
+                f"the group ends as (held, waiting, acked, dead, replaced) {ends}, "
+                f"the rules say {expected}"
+            )
+
+    def _replay(
+        self, replicas: tuple[int, ...], quorum: int
+    ) -> tuple[QueueModel, set[tuple[str, int, int]]]:
+        """The model's run over the verified history; (member, seq, delivery) of its leases."""
+        model = QueueModel(tuple(sorted(replicas)), quorum, Settings())
+        jobs = [job_of(tx) for tx in self.jobs]
+        leases: set[tuple[str, int, int]] = set()
+        for tx in self.ops:
+            try:
+                op = decode(tx.payload)
+            except OpError:
+                continue
+            out = model.apply(op, tx.origin, tx.seq, jobs)
+            if isinstance(op, Claim):
+                leases.update((op.member, seq, delivery) for seq, delivery in out.leased)
+        return model, leases
+
+    @staticmethod
+    def _why(model: QueueModel, seq: int) -> str:
+        j = model.jobs.get(seq)
+        if j is None:
+            return "the model never took it in"
+        return (
+            f"priority {j.job.priority}, order {j.order_ms}, key {j.job.key!r}, "
+            f"the model ends it {j.state} after {j.delivery} deliveries"
+        )
+
+
+def state_held(state: QueueState) -> list[tuple[int, str, int]]:
+    return sorted((seq, h.member, h.delivery) for seq, h in state.held.items())
