@@ -1,14 +1,17 @@
 """``relay publish --priority/--at`` and ``relay queue`` as a shell user drives them: jobs by
-priority, a delayed job, a worker that leaves its lease to run out, a job that dies into the
-dead-letter stream and is sent back with ``retry-dead``."""
+priority, a delayed job, ``peek``, a worker that leaves its lease to run out, a job that dies
+into the dead-letter stream and is sent back with ``retry-dead``, and the queue's gauges on
+``/metrics``."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from urllib.request import urlopen
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from waits import until
 
 from relay.runtime.local_cluster import LocalCluster
@@ -83,3 +86,49 @@ def test_a_job_whose_workers_die_goes_dead_and_comes_back_with_retry_dead(
     ok(cluster, "queue", "retry-dead", "--stream", "tasks", "--group", "g")
     [back] = until(lambda: work(cluster, "tasks", "--wait", "1s"), bool, timeout_s=15)
     assert (back["payload"], back["delivery_count"]) == ("flaky", 1) and back["seq"] != job["seq"]
+
+
+def queue_samples(cluster: LocalCluster, node_id: int) -> dict[tuple[str, str], float]:
+    """(metric, state or outcome) -> value for group g of stream "peeked" on one node."""
+    port = cluster.config.node(node_id).metrics_port
+    text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith("relay_queue") and s.labels.get("stream") == "peeked":
+                found[(s.name, s.labels.get("state") or s.labels.get("outcome") or "")] = s.value
+    return found
+
+
+def test_peek_lists_the_next_jobs_in_claim_order_and_the_gauges_count_them(
+    fresh_cluster3: LocalCluster,
+) -> None:
+    cluster = fresh_cluster3
+    for priority, payload in (("9", "c"), ("1", "a"), ("5", "b"), ("5", "b2")):
+        ok(cluster, "publish", "--stream", "peeked", "--priority", priority, payload)
+    ok(cluster, "publish", "--stream", "peeked", "--at", "+1h", "--key", "r", "much later")
+    ok(cluster, "queue", "configure", "--stream", "peeked", "--group", "g")  # takes them in
+    empty = relay(cluster, "queue", "peek", "--stream", "peeked", "--group", "g")
+    assert empty.returncode == 0 and "no ready job" in empty.stderr  # nothing taken in yet
+    [claimed] = work(cluster, "peeked", "--no-settle")  # a claim takes every job in
+    assert claimed["payload"] == "a"
+    out = ok(cluster, "queue", "peek", "--stream", "peeked", "--group", "g", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["payload"], r["priority"]) for r in rows] == [("b", 5), ("b2", 5), ("c", 9)]
+    out = ok(cluster, "queue", "peek", "--stream", "peeked", "--group", "g", "--count", "1")
+    assert out.split("\t")[1:] == ["5", "-", "b\n"]
+    [again] = work(cluster, "peeked")
+    assert again["payload"] == "b"  # peeking claimed nothing
+    wanted = {
+        ("relay_queue_jobs", "ready"): 2.0,
+        ("relay_queue_jobs", "delayed"): 1.0,
+        ("relay_queue_jobs", "claimed"): 1.0,
+        ("relay_queue_outcomes", "acked"): 1.0,
+    }
+    for node_id in (1, 2, 3):  # every replica folds the group and reports it
+        got = until(
+            lambda n=node_id: queue_samples(cluster, n),
+            lambda g: all(g.get(k) == v for k, v in wanted.items()),
+            timeout_s=15,
+        )
+        assert got[("relay_queue_oldest_ready_seconds", "")] > 0

@@ -20,7 +20,7 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
-from relay.errors import ProtocolError
+from relay.errors import ProtocolError, RelayError
 from relay.queue.ops import SettleItem
 from relay.wire import client, mesh, replies
 
@@ -253,6 +253,8 @@ def test_a_work_group_members_requests_decode_with_every_field_checked() -> None
     items = [SettleItem(7, 1, "ack"), SettleItem(8, 2, "nak", 100)]
     settle = client.decode_request(client.settle_request(6, "jobs", "g", "w1", items))
     assert settle == client.SettleFrame(6, "jobs", "g", "w1", tuple(items))
+    peek = client.decode_request(client.queue_info_request(7, "jobs", "g", 10))
+    assert peek == client.QueueInfoFrame(7, "jobs", "g", 10)
     for bad, names in (
         (client.pack("claim", 1, "jobs", "g", "w1", 0, 30_000, 0), "count"),
         (client.pack("claim", 1, "jobs", "g", "", 1, 30_000, 0), "member"),
@@ -260,6 +262,8 @@ def test_a_work_group_members_requests_decode_with_every_field_checked() -> None
         (client.pack("settle", 1, "jobs", "g", "w1", []), "items"),
         (client.pack("settle", 1, "jobs", "g", "w1", [[7, 1, "burn", 0]]), "action"),
         (client.pack("settle", 1, "jobs", "g", "w1", [[7, 0, "ack", 0]]), "delivery"),
+        (client.pack("qinfo", 1, "jobs", "g", client.PEEK_MAX + 1), "peek"),
+        (client.pack("qinfo", 1, "jobs", "g", "all"), "non-negative integer, got .all"),
     ):
         with pytest.raises(client.BadRequest, match=names) as info:
             client.decode_request(bad)
@@ -278,3 +282,16 @@ def test_a_work_group_reply_that_breaks_its_shape_names_the_field() -> None:
         replies.decode_reply(client.pack("settled", 3, [1]))
     with pytest.raises(ProtocolError, match="qinfo reply: info"):
         replies.decode_reply(client.pack("qinfo", 3, [1]))
+
+
+def test_a_peek_answer_that_is_not_a_list_of_jobs_is_a_protocol_error() -> None:
+    from relay.client.worker import _peek_rows
+
+    assert _peek_rows([[7, 1, 0, 5, None], [8, 2, 9, 9, b"k"]]) == [
+        (7, 1, 0, 5, None),
+        (8, 2, 9, 9, b"k"),
+    ]
+    for bad in ({"7": 1}, [[7, 1, 0, 5]], [[7, -1, 0, 5, None]], [[7, 1, 0, 5, "k"]], [7]):
+        with pytest.raises(RelayError) as info:
+            _peek_rows(bad)
+        assert info.value.code == "protocol"

@@ -1,5 +1,5 @@
-"""``relay queue``: work groups from the shell: work jobs, describe a group, list groups, set
-a group's settings, send dead jobs back."""
+"""``relay queue``: work groups from the shell: work jobs, describe a group, peek at its next
+ready jobs, list groups, set a group's settings, send dead jobs back."""
 
 from __future__ import annotations
 
@@ -125,6 +125,42 @@ def queue_describe(
         info.get("per_priority", {}).items(), key=lambda p: int(p[0])
     ):
         click.echo(f"priority {priority}\tready {ready}\tdelayed {delayed}")
+
+
+@queue_group.command("peek")
+@cluster_target
+@STREAM
+@GROUP
+@click.option("--count", default=10, show_default=True, type=click.IntRange(1, 100))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job.")
+@click.option("--node", "node_id", type=int, help="The node to ask.")
+def queue_peek(
+    target: Target, stream: str, group: str, count: int, as_json: bool, node_id: int | None
+) -> None:
+    """The next --count ready jobs in claim order, without claiming them."""
+    from relay import RelayError
+
+    try:
+        with _worker(target, stream, group, node_id) as worker:
+            jobs = worker.peek(count)
+    except RelayError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not jobs:
+        click.echo("no ready job", err=True)
+    for job in jobs:
+        payload = job.payload.decode(errors="replace") if job.payload is not None else None
+        if not as_json:
+            key = job.key.decode(errors="replace") if job.key is not None else "-"
+            click.echo(f"{job.seq}\t{job.priority}\t{key}\t{payload}")
+            continue
+        line = {
+            "seq": job.seq,
+            "priority": job.priority,
+            "not_before": job.not_before,
+            "key": job.key.decode(errors="replace") if job.key is not None else None,
+            "payload": payload,
+        }
+        click.echo(json.dumps(line))
 
 
 @queue_group.command("ls")

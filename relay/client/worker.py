@@ -53,6 +53,18 @@ class Job:
         return self.claimed_at + self.lease_ms / 1000 - time.monotonic()
 
 
+@dataclass(frozen=True, slots=True)
+class Peeked:
+    """A ready job as ``peek`` lists it: not claimed, so nothing stops another member."""
+
+    seq: int
+    priority: int
+    not_before: int
+    key: bytes | None
+    payload: bytes | None  # None: the stream no longer holds it (retention removed it)
+    headers: Headers
+
+
 class Worker:
     def __init__(
         self,
@@ -163,6 +175,26 @@ class Worker:
         assert isinstance(reply, QueueInfoReply)
         return reply.info
 
+    def peek(self, count: int = 10) -> list[Peeked]:
+        """The next ``count`` (at most 100) ready jobs in claim order as the answering node
+        folded them, with their payloads; claims nothing (resources aside: a busy resource's
+        job is listed where it waits)."""
+
+        def make(req_id: int) -> bytes:
+            return queue_info_request(req_id, self.stream, self.group, count)
+
+        reply = self._call(make, 0, QueueInfoReply)
+        assert isinstance(reply, QueueInfoReply)
+        found = []
+        for seq, priority, not_before, _order_ms, key in _peek_rows(reply.info.get("next", [])):
+            fetched = self._fetcher.fetch(seq - 1, 1, 0)
+            tx = fetched.rows[0] if fetched is not None and fetched.rows else None
+            if tx is not None and tx.seq == seq:
+                found.append(Peeked(seq, priority, not_before, key, tx.payload, tx.headers))
+            else:
+                found.append(Peeked(seq, priority, not_before, key, None, ()))
+        return found
+
     def run(
         self, work: Callable[[Job], object], count: int = 1, wait_ms: int = 1000
     ) -> Iterator[Job]:
@@ -190,3 +222,20 @@ class Worker:
                 raise errors.RelayError(
                     errors.UNAVAILABLE, f"no node answered for {self.stream!r} in time"
                 )
+
+
+def _peek_rows(raw: object) -> list[tuple[int, int, int, int, bytes | None]]:
+    """The ``next`` rows of a ``qinfo`` answer, checked (a node's answer is input too)."""
+    if not isinstance(raw, list):
+        raise errors.RelayError(errors.PROTOCOL, "a peek answer without a list of jobs")
+    rows = []
+    for row in raw:
+        if (
+            not isinstance(row, list)
+            or len(row) != 5
+            or not all(type(v) is int and v >= 0 for v in row[:4])
+            or not (row[4] is None or isinstance(row[4], bytes))
+        ):
+            raise errors.RelayError(errors.PROTOCOL, f"a peeked job that is not one: {row!r:.80}")
+        rows.append((row[0], row[1], row[2], row[3], row[4]))
+    return rows

@@ -298,11 +298,26 @@ class QueueState:
 
     # --- reads ----------------------------------------------------------------------------
 
+    def counts(self) -> dict[str, int]:
+        """The group's jobs by state (ready, delayed, claimed, dead not yet moved) and over its
+        history by outcome (acked, dead, expired, replaced)."""
+        delayed = self.waiting.delayed_count()
+        t = self.totals
+        return {
+            "ready": len(self.waiting) - delayed,
+            "delayed": delayed,
+            "claimed": len(self.held),
+            "dead_not_moved": len(self.unmoved),
+            "acked": t.acked,
+            "dead": t.dead,
+            "expired": t.expired,
+            "replaced": t.replaced,
+        }
+
     def describe(self) -> dict[str, int | dict[str, list[int]]]:
         """Counts of the group's jobs as this replica folded them, for ``relay queue
         describe`` and the gauges."""
         waiting = self.waiting
-        delayed = waiting.delayed_count()
         per_priority = {
             str(p): [
                 n - waiting.delayed_by_priority.get(p, 0),
@@ -317,14 +332,7 @@ class QueueState:
             "max_deliveries": settings.max_deliveries,
             "coalesce": int(settings.coalesce),
             "exclusive": int(settings.exclusive),
-            "ready": len(waiting) - delayed,
-            "delayed": delayed,
-            "claimed": len(self.held),
-            "acked": t.acked,
-            "dead": t.dead,
-            "dead_not_moved": len(self.unmoved),
-            "replaced": t.replaced,
-            "expired": t.expired,
+            **self.counts(),
             "malformed": t.malformed,
             "oldest_ready_ms": waiting.oldest_ready_ms(),
             "next_ready_ms": waiting.next_ready_ms(),

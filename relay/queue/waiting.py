@@ -18,6 +18,7 @@ import heapq
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 from relay.core.flake import seq_unix_ms
 
@@ -54,7 +55,8 @@ class Fifo:
         return len(self.seqs) - self.head
 
     def entries(self) -> Iterator[int]:
-        return iter(self.seqs[self.head :])
+        seqs = self.seqs
+        return (seqs[i] for i in range(self.head, len(seqs)))
 
 
 class WaitingJobs:
@@ -226,13 +228,12 @@ class WaitingJobs:
         found: list[Waiting] = []
         for p in sorted(self.count_by_priority):
             fifo = self.fifos.get(p)
-            ready: list[DueEntry] = [
-                (seq_unix_ms(s), s, 0)
-                for s in (fifo.entries() if fifo is not None else ())
-                if s not in self.fifo_gone
-            ]
-            ready += [e for e in self.due.get(p, []) if e[1] not in self.heap_gone]
-            for order, seq, nb in sorted(ready)[: count - len(found)]:
+            wanted = count - len(found)
+            firsts = (s for s in (fifo.entries() if fifo else ()) if s not in self.fifo_gone)
+            ready: list[DueEntry] = [(seq_unix_ms(s), s, 0) for s in islice(firsts, wanted)]
+            due = (e for e in self.due.get(p, ()) if e[1] not in self.heap_gone)
+            ready += heapq.nsmallest(wanted, due)
+            for order, seq, nb in sorted(ready)[:wanted]:
                 found.append(Waiting(seq, p, nb, self.keys.get(seq), order))
             if len(found) >= count:
                 break
@@ -246,7 +247,10 @@ class WaitingJobs:
             if first:
                 firsts.append(seq_unix_ms(first))
         for due in self.due.values():
-            firsts += [min((e for e in due if e[1] not in self.heap_gone), default=(0,))[0]]
+            if due and due[0][1] not in self.heap_gone:  # the heap's least, unless replaced
+                firsts.append(due[0][0])
+            else:
+                firsts += [min((e for e in due if e[1] not in self.heap_gone), default=(0,))[0]]
         return min((f for f in firsts if f), default=0)
 
     def next_ready_ms(self) -> int:

@@ -196,7 +196,10 @@ class ClientPort:
         except ValueError as exc:
             self.answer(client, request.req_id, Rejected(errors.BAD_REQUEST, str(exc)))
             return
-        info = state.describe() if state is not None else {}
+        info: dict[str, object] = dict(state.describe()) if state is not None else {}
+        if state is not None and request.peek:
+            rows = state.waiting.peek(request.peek)
+            info["next"] = [[w.seq, w.priority, w.not_before, w.order_ms, w.key] for w in rows]
         self.send(client, replies.encode_queue_info(request.req_id, info))
 
     def _forbidden(self, user: str, request: Request) -> Rejected | None:

@@ -121,6 +121,26 @@ class NodeMetrics:
             ["group", "stream"],
             registry=r,
         )
+        self.queue_jobs = Gauge(
+            "relay_queue_jobs",
+            "A work group's jobs as this replica folded them, by state: ready, delayed, "
+            "claimed, and dead_not_moved (dead, not yet in the dead-letter stream)",
+            ["stream", "group", "state"],
+            registry=r,
+        )
+        self.queue_outcomes = Gauge(
+            "relay_queue_outcomes",
+            "A work group's jobs over its whole history by outcome: acked, dead, expired "
+            "(leases that ran out), replaced (coalesced); recounted from the log at a restart",
+            ["stream", "group", "outcome"],
+            registry=r,
+        )
+        self.queue_oldest_ready = Gauge(
+            "relay_queue_oldest_ready_seconds",
+            "How long a work group's oldest ready job has been ready (0: none ready)",
+            ["stream", "group"],
+            registry=r,
+        )
         self.parked = Gauge(
             "relay_parked_fetches", "Consumer fetches waiting for new txs (long polls)", registry=r
         )

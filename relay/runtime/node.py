@@ -40,6 +40,7 @@ from relay.runtime.malloc import trim_heap, tune_allocator
 from relay.runtime.mesh_sockets import MeshSockets
 from relay.runtime.metrics import NodeMetrics
 from relay.runtime.ports import MeshOut, NodeReporter
+from relay.runtime.queue_gauges import QueueGauges
 from relay.runtime.throttle import Throttle
 from relay.runtime.turn_trace import TurnTrace
 from relay.shell import Shell
@@ -88,6 +89,7 @@ class NodeRuntime:
         self.metrics = NodeMetrics(node_id, config.name)
         self.gauges = Gauges(self.metrics, config.metrics_streams_max)
         self.gauges.restored(restored)
+        self.queue_gauges = QueueGauges(self.metrics, self.gauges.series)
         self.disk.changed.update(r.stream for r in restored)  # their sizes, at the first update
         self.refusal_log = Throttle()
         self.stopping = False
@@ -238,6 +240,7 @@ class NodeRuntime:
                     waiting = self.clients.outbox.total_bytes
                     changed = self.disk.take_changed()
                     self.gauges.update(self.core, self.disk, open_, waiting, changed)
+                    self.queue_gauges.update(self.shell.queues, now.wall_ms)
                     self.shell.pending += self.disk.retain(now.wall_ms)
             self._leave()
         finally:

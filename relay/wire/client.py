@@ -2,7 +2,8 @@
 
 Every frame is msgpack ``[version, kind, req_id, ...]``. Requests: ``pub``, ``fetch``,
 ``span`` (plan a range read: where to cut it and the digests there), ``status``, and a work
-group member's ``claim``, ``settle``, ``qinfo`` and ``qconf``. Replies: ``acks``, ``txs``, ``span``,
+group member's ``claim``, ``settle``, ``qinfo`` (the group's counts, and with a count, its next
+ready jobs) and ``qconf``. Replies: ``acks``, ``txs``, ``span``,
 ``status``, ``jobs``, ``settled``, ``qinfo``, ``redirect``, ``error``. A node answers
 a malformed request with an ``error`` reply (code ``bad_request``) when it can read a req_id,
 and with req_id 0 when it cannot.
@@ -34,6 +35,7 @@ from relay.wire.mesh import MalformedFrame
 
 VERSION = 3  # every frame's first field: either side refuses a frame of another version
 REQUEST_BYTES_MAX = 64 << 20
+PEEK_MAX = 100  # ready jobs a ``qinfo`` may list
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,7 @@ class QueueInfoFrame:
     req_id: int
     stream: str
     group: str
+    peek: int = 0  # how many of the next ready jobs to list, in claim order
 
 
 Request = (
@@ -187,8 +190,11 @@ def decode_request(body: bytes) -> Request:
                 raise ValueError(f"items: 1-{SETTLE_ITEMS_MAX} settlements")
             items = tuple(settle_item(row) for row in rows)
             return SettleFrame(req_id, as_str(f[3]), as_str(f[4]), member_name(f[5]), items)
-        if kind == "qinfo" and len(f) == 5:
-            return QueueInfoFrame(req_id, as_str(f[3]), as_str(f[4]))
+        if kind == "qinfo" and len(f) in (5, 6):
+            peek = as_int(f[5]) if len(f) == 6 else 0
+            if not 0 <= peek <= PEEK_MAX:
+                raise ValueError(f"peek is 0-{PEEK_MAX} jobs")
+            return QueueInfoFrame(req_id, as_str(f[3]), as_str(f[4]), peek)
         if kind == "qconf" and len(f) == 6:
             settings, latest = queue_settings(f[5])
             return QueueConfigFrame(req_id, as_str(f[3]), as_str(f[4]), settings, latest)
@@ -266,7 +272,9 @@ def settle_request(
     return pack("settle", req_id, stream, group, member, rows)
 
 
-def queue_info_request(req_id: int, stream: str, group: str) -> bytes:
+def queue_info_request(req_id: int, stream: str, group: str, peek: int = 0) -> bytes:
+    if peek:
+        return pack("qinfo", req_id, stream, group, peek)
     return pack("qinfo", req_id, stream, group)
 
 
