@@ -1,7 +1,9 @@
 """The main job: a local 3-node cluster, producers on every node, consumers on every node
 agreeing on one verified timeline, the Spark job (``spark_consumer.job``) keeping per-minute
 totals of ``orders`` in Parquet while it is written and publishing them into
-``orders.minutes``, a summary, and everything stopped at the end."""
+``orders.minutes``, a work queue (``demo_queue``: priorities, a delayed job, a worker killed
+with SIGKILL, a job that dies into the dead-letter stream), a summary, and everything stopped at
+the end."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import demo_queue
 
 from relay import Consumer, Producer
 from relay.runtime.local_cluster import write_config
@@ -44,6 +48,7 @@ def main() -> None:
             acked = run(cfg)
             summary = check_spark_job(spark_job, spark_lines, len(acked[SPARK_STREAM]))
             check_totals_stream(cfg, summary)
+            demo_queue.show(cfg)
         finally:
             if spark_job.poll() is None:
                 spark_job.kill()

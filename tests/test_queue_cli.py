@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
@@ -132,3 +133,18 @@ def test_peek_lists_the_next_jobs_in_claim_order_and_the_gauges_count_them(
             timeout_s=15,
         )
         assert got[("relay_queue_oldest_ready_seconds", "")] > 0
+
+
+def test_the_main_jobs_work_queue_demo_runs_as_shown(
+    fresh_cluster3: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        import demo_queue
+    finally:
+        sys.path.remove(scripts)
+    demo_queue.show(str(fresh_cluster3.config_path))  # it asserts what it shows
+    out = capsys.readouterr().out
+    assert "relay-dead-reason=not acknowledged in 2 deliveries" in out
+    assert '"payload": "send the reminder"' in out
