@@ -45,8 +45,23 @@ def main() -> None:
     help="local: nodes on 127.0.0.1, partitions and loss by the nodes' admin hooks; netns: "
     "each node in a network namespace of its own (root), partitions and loss by nftables.",
 )
+@click.option(
+    "--workload",
+    type=click.Choice(["stream", "queue"]),
+    default="stream",
+    show_default=True,
+    help="stream: producers and consumers on three streams; queue: producers of jobs and "
+    "worker processes of a work group, some killed with SIGKILL.",
+)
 def run(
-    nodes: str, duration: float, kinds: str, seed: int, rate: float, out: Path | None, net: str
+    nodes: str,
+    duration: float,
+    kinds: str,
+    seed: int,
+    rate: float,
+    out: Path | None,
+    net: str,
+    workload: str,
 ) -> None:
     """Run a workload against a fresh cluster while injecting faults; check the history."""
     try:
@@ -81,9 +96,20 @@ def run(
         "seed": seed,
         "rate": rate,
         "net": net,
+        "workload": workload,
     }
     try:
-        runner.run(out, int(nodes), duration, faults, rate, settings, say=click.echo, net=net)
+        runner.run(
+            out,
+            int(nodes),
+            duration,
+            faults,
+            rate,
+            settings,
+            say=click.echo,
+            net=net,
+            workload_kind=workload,
+        )
     except KeyboardInterrupt:
         click.echo("interrupted: every node was stopped; the history so far is in " + str(out))
         sys.exit(130)

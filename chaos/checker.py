@@ -14,6 +14,8 @@ Input: the run folder (``run.json``, ``ops.jsonl``, ``deliveries.jsonl``, ``faul
   request was sent and, without a sighting of it serving in between, still after the answer.
 - unknown-at-most-once: no (producer, message id) is in a timeline twice; a publish that timed
   out is there at most once (and so is every other).
+
+A run of the queue workload is held to ``chaos.queue_checker``'s invariants too.
 """
 
 from __future__ import annotations
@@ -88,6 +90,12 @@ def check(folder: Path) -> Analysis:
         _no_ack_while_fenced(ops, list(rows(folder, "states"))),
         _at_most_once(timelines),
     ]
+    run_path = folder / "run.json"
+    settings = json.loads(run_path.read_text()) if run_path.exists() else {}
+    if settings.get("workload") == "queue":
+        from chaos import queue_checker  # it builds on this module's verdicts
+
+        verdicts += queue_checker.check(folder, timelines, settings["streams"][0])
     outcomes = Counter(op["outcome"] for op in ops)
     counts = {
         "attempted": len(ops),

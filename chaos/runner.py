@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.nemesis import Nemesis
+from chaos.queue_worker import JOB_STREAM
+from chaos.queue_workload import QueueWorkload
 from chaos.schedule import Fault
 from chaos.workload import History, Workload
 from relay import Consumer
@@ -37,9 +39,13 @@ def run(
     settings: dict[str, Any],
     say: Any = print,
     net: str = "local",
+    workload_kind: str = "stream",
 ) -> None:
     """``net``: "local" (every node on 127.0.0.1, network faults by admin hooks) or "netns"
-    (each node in a namespace of its own, network faults by nftables)."""
+    (each node in a namespace of its own, network faults by nftables). ``workload_kind``:
+    "stream" (producers and consumers on three streams) or "queue" (producers of jobs on one
+    stream, and worker processes, some killed with SIGKILL: ``chaos.queue_workload``)."""
+    streams = [JOB_STREAM] if workload_kind == "queue" else STREAMS
     out.mkdir(parents=True, exist_ok=True)
     overrides: dict[str, int | str] = {}
     if any(f.kind == "corrupt" for f in faults):
@@ -47,7 +53,7 @@ def run(
     schedule = [f.to_json() for f in faults]
     (out / "run.json").write_text(
         json.dumps(
-            {**settings, "streams": STREAMS, "overrides": overrides, "schedule": schedule},
+            {**settings, "streams": streams, "overrides": overrides, "schedule": schedule},
             indent=1,
         )
     )
@@ -63,7 +69,10 @@ def run(
         cluster.start()
         cluster.wait_serving()
         origin = time.perf_counter()
-        workload = Workload(cluster, STREAMS, rate, history, clock)
+        workload = Workload(cluster, streams, rate, history, clock, jobs=workload_kind == "queue")
+        queue = None
+        if workload_kind == "queue":
+            queue = QueueWorkload(cluster, out, int(settings["seed"]), duration_s)
         write_fault = history.writer("faults")
 
         def record(row: dict[str, Any]) -> None:
@@ -73,6 +82,8 @@ def run(
 
         nemesis = Nemesis(cluster, faults, clock, record)
         try:
+            if queue is not None:
+                queue.start()
             workload.start()
             nemesis.start()
             say(f"running {duration_s:.0f} s with {len(faults)} faults ...")
@@ -82,11 +93,19 @@ def run(
             workload.finish_producing()
             nemesis.join()
             nemesis.heal_all()
-            settled, heads = settle(cluster, STREAMS, clock, out)
+            settled, heads = settle(cluster, streams, clock, out)
             say(f"settled {settled:.1f} s after the heal")
+            if queue is not None:
+                info = queue.drain()
+                say(f"work group drained: acked {info.get('acked')}, dead {info.get('dead')}")
             timelines = read_timelines(cluster, heads)
             wait_consumers(workload, {s: len(t) for s, t in timelines.items()})
+            if queue is not None:
+                queue.finish()
+                queue.write_final()
         finally:  # also on an interrupt: undo the faults, stop the clients, keep the history
+            if queue is not None:
+                queue.finish()
             nemesis.join()
             nemesis.heal_all()
             workload.finish_producing()

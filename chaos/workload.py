@@ -1,7 +1,8 @@
 """The workload of a chaos run, through the public clients, with every operation recorded.
 
 Producers (one per node and stream, each starting at its node and failing over like any
-client) publish at a steady total rate and record each message's outcome: ``ok`` with its seq
+client; with the queue workload each message is a job with one of four priorities) publish at a
+steady total rate and record each message's outcome: ``ok`` with its seq
 and the node that acknowledged it, ``fail`` when the cluster refused it for good, ``unknown``
 when it timed out (it may or may not be in the stream). Consumers (one per node and stream,
 from the earliest tx) record every tx they receive. An observer records each node's state
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from relay import Consumer, Producer, errors
+from relay.queue.jobs import job_headers
 from relay.runtime.launcher import query_status
 from relay.runtime.local_cluster import LocalCluster
 
@@ -62,8 +64,10 @@ class Workload:
         rate: float,
         history: History,
         clock: Callable[[], float],
+        jobs: bool = False,
     ) -> None:
         self.cluster = cluster
+        self.jobs = jobs  # each message a job with a priority (the queue workload)
         self.streams = streams
         self.clock = clock
         self.ops = history.writer("ops")
@@ -129,9 +133,9 @@ class Workload:
                     for _ in range(PER_ROUND):
                         msg_id += 1
                         payload = f"{name}:{msg_id}".encode()
-                        sent.append(
-                            (msg_id, payload, self.clock(), producer.send(stream, payload, msg_id))
-                        )
+                        headers = job_headers(msg_id % 4 * 60, None) if self.jobs else None
+                        future = producer.send(stream, payload, msg_id, headers=headers)
+                        sent.append((msg_id, payload, self.clock(), future))
                     producer.flush()
                     base = time.perf_counter() - self.clock()
                     for mid, payload, t0, future in sent:

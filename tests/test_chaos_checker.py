@@ -414,3 +414,71 @@ def test_a_run_refuses_a_history_folder_that_is_not_empty(tmp_path: Path) -> Non
     (tmp_path / "run.json").write_text("{}")
     result = CliRunner().invoke(main, ["run", "--duration", "20", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "is not empty" in result.output
+
+
+def queue_run(tmp_path: Path, steps: list[dict[str, Any]], dead: list[int], acked: int) -> Path:
+    """A queue run's files: two jobs (seqs 10 and 20), the workers' steps, the final counts."""
+    timeline = [[10, "d1", "p", 1, "a"], [20, "d2", "p", 2, "b"]]
+    final = {"stream": "jobs.chaos", "node": 1, "verified_seq": 20, "digest": "d2"}
+    folder = history(tmp_path, final=[final, {**final, "timeline": timeline}], workers=steps)
+    settings = {"seed": 1, "workload": "queue", "streams": ["jobs.chaos"]}
+    (folder / "run.json").write_text(json.dumps(settings))
+    info = {"acked": acked, "dead": len(dead), "jobs_through": 20}
+    rows = [{"seq": 1, "headers": {"relay-dead-seq": str(s)}} for s in dead]
+    queue_final = {"infos": {"1": info, "2": info}, "dead": rows, "lease_ms": 2000}
+    (folder / "queue_final.json").write_text(json.dumps(queue_final))
+    return folder
+
+
+def claim(member: str, t0: float, t1: float, *jobs: tuple[int, int]) -> dict[str, Any]:
+    return {"member": member, "event": "claim", "t0": t0, "t1": t1, "jobs": [list(j) for j in jobs]}
+
+
+def settle(
+    member: str, t0: float, seq: int, delivery: int, action: str, result: str
+) -> dict[str, Any]:
+    row = {"member": member, "event": "settle", "seq": seq, "delivery": delivery}
+    return {**row, "action": action, "t0": t0, "t1": t0 + 0.01, "result": result}
+
+
+def queue_verdicts(folder: Path) -> dict[str, list[str]]:
+    analysis = checker.check(folder)
+    return {v.name: v.violations for v in analysis.verdicts if v.name.startswith("queue")}
+
+
+def test_a_clean_queue_history_passes(tmp_path: Path) -> None:
+    steps = [
+        claim("w1", 0.0, 0.1, (10, 1), (20, 1)),
+        settle("w1", 0.2, 10, 1, "ack", "settled"),
+        settle("w1", 0.3, 20, 1, "nak", "settled"),
+        claim("w2", 0.4, 0.5, (20, 2)),  # after the nak was sent
+        {"member": "w2", "event": "kill", "t": 0.6},
+        claim("w3", 2.5, 2.6, (20, 3)),  # after w2's lease ran out
+        settle("w3", 2.7, 20, 3, "reject", "settled"),
+    ]
+    verdicts = queue_verdicts(queue_run(tmp_path, steps, dead=[20], acked=1))
+    assert verdicts == {"queue-one-holder": [], "queue-acked-once": [], "queue-none-lost": []}
+
+
+def test_a_job_handed_out_while_its_lease_runs_is_a_violation(tmp_path: Path) -> None:
+    steps = [claim("w1", 0.0, 0.1, (10, 1)), claim("w2", 1.0, 1.1, (10, 2))]
+    [problem] = queue_verdicts(queue_run(tmp_path, steps, [], 0))["queue-one-holder"]
+    assert "delivery 2 reached w2" in problem
+
+
+def test_a_job_acked_twice_or_acked_and_dead_is_a_violation(tmp_path: Path) -> None:
+    steps = [
+        claim("w1", 0.0, 0.1, (10, 1)),
+        settle("w1", 0.2, 10, 1, "ack", "settled"),
+        claim("w2", 0.3, 0.4, (10, 2)),
+        settle("w2", 0.5, 10, 2, "ack", "settled"),
+    ]
+    problems = queue_verdicts(queue_run(tmp_path, steps, [10], 2))["queue-acked-once"]
+    assert any("acknowledged 2 times" in p for p in problems)
+    assert any("acknowledged and is in the dead-letter stream" in p for p in problems)
+
+
+def test_a_job_neither_acked_nor_dead_is_lost(tmp_path: Path) -> None:
+    steps = [claim("w1", 0.0, 0.1, (10, 1)), settle("w1", 0.2, 10, 1, "ack", "settled")]
+    [problem] = queue_verdicts(queue_run(tmp_path, steps, [], 1))["queue-none-lost"]
+    assert "acked 1 + dead 0 != 2 jobs" in problem

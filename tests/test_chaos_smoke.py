@@ -49,3 +49,27 @@ def test_a_short_chaos_run_with_kills_and_partitions_keeps_every_invariant(
     assert "kill" in text and "partition" in text
     assert f"network {net}" in text
     assert (out / "report.png").stat().st_size > 1000
+
+
+def test_a_short_chaos_run_of_the_queue_workload_keeps_every_invariant(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "chaos", "run", "--nodes", "3", "--duration", "25"]
+    command += ["--faults", "kill,partition,clock", "--seed", "2", "--out", str(out)]
+    command += ["--workload", "queue", "--rate", "100"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = run.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGINT)
+        output, _ = run.communicate(timeout=60)
+        pytest.fail(f"the chaos run did not finish in 300 s:\n{output}")
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, output
+    text = (out / "report.txt").read_text()
+    assert "verdict: every invariant held" in text
+    for invariant in ("queue-one-holder", "queue-acked-once", "queue-none-lost"):
+        assert re.search(rf"ok   {invariant} +checked [1-9]", text), text
+    kills = [line for line in (out / "workers.jsonl").read_text().splitlines() if '"kill"' in line]
+    assert kills, "no worker was killed"

@@ -1,0 +1,72 @@
+"""One worker process of a chaos run's queue workload (``--workload queue``): a member of the
+work group that claims jobs, works them, and acks, naks or rejects them, recording every step.
+
+How this works: ``python -m chaos.queue_worker CONFIG MEMBER OUT SEED`` claims up to four jobs
+at a time (waiting up to half a second for one), works each for a while drawn from ``SEED``
+(now and then past its lease), and settles them: most acked, some naked (ready again after a
+short delay), a few rejected (dead at once). Each claim and settlement is a JSON line in
+``OUT``, written before the next step (line-buffered, so a SIGKILL keeps every line), with the
+``time.monotonic()`` times it was sent and answered: the clock every process on the machine
+shares, so the checker can order the steps of different workers. A settlement that got no
+answer is recorded ``unknown``. SIGTERM stops it between steps.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sys
+import time
+from typing import Any
+
+from relay import Worker, errors
+
+JOB_STREAM, GROUP = "jobs.chaos", "chaos"
+LEASE_MS = 2000
+CLAIM_MAX = 4
+WAIT_MS = 500
+
+
+def main(config: str, member: str, out: str, seed: int) -> None:
+    rng = random.Random(seed)
+    stopping = [False]
+    signal.signal(signal.SIGTERM, lambda *_: stopping.__setitem__(0, True))
+    with (
+        open(out, "a", buffering=1) as history,
+        Worker(
+            JOB_STREAM, GROUP, config=config, member=member, lease_ms=LEASE_MS, timeout_s=5.0
+        ) as worker,
+    ):
+
+        def record(row: dict[str, Any]) -> None:
+            history.write(json.dumps({"member": member, **row}, separators=(",", ":")) + "\n")
+
+        while not stopping[0]:
+            sent = time.monotonic()
+            try:
+                jobs = worker.claim(rng.randint(1, CLAIM_MAX), WAIT_MS)
+            except errors.RelayError as exc:
+                record({"event": "claim", "t0": sent, "t1": time.monotonic(), "error": str(exc)})
+                continue
+            got = [[j.seq, j.delivery] for j in jobs]
+            record({"event": "claim", "t0": sent, "t1": time.monotonic(), "jobs": got})
+            for job in jobs:
+                if stopping[0]:
+                    break
+                late = rng.random() < 0.03  # now and then the work outlasts the lease
+                time.sleep(rng.uniform(2.2, 3.0) if late else rng.uniform(0, 0.05))
+                action = rng.choices(["ack", "nak", "reject"], [88, 10, 2])[0]
+                delay = rng.choice([0, 200, 500]) if action == "nak" else 0
+                row = {"event": "settle", "seq": job.seq, "delivery": job.delivery}
+                row.update(action=action, t0=time.monotonic())
+                try:
+                    [result] = worker.settle([job], action, delay)
+                except errors.RelayError as exc:
+                    result = "unknown"
+                    row["error"] = str(exc)[:200]
+                record({**row, "t1": time.monotonic(), "result": result})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
