@@ -22,7 +22,7 @@ from typing import Any
 
 from relay import Worker, errors
 
-JOB_STREAM, GROUP = "jobs.chaos", "chaos"
+JOB_STREAM, GROUP = "orders.jobs", "chaos"  # three replicas on 5 nodes, every node on 3
 LEASE_MS = 2000
 CLAIM_MAX = 4
 WAIT_MS = 500

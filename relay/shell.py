@@ -183,6 +183,8 @@ class Shell:
                 self.reporter.verified(effect)
                 if QUEUE_SUFFIX in effect.stream:
                     self.queues.follow(effect.stream)
+                else:
+                    self.queues.grew(effect.stream, now)
             elif isinstance(effect, PeerFault):
                 self.mesh.fault(effect.peer, effect.text)
             elif isinstance(effect, Notice):

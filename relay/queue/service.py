@@ -1,18 +1,17 @@
 """A node's work groups: members' claims and settlements in, operations and answers out.
 
-How this works: the service is a client of its own node's core. A member's claim or
-settlement becomes an operation published into the group's control stream (a
-``PublishRequested`` from an address no ZeroMQ client can have); the service keeps every group
-this node serves up with its two streams through fetches of its own (``Follower``), and
-answers the member once the fold has applied its operation: the jobs it took, with their
-payloads read from the job stream, or the result of each settlement. A claim that took
-nothing, with time left to wait, is parked and proposed again when the job stream grows or
-another operation changed the group; at the end of its wait it is answered empty, with when
-the next delayed job becomes ready. When a lease runs out by this node's elapsed-time clock
-(counted from when it applied the claim or renewal), or a not-before time passes by its wall
-clock, and what it last wrote does not say so, the node writes a tick. Every request and answer
-goes through ``events`` and ``replies``: the shell hands the first to the core on its next turn
-and sends the second.
+How this works: the service is a client of its own node's core. A member's claim or settlement
+becomes an operation published into the group's control stream (a ``PublishRequested`` from an
+address no ZeroMQ client can have); the service keeps every group this node serves up with its
+two streams through fetches of its own (``Follower``), and answers the member once the fold has
+applied its operation: the jobs it took, with their payloads read from the job stream, or the
+result of each settlement. A claim that took nothing, with time left to wait, is parked and
+proposed again when the job stream grows (at once) or another operation changed the group (at
+the next tick); at the end of its wait it is answered empty, with when the next delayed job
+becomes ready. When a lease runs out by this node's elapsed-time clock (counted from when it
+applied the claim or renewal), or a not-before time passes by its wall clock, and what it last
+wrote does not say so, the node writes a tick. Every request and answer goes through ``events``
+and ``replies``: the shell hands the first to the core on its next turn and sends the second.
 """
 
 from __future__ import annotations
@@ -164,6 +163,7 @@ class QueueService:
         self.up_nodes = up_nodes
         self.bytes_max = bytes_max
         self.groups: dict[str, Group] = {}
+        self.by_stream: dict[str, list[Group]] = {}  # job stream -> the groups working it
         self.now = Now(0, 0)  # the turn's time: the shell sets it before each turn
         self.events: list[Event] = []  # for the core's next turn
         self.replies: list[tuple[bytes, int, Answer]] = []
@@ -210,6 +210,7 @@ class QueueService:
             state = QueueState(replicas, self.quorum_of(len(replicas)), self.bytes_max)
             name = control[len(stream) + len(QUEUE_SUFFIX) :]
             group = self.groups[control] = Group(stream, name, control, Follower(state))
+            self.by_stream.setdefault(stream, []).append(group)
             self._read(group)
         return group
 
@@ -317,21 +318,39 @@ class QueueService:
             group.parked.append(member)
             return
         member.leased = outcome.leased
-        for leased in outcome.leased:
-            self._fetch_job(group, member, leased.job.seq)
+        self._fetch_jobs(group, member)
 
-    def _fetch_job(self, group: Group, member: Member, seq: int) -> None:
+    def _fetch_jobs(self, group: Group, member: Member) -> None:
+        """Read the claimed jobs' txs, as few fetches as their places in the stream allow (one
+        for a run of jobs with no other tx between them), then answer the member."""
+        wanted = sorted(x.job.seq for x in member.leased if x.job.seq not in member.txs)
+        if not wanted:
+            jobs = tuple(ClaimedJob(x, member.txs[x.job.seq]) for x in member.leased)
+            self.replies.append((member.client, member.req_id, ClaimAnswer(jobs, 0)))
+            return
+        first = wanted[0]
+
         def got(body: object) -> None:
-            if isinstance(body, ReadResult) and body.txs and body.txs[0].seq == seq:
-                member.txs[seq] = body.txs[0]
-            elif isinstance(body, ReadResult | Redirect | Rejected):  # gone: answered without
-                member.txs[seq] = Tx(seq, 0, 0, 0, "", 0, b"")
-            if len(member.txs) == len(member.leased):
-                jobs = tuple(ClaimedJob(x, member.txs[x.job.seq]) for x in member.leased)
-                self.replies.append((member.client, member.req_id, ClaimAnswer(jobs, 0)))
+            if isinstance(body, ReadResult):
+                want = set(wanted)
+                member.txs.update((tx.seq, tx) for tx in body.txs if tx.seq in want)
+            elif not isinstance(body, Redirect | Rejected):
+                return  # not an answer to a read
+            if first not in member.txs:  # gone (retention removed it): answered without
+                member.txs[first] = Tx(first, 0, 0, 0, "", 0, b"")
+            self._fetch_jobs(group, member)
 
         req_id = self._own(got)
-        self.events.append(FetchRequested(INTERNAL, req_id, group.stream, seq - 1, 1, 0))
+        limit = min(READ_TXS, len(wanted))
+        self.events.append(FetchRequested(INTERNAL, req_id, group.stream, first - 1, limit, 0))
+
+    def grew(self, stream: str, now: Now) -> None:
+        """``stream`` verified more txs: claims parked on a group working it are proposed
+        again at once (the new txs may be ready jobs)."""
+        for group in self.by_stream.get(stream, ()):
+            parked, group.parked = group.parked, []
+            for member in parked:
+                self._propose(group, member, now)
 
     # --- time -------------------------------------------------------------------------------
 

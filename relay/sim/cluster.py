@@ -90,14 +90,17 @@ class SimCluster:
             stream = rng.choice(plan.streams)
             self.delivery = SimDelivery(rng, self.clients, self.checker, stream, first, last)
             self.clients.live = lambda: sorted(self.nodes)
+        ends = [plan.publish_ms, *(f.end_ms for f in plan.faults)]
+        self.calm_from = START_MS + 100 + max(ends + [w.end_ms for w in plan.disk_errors])
         self.work: SimWorkGroup | None = None
         if plan.work:
             rng = random.Random(seed * 15_485_863 + 5)
             first, last = START_MS + 100, START_MS + 100 + plan.publish_ms
             stream = rng.choice(plan.streams)
             self.work = SimWorkGroup(
-                rng, stream, lambda: sorted(self.nodes), first, last, self.clients, self.checker
+                rng, stream, lambda: sorted(self.nodes), (first, last, self.calm_from)
             )
+            self.work.take_part(self.clients, self.checker)
         self.turns = 0
 
     # --- running ------------------------------------------------------------------------
@@ -107,8 +110,7 @@ class SimCluster:
         publish_times = sorted(
             START_MS + self.rng.randint(100, 100 + plan.publish_ms) for _ in range(plan.publishes)
         )
-        ends = [plan.publish_ms, *(f.end_ms for f in plan.faults)]
-        calm_from = START_MS + 100 + max(ends + [w.end_ms for w in plan.disk_errors])
+        calm_from = self.calm_from
         deadline = calm_from + SETTLE_MS
         while self.now_ms < deadline:
             self.faults.advance(self.now_ms)
@@ -127,10 +129,12 @@ class SimCluster:
             if self.now_ms > calm_from and idle and self._quiet():
                 break
             self.now_ms = self._next_time(publish_times)
-        if not self.clients.idle() or not self._quiet():
+        work_done = self.work is None or self.work.idle(self.shells, self._verified_of)
+        if not self.clients.idle() or not self._quiet() or not work_done:
             raise InvariantViolation(
                 f"no quiescence by {self.now_ms - START_MS} ms: "
-                f"{len(self.clients.requests)} requests open; {self._describe()}"
+                f"{len(self.clients.requests)} requests open; work group done: {work_done}; "
+                f"{self._describe()}"
             )
         self.checker.check_no_acked_loss(list(self.nodes.values()))
         if self.delivery is not None:
@@ -283,6 +287,8 @@ class SimCluster:
         del self.next_tick[n]
         self.network.forget(n)
         self.clients.node_gone(self.now_ms, n)
+        if self.work is not None:
+            self.work.node_gone(self.now_ms, n)
 
     def resume_node(self, n: int, held: list[Event]) -> None:
         self._handle(n, [*self._own_events(n), *held, Tick()])

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from relay.core.messages import Tx
 from relay.core.timer import Now
 from relay.queue.fold import QueueState
 from relay.queue.jobs import job_headers, job_of
@@ -104,21 +105,20 @@ class SimWorkGroup:
         rng: random.Random,
         stream: str,
         live: Callable[[], list[int]],
-        first_ms: int,
-        last_ms: int,
-        clients: SimClients,
-        checker: InvariantChecker,
+        times: tuple[int, int, int],
     ) -> None:
+        """``times``: (first, last) ms of the jobs and the members' first actions, and when
+        the faults are over (members claim until ``CLAIMING_AFTER_MS`` after both)."""
+        first_ms, last_ms, calm_ms = times
         self.rng = rng
         self.stream = stream
         self.control = queue_stream(stream, GROUP)
         self.live = live
-        self.clients = clients
         self.members = [
             Member(f"m{i}", rng.randint(first_ms, last_ms)) for i in range(rng.randint(2, 3))
         ]
         self.members[0].next_ms = first_ms  # it configures the group first
-        self.claims_until_ms = last_ms + CLAIMING_AFTER_MS
+        self.claims_until_ms = max(last_ms, calm_ms) + CLAIMING_AFTER_MS
         self.settings = Settings(
             lease_ms=2000,
             max_deliveries=rng.randint(2, 4),
@@ -132,8 +132,15 @@ class SimWorkGroup:
         self.holder: dict[int, tuple[str, int, int]] = {}  # seq -> (member, delivery, until)
         self.acked: set[int] = set()  # jobs a member saw acked
         self.given: set[tuple[str, int, int]] = set()  # (member, seq, delivery) answered
-        self.ops = checker.keep_txs(self.control)  # the verified histories, for the model
-        self.jobs = checker.keep_txs(stream)
+        self.clients: SimClients | None = None  # the producer of jobs publishes through them
+        self.ops: list[Tx] = []  # the verified histories, for the model (``take_part``)
+        self.jobs: list[Tx] = []
+
+    def take_part(self, clients: SimClients, checker: InvariantChecker) -> None:
+        """Publish jobs through ``clients``; keep the verified histories ``checker`` sees."""
+        self.clients = clients
+        self.ops = checker.keep_txs(self.control)
+        self.jobs = checker.keep_txs(self.stream)
 
     # --- driving ----------------------------------------------------------------------------
 
@@ -151,6 +158,14 @@ class SimWorkGroup:
                 continue
             self._act(member, now_ms, shells, wall_ms)
 
+    def node_gone(self, now_ms: int, node: int) -> None:
+        """The members see their connections to ``node`` fail: a request out there is given
+        up (its claim's jobs, if it was applied, run out their leases)."""
+        for member in self.members:
+            if member.asked is not None and member.asked.node == node:
+                member.asked = None
+                member.next_ms = now_ms + self.rng.randint(0, 100)
+
     def _publish_job(self, now_ms: int, wall_ms: Callable[[int], int]) -> None:
         """The next job: a priority, now and then a not-before time a moment ahead by some
         node's clock, and a resource from a few (a length of payload that draws no key)."""
@@ -164,6 +179,7 @@ class SimWorkGroup:
         headers = job_headers(priority, not_before)
         job = Publish(self.stream, PRODUCER, self.jobs_sent, payload, headers=headers, routed=True)
         job.key = rng.choice(RESOURCES)
+        assert self.clients is not None, "take_part first"
         self.clients.send(now_ms, job, rng)
 
     def _act(
@@ -177,6 +193,9 @@ class SimWorkGroup:
         now = Now(wall_ms(n), now_ms)
         member.req_id += 1
         client = member.name.encode()
+        if now_ms > self.claims_until_ms and not member.held:
+            member.next_ms = NEVER  # the run winds down: no new claims
+            return
         if not self.configured:
             if member is not self.members[0]:
                 member.next_ms = now_ms + 100  # the first member configures the group
@@ -191,9 +210,6 @@ class SimWorkGroup:
             return
         if member.held:
             member.next_ms = min(h.settle_at for h in member.held.values())
-            return
-        if now_ms > self.claims_until_ms:
-            member.next_ms = NEVER  # the run winds down: no new claims
             return
         lease = self.rng.choice([500, 1000, 2000])
         claim = ClaimRequest(
@@ -302,11 +318,12 @@ class SimWorkGroup:
     # --- the run's end ------------------------------------------------------------------------
 
     def idle(self, shells: dict[int, Shell], verified_of: Callable[[int, str], int]) -> bool:
-        """No member waits for an answer or holds a job, and every live replica folded the
-        control stream to its verified head (its reads of it may be a turn behind)."""
+        """Every member is done (it stopped claiming once the run wound down, waits for no
+        answer and holds no job), and every live replica folded the control stream to its
+        verified head (its reads of it may be a turn behind)."""
         if self.jobs_sent < len(self.job_times):
             return False
-        if not all(m.asked is None and not m.held for m in self.members):
+        if not all(m.next_ms == NEVER and m.asked is None and not m.held for m in self.members):
             return False
         for n, shell in shells.items():
             head = verified_of(n, self.control)
@@ -345,6 +362,8 @@ class SimWorkGroup:
                     raise InvariantViolation(f"node {n} holds job {seq}, which a member saw acked")
         if len({summary for _, summary in seen}) > 1:
             raise InvariantViolation(f"the replicas' work groups differ: {seen}")
+        if not self.ops:
+            return  # nothing was written (no configuration was ever answered)
         states = [shell.queues.describe(self.stream, GROUP) for shell in shells.values()]
         state = next((s for s in states if s is not None and s.op_seq == self.ops[-1].seq), None)
         if state is None:
