@@ -50,11 +50,11 @@ from relay.core.messages import MeshMessage
 from relay.core.node import NodeCore
 from relay.core.routing import QUEUE_SUFFIX
 from relay.core.timer import Now
+from relay.queue.bounds import QueueBounds
 from relay.queue.service import INTERNAL, Answer, QueueService
 from relay.storage.node_disk import NodeDisk
 
 LOG_READS_PER_TURN = 4
-QUEUE_BYTES_MAX = 64 << 20  # what one work group holds in memory (the rest waits in the log)
 
 
 class MeshPort(Protocol):
@@ -92,6 +92,7 @@ class Shell:
         clients: ClientsPort,
         reporter: Reporter,
         sends_first: bool,
+        queue_bounds: QueueBounds | None = None,
     ) -> None:
         self.node_id = node_id
         self.core = core
@@ -108,7 +109,7 @@ class Shell:
             core.config.quorum_of,
             self._verified_of,
             core.peers.up_nodes,
-            QUEUE_BYTES_MAX,
+            queue_bounds or QueueBounds(),
         )
 
     def turn(self, now: Now, events: list[Event]) -> list[Effect]:

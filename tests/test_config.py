@@ -99,6 +99,14 @@ def test_init_writes_loadable_3_and_5_node_configs() -> None:
                 "buffer_txs_max",
             )
         ],
+        (lambda t: set_key(t, "queue_group_bytes_max", "1000"), "cluster.queue_group_bytes_max"),
+        (lambda t: set_key(t, "queue_groups_max", '"many"'), "cluster.queue_groups_max"),
+        (
+            lambda t: set_key(
+                set_key(t, "memory_bytes_max", str(256 << 20)), "queue_groups_max", "100"
+            ),
+            "would take more than 'cluster.memory_bytes_max'",
+        ),
         (  # the same port under two names of one address
             lambda t: t.replace('host = "127.0.0.1"', 'host = "localhost"', 1).replace(
                 "mesh_port = 7102", "mesh_port = 7101"
@@ -144,3 +152,12 @@ def test_a_run_dir_under_a_file_is_refused(tmp_path: Path) -> None:
     settings["cluster"]["run_dir"] = str(tmp_path / "plain" / "run")
     with pytest.raises(ConfigError, match=r"run_dir .* is a file"):
         parse(settings)
+
+
+def test_work_group_bounds_default_to_half_the_memory_budget() -> None:
+    text = set_key(cluster_toml(3), "memory_bytes_max", str(1 << 30))
+    bounds = parse(raw(text)).queues
+    assert (bounds.group_bytes_max, bounds.groups_max) == (16 << 20, 32)
+    text = set_key(set_key(text, "queue_group_bytes_max", str(64 << 20)), "queue_groups_max", "3")
+    bounds = parse(raw(text)).queues
+    assert (bounds.group_bytes_max, bounds.groups_max) == (64 << 20, 3)

@@ -6,6 +6,7 @@ control stream."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from waits import until
@@ -127,3 +128,40 @@ def test_coalescing_runs_the_newest_job_of_a_resource_once_and_one_at_a_time(
         [latest] = worker.claim(count=10, wait_ms=2000)
         assert latest.payload == b"home v4"
         assert worker.info()["replaced"] == 2
+
+
+def test_a_node_folds_at_most_queue_groups_max_groups_and_retention_keeps_control_streams(
+    tmp_path: Path,
+) -> None:
+    overrides: dict[str, int | str] = {"queue_groups_max": 1, "segment_bytes": 4096}
+    with LocalCluster(tmp_path / "c", 3, overrides=overrides) as cluster:
+        text = cluster.config_path.read_text().replace(
+            "segment_ms =", "retention_bytes = 20000\nsegment_ms ="
+        )
+        cluster.config_path.write_text(text)
+        cluster.start()
+        cluster.wait_serving()
+        cfg = cluster.config_path
+        with Producer(config=cfg) as producer:
+            for i in range(400):
+                producer.send("held", b"job %d" % i)
+            producer.flush()
+        with Worker("held", "a", config=cfg, member="w") as worker:
+            for _ in range(400):  # one claim and one ack each: 800 operations, about 60 KiB
+                assert worker.ack(worker.claim(1, wait_ms=2000)) == ["settled"]
+        with Worker("held", "b", config=cfg, timeout_s=2.0) as other:
+            with pytest.raises(RelayError) as info:
+                other.claim(1)
+            assert "busy: this node folds 1 work groups" in str(info.value), info.value
+        trimmed = until(
+            lambda: cluster.log(1),
+            lambda text: "retention: held now starts after seq" in text,
+            timeout_s=30,
+        )
+        assert "retention: held.__queue.a" not in trimmed
+        cluster.stop(2)  # it folds the group again from its whole control stream
+        cluster.start(2)
+        cluster.wait_serving()
+        with Worker("held", "a", config=cfg, node=2) as worker:
+            info_2 = until(worker.info, lambda i: i.get("acked") == 400, timeout_s=30)
+        assert info_2["ready"] == 0 and info_2["claimed"] == 0

@@ -43,6 +43,7 @@ class Fetcher:
         self.stream = stream
         self.reply_timeout_s = reply_timeout_s
         self.node: NodeAddress | None = None  # the node that answered last
+        self.last_refusal = ""  # the last retryable error a node answered (say it on giving up)
         self._current = 0
         self._pool = ConnectionPool(pair)
         self.pair = self._pool.pair
@@ -123,6 +124,7 @@ class Fetcher:
         if not isinstance(reply, ErrorReply):
             raise ProtocolError(f"{address}: a {type(reply).__name__} answered a read")
         if reply.code in errors.RETRYABLE:
+            self.last_refusal = f"{address}: {reply.code}: {reply.message}"
             self._next_node(address)
             time.sleep(0.05)
             return None

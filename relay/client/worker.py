@@ -219,8 +219,10 @@ class Worker:
             if isinstance(reply, JobsReply | SettledReply | QueueInfoReply):
                 return reply
             if time.monotonic() > deadline:
+                refused = self._fetcher.last_refusal
+                said = f" (the last refusal: {refused})" if refused else ""
                 raise errors.RelayError(
-                    errors.UNAVAILABLE, f"no node answered for {self.stream!r} in time"
+                    errors.UNAVAILABLE, f"no node answered for {self.stream!r} in time{said}"
                 )
 
 

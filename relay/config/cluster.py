@@ -21,6 +21,8 @@ from relay.config.memory_budget import MemoryBudget
 from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Routing, Subscription
+from relay.queue import bounds as queue_bounds
+from relay.queue.bounds import QueueBounds
 from relay.storage import settings as storage
 from relay.storage.settings import StorageSettings
 
@@ -81,6 +83,7 @@ class ClusterConfig:
     auth: AuthSettings = field(default_factory=AuthSettings)
     clients: ClientBounds = field(default_factory=ClientBounds)
     memory: MemoryBudget = field(default_factory=lambda: MemoryBudget(1 << 30))
+    queues: QueueBounds = field(default_factory=QueueBounds)
     metrics_streams_max: int = METRICS_STREAMS_MAX
     metrics_token_sha256: str = ""  # a scrape of /metrics must carry the token (hex SHA-256)
     grants: dict[str, Grant] = field(default_factory=dict)  # client key -> what it may do
@@ -130,6 +133,7 @@ _CLUSTER_KEYS = (
     | storage.KEYS
     | auth.KEYS
     | client_bounds.KEYS
+    | queue_bounds.KEYS
 )
 _NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
 _NODE_OPTIONAL = {"data_dir", "public_key", "bind_host", "metrics_host"}
@@ -204,7 +208,8 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     try:
         bounds = client_bounds.parse(where, cluster, params["payload_bytes_max"])
         memory = memory_budget.parse(where, cluster, bounds.request_bytes_max)
-    except (client_bounds.SettingsError, memory_budget.SettingsError) as exc:
+        queues = queue_bounds.parse(where, cluster, memory.total)
+    except ValueError as exc:  # each parser's SettingsError too: the message names the key
         raise ConfigError(str(exc)) from None
     name = cluster.get("name", "relay")
     allow_small = cluster.get("allow_small_replication", False)
@@ -250,6 +255,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         auth=security,
         clients=bounds,
         memory=memory,
+        queues=queues,
         metrics_streams_max=series,
         metrics_token_sha256=token,
         grants=listed,

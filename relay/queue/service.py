@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -37,6 +38,7 @@ from relay.core.flake import seq_node
 from relay.core.messages import Item, Tx
 from relay.core.routing import DEAD_SUFFIX, QUEUE_SUFFIX, Routing
 from relay.core.timer import Now
+from relay.queue.bounds import QueueBounds
 from relay.queue.fold import Dead, Leased, Outcome, QueueState
 from relay.queue.follower import Follower, ReadOps
 from relay.queue.ops import (
@@ -53,11 +55,13 @@ from relay.queue.ops import (
     queue_stream,
 )
 
+log = logging.getLogger("relay.queue")
 INTERNAL = b"\x00relay-queue"  # ZeroMQ's own ids are 5 bytes; a client's may not start with 0
 READ_TXS = 1000  # txs per fetch of the service's own
 READ_WAIT_MS = 10_000  # its long polls of the control stream
 TICK_EVERY_MS = 200  # the least time between two ticks of one group from this node
 WAIT_MS_MAX = 30_000
+UNFOLDED_NAMED_MAX = 1000  # control streams a node says once it does not fold
 DEAD_PER_MOVE = 100  # dead jobs moved in one publish
 UNCLAIMED_MAX = 1024  # outcomes of this node's operations applied before their publish answer
 
@@ -154,16 +158,17 @@ class QueueService:
         quorum_of: Callable[[int], int],
         verified_of: Callable[[str], int],
         up_nodes: Callable[[], set[int]],
-        bytes_max: int,
+        bounds: QueueBounds,
     ) -> None:
         self.node_id = node_id
         self.routing = routing
         self.quorum_of = quorum_of
         self.verified_of = verified_of
         self.up_nodes = up_nodes
-        self.bytes_max = bytes_max
+        self.bounds = bounds
         self.groups: dict[str, Group] = {}
         self.by_stream: dict[str, list[Group]] = {}  # job stream -> the groups working it
+        self.unfolded: set[str] = set()  # control streams left unfolded (logged once each)
         self.now = Now(0, 0)  # the turn's time: the shell sets it before each turn
         self.events: list[Event] = []  # for the core's next turn
         self.replies: list[tuple[bytes, int, Answer]] = []
@@ -187,27 +192,50 @@ class QueueService:
             self.replies.append((client, req_id, Rejected(errors.BAD_REQUEST, str(exc))))
             return
         group = self._group(request.stream, control)
+        if group is None:
+            why = (
+                f"this node folds {len(self.groups)} work groups, as many as "
+                f"'queue_groups_max' allows; ask another replica of {request.stream!r}"
+            )
+            self.replies.append((client, req_id, Rejected(errors.BUSY, why)))
+            return
         wait = min(request.wait_ms, WAIT_MS_MAX) if isinstance(request, ClaimRequest) else 0
         self._propose(group, Member(client, req_id, request, now.elapsed_ms + wait), now)
 
     def follow(self, control: str) -> None:
         """A control stream this node replicates moved: keep its group's state (every replica
         folds every group, so any of them can answer a member)."""
-        if control not in self.groups:
-            parsed = parse_queue_stream(control)
-            if parsed is not None and self.node_id in self.routing.replicas_of(parsed[0]):
-                self._group(parsed[0], control)
+        if control in self.groups:
+            return
+        parsed = parse_queue_stream(control)
+        if parsed is None or self.node_id not in self.routing.replicas_of(parsed[0]):
+            return
+        if self._group(parsed[0], control) is not None or control in self.unfolded:
+            return
+        if len(self.unfolded) < UNFOLDED_NAMED_MAX:
+            self.unfolded.add(control)
+            log.warning(
+                "work group %r is not folded here: this node folds %d groups, as many as "
+                "queue_groups_max allows",
+                control,
+                len(self.groups),
+            )
 
     def describe(self, stream: str, group: str) -> QueueState | None:
         """The group's state as this node folded it so far (None: this node has not read it)."""
         found = self.groups.get(queue_stream(stream, group))
         return found.follower.state if found else None
 
-    def _group(self, stream: str, control: str) -> Group:
+    def _group(self, stream: str, control: str) -> Group | None:
+        """The group this control stream holds, found or started (None: this node folds as
+        many groups as ``queue_groups_max`` allows)."""
         group = self.groups.get(control)
         if group is None:
+            if len(self.groups) >= self.bounds.groups_max:
+                return None
             replicas = self.routing.replicas_of(stream)
-            state = QueueState(replicas, self.quorum_of(len(replicas)), self.bytes_max)
+            quorum = self.quorum_of(len(replicas))
+            state = QueueState(replicas, quorum, self.bounds.group_bytes_max)
             name = control[len(stream) + len(QUEUE_SUFFIX) :]
             group = self.groups[control] = Group(stream, name, control, Follower(state))
             self.by_stream.setdefault(stream, []).append(group)

@@ -117,6 +117,7 @@ class NodeRuntime:
             self.clients,
             NodeReporter(self.gauges, self.metrics, self.core),
             sends_first=config.storage.votes_wait,
+            queue_bounds=config.queues,
         )
         self.shell.pending = list(restored)  # the first turn's events
         self.admin = self.ctx.socket(zmq.REP) if admin_port is not None else None

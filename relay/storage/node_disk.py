@@ -38,6 +38,7 @@ from relay.core.events import (
 from relay.core.messages import ANSWER_BYTES_MAX, SyncData, Tx
 from relay.core.params import CoreParams
 from relay.core.reads import cut_span
+from relay.core.routing import QUEUE_SUFFIX
 from relay.core.status import NodeStatus
 from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
@@ -134,7 +135,8 @@ class NodeDisk:
         """Apply retention to the logs written since the last pass and to the next
         ``RETAIN_SCAN_MAX`` of all (so a pass costs what was written, and a log that ages
         past ``retention_ms`` untouched is trimmed within one round of every log); the core
-        hears where each trimmed log now starts."""
+        hears where each trimmed log now starts. A work group's control stream is never
+        trimmed: it is the group's whole history, which every replica folds from its start."""
         if self.scan_at >= len(self.scan):
             self.scan, self.scan_at = list(self.store.logs), 0
         visit = self.written.union(self.scan[self.scan_at : self.scan_at + RETAIN_SCAN_MAX])
@@ -143,7 +145,7 @@ class NodeDisk:
         events: list[Event] = []
         for name in sorted(visit):
             stream_log = self.store.logs.get(name)
-            if stream_log is None:
+            if stream_log is None or QUEUE_SUFFIX in name:
                 continue
             try:
                 base = stream_log.retain(wall_ms)

