@@ -1,14 +1,15 @@
 """One worker process of a chaos run's queue workload (``--workload queue``): a member of the
 work group that claims jobs, works them, and acks, naks or rejects them, recording every step.
 
-How this works: ``python -m chaos.queue_worker CONFIG MEMBER OUT SEED`` claims up to four jobs
-at a time (waiting up to half a second for one), works each for a while drawn from ``SEED``
-(now and then past its lease), and settles them: most acked, some naked (ready again after a
-short delay), a few rejected (dead at once). Each claim and settlement is a JSON line in
-``OUT``, written before the next step (line-buffered, so a SIGKILL keeps every line), with the
-``time.monotonic()`` times it was sent and answered: the clock every process on the machine
-shares, so the checker can order the steps of different workers. A settlement that got no
-answer is recorded ``unknown``. SIGTERM stops it between steps.
+How this works: ``python -m chaos.queue_worker CONFIG MEMBER OUT SEED`` claims up to ten jobs
+at a time (waiting up to half a second for one), works them for a while drawn from ``SEED``
+(now and then past their lease), and settles them in one request per outcome: most acked, some
+naked (ready again after a short delay), a few rejected (dead at once). Each claim and each
+job's settlement is a JSON line in ``OUT``, written before the next step (line-buffered, so a
+SIGKILL keeps every line), with the ``time.monotonic()`` times it was sent and answered: the
+clock every process on the machine shares, so the checker can order the steps of different
+workers. A settlement that got no answer is recorded ``unknown``. SIGTERM stops it between
+steps.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import time
 from typing import Any
 
 from relay import Worker, errors
+from relay.client.worker import Job
 
 JOB_STREAM, GROUP = "orders.jobs", "chaos"  # three replicas on 5 nodes, every node on 3
 LEASE_MS = 2000
-CLAIM_MAX = 4
+CLAIM_MAX = 10
 WAIT_MS = 500
 
 
@@ -51,21 +53,29 @@ def main(config: str, member: str, out: str, seed: int) -> None:
                 continue
             got = [[j.seq, j.delivery] for j in jobs]
             record({"event": "claim", "t0": sent, "t1": time.monotonic(), "jobs": got})
+            if not jobs:
+                continue
+            late = rng.random() < 0.03  # now and then the work outlasts the lease
+            time.sleep(rng.uniform(2.2, 3.0) if late else rng.uniform(0, 0.05))
+            outcomes: dict[tuple[str, int], list[Job]] = {}
             for job in jobs:
-                if stopping[0]:
-                    break
-                late = rng.random() < 0.03  # now and then the work outlasts the lease
-                time.sleep(rng.uniform(2.2, 3.0) if late else rng.uniform(0, 0.05))
                 action = rng.choices(["ack", "nak", "reject"], [88, 10, 2])[0]
                 delay = rng.choice([0, 200, 500]) if action == "nak" else 0
-                row = {"event": "settle", "seq": job.seq, "delivery": job.delivery}
-                row.update(action=action, t0=time.monotonic())
+                outcomes.setdefault((action, delay), []).append(job)
+            for (action, delay), some in outcomes.items():
+                if stopping[0]:
+                    break
+                sent = time.monotonic()
+                error = ""
                 try:
-                    [result] = worker.settle([job], action, delay)
+                    results = worker.settle(some, action, delay)
                 except errors.RelayError as exc:
-                    result = "unknown"
-                    row["error"] = str(exc)[:200]
-                record({**row, "t1": time.monotonic(), "result": result})
+                    results, error = ["unknown"] * len(some), str(exc)[:200]
+                answered = time.monotonic()
+                for job, result in zip(some, results, strict=True):
+                    row = {"event": "settle", "seq": job.seq, "delivery": job.delivery}
+                    row.update(action=action, t0=sent, t1=answered, result=result)
+                    record({**row, "error": error} if error else row)
 
 
 if __name__ == "__main__":

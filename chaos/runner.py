@@ -96,8 +96,9 @@ def run(
             settled, heads = settle(cluster, streams, clock, out)
             say(f"settled {settled:.1f} s after the heal")
             if queue is not None:
-                info = queue.drain()
-                say(f"work group drained: acked {info.get('acked')}, dead {info.get('dead')}")
+                drained, info = queue.drain()
+                counts = f"acked {info.get('acked')}, dead {info.get('dead')}"
+                say(f"work group {'drained' if drained else 'NOT drained'}: {counts}")
             timelines = read_timelines(cluster, heads)
             wait_consumers(workload, {s: len(t) for s, t in timelines.items()})
             if queue is not None:
