@@ -4,11 +4,13 @@ at every claim), over random histories of jobs and operations; and the rules one
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.core.flake import make_seq
+from relay.queue import waiting
 from relay.queue.fold import SETTLED, STALE, Outcome, QueueState
 from relay.queue.jobs import Job
 from relay.queue.ops import (
@@ -247,3 +249,27 @@ def test_a_job_dies_after_its_last_delivery_with_its_history() -> None:
     dead = out.died
     assert [(d.seq, d.ordinal, d.deliveries) for d in dead] == [(jobs[0].seq, 1, 2)]
     assert [(h.member, h.outcome) for h in dead[0].history] == [("m1", NAK), ("m2", NAK)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories())
+def test_the_fold_follows_the_rules_when_its_queues_drop_gone_markers_often(
+    history: tuple[Settings, list[tuple[str, tuple[Any, ...]]]],
+) -> None:
+    with patch.object(waiting, "GONE_DROP_LEAST", 1):
+        run(*history)
+
+
+def test_coalescing_a_million_updates_keeps_the_queues_as_small_as_the_resources() -> None:
+    state, n = QueueState(REPLICAS, 2, 1 << 30), [0]
+    fold_one(state, Configure(Settings(coalesce=True), T0), 1, T0, [], n)
+    jobs = [
+        Job(make_seq(T0 + i // 4000, 1, i % 4000), 128, 0, b"r%d" % (i % 100))
+        for i in range(200_000)
+    ]
+    fold_one(state, Claim("m", 1, 10_000, jobs[-1].seq, T0 + 60), 1, T0 + 60, jobs, n)
+    assert len(state.waiting) == 99 and state.totals.replaced == 200_000 - 100
+    assert (
+        state.size_bytes()
+        < 100 * 400 + 8 * waiting.GONE_DROP_LEAST * 2 + 70 * 2 * waiting.GONE_DROP_LEAST
+    )

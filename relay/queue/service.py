@@ -36,6 +36,7 @@ from relay.core.events import (
 )
 from relay.core.flake import seq_node
 from relay.core.messages import Item, Tx
+from relay.core.reads import FETCH_TXS_MAX
 from relay.core.routing import DEAD_SUFFIX, QUEUE_SUFFIX, Routing
 from relay.core.timer import Now
 from relay.queue.bounds import QueueBounds
@@ -57,7 +58,7 @@ from relay.queue.ops import (
 
 log = logging.getLogger("relay.queue")
 INTERNAL = b"\x00relay-queue"  # ZeroMQ's own ids are 5 bytes; a client's may not start with 0
-READ_TXS = 1000  # txs per fetch of the service's own
+READ_TXS = FETCH_TXS_MAX  # txs per fetch of the service's own
 READ_WAIT_MS = 10_000  # its long polls of the control stream
 TICK_EVERY_MS = 200  # the least time between two ticks of one group from this node
 WAIT_MS_MAX = 30_000

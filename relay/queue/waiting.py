@@ -26,6 +26,7 @@ FIFO_ENTRY_BYTES = 8
 HEAP_ENTRY_BYTES = 120  # a tuple of three ints in a heap
 GONE_BYTES = 70  # a seq in a set
 KEYED_BYTES = 150  # a key's entry in a dict, beyond the key
+GONE_DROP_LEAST = 4096  # gone markers held before the queues are ever rebuilt without them
 
 DueEntry = tuple[int, int, int]  # (order ms, seq, not before)
 FIFO, DUE, DELAYED = "fifo", "due", "delayed"
@@ -116,6 +117,33 @@ class WaitingJobs:
             _bump(self.delayed_by_priority, priority, -1)
         (self.fifo_gone if where == FIFO else self.heap_gone).add(seq)
         self._left(seq, priority)
+        self._drop_gone()
+
+    def _drop_gone(self) -> None:
+        """Once gone markers are most of what the queues hold (coalescing replaces a job of a
+        busy resource at every update), rebuild the queues without them: amortized, each
+        entry is copied at most once per marker that joined it, and every replica does it at
+        the same point, so sizes stay the same everywhere."""
+        gone = len(self.fifo_gone) + len(self.heap_gone)
+        if gone < GONE_DROP_LEAST or 2 * gone < len(self) + gone:
+            return
+        for p, fifo in list(self.fifos.items()):
+            kept = array("q", (s for s in fifo.entries() if s not in self.fifo_gone))
+            fifo.seqs, fifo.head = kept, 0
+            if not kept:
+                del self.fifos[p]
+        self.fifo_gone.clear()
+        heap_gone = self.heap_gone
+        self.delayed = [e for e in self.delayed if e[1] not in heap_gone]
+        heapq.heapify(self.delayed)
+        for p, due in list(self.due.items()):
+            left = [e for e in due if e[1] not in heap_gone]
+            heapq.heapify(left)
+            if left:
+                self.due[p] = left
+            else:
+                del self.due[p]
+        heap_gone.clear()
 
     def _left(self, seq: int, priority: int) -> None:
         _bump(self.count_by_priority, priority, -1)
@@ -172,6 +200,7 @@ class WaitingJobs:
                     self._compact(p, fifo)
                 else:
                     self.fifo_gone.add(seq)
+                    self._drop_gone()
                 job = Waiting(seq, p, 0, self.keys.get(seq), seq_unix_ms(seq))
                 self._left(seq, p)
                 return job
