@@ -12,6 +12,7 @@ import pytest
 from waits import until
 
 from relay import Consumer, Producer, RelayError, Worker
+from relay.client.worker import Job
 from relay.queue.jobs import job_headers
 from relay.runtime.local_cluster import LocalCluster
 
@@ -68,8 +69,6 @@ def dying_ack_is_stale(cluster: LocalCluster, seq: int) -> bool:
     with Worker("work", "g", config=cluster.config_path, member="dies") as late:
         job = late.claim(count=1, wait_ms=0)
         assert job == []
-        from relay.client.worker import Job
-
         gone = Job(seq, 128, 0, None, 1, 500, b"", (), time.monotonic())
         return late.ack([gone]) == ["stale"]
 
@@ -165,3 +164,40 @@ def test_a_node_folds_at_most_queue_groups_max_groups_and_retention_keeps_contro
         with Worker("held", "a", config=cfg, node=2) as worker:
             info_2 = until(worker.info, lambda i: i.get("acked") == 400, timeout_s=30)
         assert info_2["ready"] == 0 and info_2["claimed"] == 0
+
+
+def test_renew_holds_a_job_past_its_lease_a_nak_delays_it_and_run_settles_by_result(
+    fresh_cluster3: LocalCluster,
+) -> None:
+    cfg = fresh_cluster3.config_path
+    with Producer(config=cfg) as producer:
+        producer.publish("tasks", b"long")
+    with Worker("tasks", "g", config=cfg, member="w", lease_ms=1000) as worker:
+        [job] = worker.claim()
+        for _ in range(3):  # 1.5 s in all: past the lease, renewed before it ran out each time
+            time.sleep(0.5)
+            assert worker.renew([job]) == ["settled"]
+        with Worker("tasks", "g", config=cfg, member="other") as other:
+            assert other.claim(wait_ms=300) == []  # still held
+        assert worker.nak([job], delay_ms=1500) == ["settled"]
+        naked = time.monotonic()
+        assert worker.claim() == [] and worker.next_ready_ms > 0
+        [again] = until(lambda: worker.claim(wait_ms=500), bool, timeout_s=15)
+        assert time.monotonic() - naked >= 1.4 and (again.seq, again.delivery) == (job.seq, 2)
+        assert worker.ack([again]) == ["settled"]
+        with Producer(config=cfg) as producer:
+            producer.publish("tasks", b"fine")
+            producer.publish("tasks", b"fails once")
+        seen: list[tuple[bytes, int]] = []
+
+        def work(j: Job) -> None:
+            seen.append((j.payload, j.delivery))
+            if j.payload == b"fails once" and j.delivery == 1:
+                raise ValueError("the first try fails")
+
+        runs = worker.run(work, count=2, wait_ms=1000)
+        settled = [next(runs) for _ in range(3)]  # the failed one comes back at once (a nak)
+        assert seen == [(b"fine", 1), (b"fails once", 1), (b"fails once", 2)]
+        assert [j.payload for j in settled] == [b"fine", b"fails once", b"fails once"]
+        info = until(worker.info, lambda i: i.get("acked") == 3, timeout_s=10)
+        assert (info["ready"], info["claimed"], info["delayed"]) == (0, 0, 0)
