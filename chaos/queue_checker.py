@@ -2,7 +2,8 @@
 final timeline and ``queue_final.json``:
 
 - queue-one-holder: no job is handed to a worker while another still holds it: a delivery is
-  answered only after the previous delivery's worker sent a settlement of it, or after that
+  answered only after the previous delivery's worker sent a settlement of it (recorded before
+  it is sent, so a worker killed before the answer still shows it), or after that
   worker's lease ran out, counted from when it sent its claim (a lease counts from when a quorum
   applied the claim, which is later); and no delivery of a job is handed out twice.
 - queue-acked-once: no job is acknowledged twice (an ack answered ``settled``), and no job is

@@ -8,8 +8,8 @@ naked (ready again after a short delay), a few rejected (dead at once). Each cla
 job's settlement is a JSON line in ``OUT``, written before the next step (line-buffered, so a
 SIGKILL keeps every line), with the ``time.monotonic()`` times it was sent and answered: the
 clock every process on the machine shares, so the checker can order the steps of different
-workers. A settlement that got no answer is recorded ``unknown``. SIGTERM stops it between
-steps.
+workers. A settlement is recorded ``sent`` before it goes (a SIGKILL may come before its
+answer) and again with its result, ``unknown`` when none came. SIGTERM stops it between steps.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ def main(config: str, member: str, out: str, seed: int) -> None:
                 if stopping[0]:
                     break
                 sent = time.monotonic()
+                for job in some:  # before it goes: a SIGKILL may come before the answer does
+                    row = {"event": "settle", "seq": job.seq, "delivery": job.delivery}
+                    record({**row, "action": action, "t0": sent, "t1": sent, "result": "sent"})
                 error = ""
                 try:
                     results = worker.settle(some, action, delay)

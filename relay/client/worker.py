@@ -186,7 +186,10 @@ class Worker:
         reply = self._call(make, 0, QueueInfoReply)
         assert isinstance(reply, QueueInfoReply)
         found = []
-        for seq, priority, not_before, _order_ms, key in _peek_rows(reply.info.get("next", [])):
+        rows = _peek_rows(reply.info.get("next", []))
+        if len(rows) > count:
+            raise errors.RelayError(errors.PROTOCOL, f"{len(rows)} jobs answered a peek at {count}")
+        for seq, priority, not_before, _order_ms, key in rows:
             fetched = self._fetcher.fetch(seq - 1, 1, 0)
             tx = fetched.rows[0] if fetched is not None and fetched.rows else None
             if tx is not None and tx.seq == seq:
@@ -236,6 +239,7 @@ def _peek_rows(raw: object) -> list[tuple[int, int, int, int, bytes | None]]:
             not isinstance(row, list)
             or len(row) != 5
             or not all(type(v) is int and v >= 0 for v in row[:4])
+            or row[0] < 1
             or not (row[4] is None or isinstance(row[4], bytes))
         ):
             raise errors.RelayError(errors.PROTOCOL, f"a peeked job that is not one: {row!r:.80}")

@@ -360,11 +360,16 @@ class QueueService:
         first = wanted[0]
 
         def got(body: object) -> None:
-            if isinstance(body, ReadResult):
-                want = set(wanted)
-                member.txs.update((tx.seq, tx) for tx in body.txs if tx.seq in want)
-            elif not isinstance(body, Redirect | Rejected):
+            if isinstance(body, Redirect | Rejected):  # this node cannot read now: the member
+                why = f"could not read the claimed jobs of {group.stream!r} here; claim again"
+                self.replies.append(
+                    (member.client, member.req_id, Rejected(errors.UNAVAILABLE, why))
+                )  # asks again; the leases it was not told of run out
+                return
+            if not isinstance(body, ReadResult):
                 return  # not an answer to a read
+            want = set(wanted)
+            member.txs.update((tx.seq, tx) for tx in body.txs if tx.seq in want)
             if first not in member.txs:  # gone (retention removed it): answered without
                 member.txs[first] = Tx(first, 0, 0, 0, "", 0, b"")
             self._fetch_jobs(group, member)
@@ -379,7 +384,11 @@ class QueueService:
         for group in self.by_stream.get(stream, ()):
             parked, group.parked = group.parked, []
             for member in parked:
-                self._propose(group, member, now)
+                if now.elapsed_ms >= member.deadline_ms:  # its wait is over: answered empty
+                    answer = ClaimAnswer((), group.follower.state.waiting.next_ready_ms())
+                    self.replies.append((member.client, member.req_id, answer))
+                else:
+                    self._propose(group, member, now)
 
     # --- time -------------------------------------------------------------------------------
 

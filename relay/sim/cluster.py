@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from relay.core.events import Event, MeshReceived, ShutdownRequested, Tick
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig
+from relay.core.routing import Routing
 from relay.core.timer import Now
 from relay.shell import Shell
 from relay.sim.checker import InvariantChecker, InvariantViolation, log_state
@@ -100,7 +101,9 @@ class SimCluster:
             self.work = SimWorkGroup(
                 rng, stream, lambda: sorted(self.nodes), (first, last, self.calm_from)
             )
-            self.work.take_part(self.clients, self.checker)
+            replicas = Routing(plan.subscriptions).replicas_of(stream)
+            quorum = CoreConfig(ids[0], plan.subscriptions, plan.params).quorum_of(len(replicas))
+            self.work.take_part(self.clients, self.checker, (tuple(replicas), quorum))
         self.turns = 0
 
     # --- running ------------------------------------------------------------------------

@@ -14,8 +14,8 @@ checker holds:
   its claim (or its last renewal that was applied);
 - an acknowledged job never comes back, and no ack is applied twice;
 - once the run is quiet, every live replica folded the group's control stream to its verified
-  head and they agree (the same jobs held, the same counts), and every job a member saw acked
-  is neither waiting nor held there;
+  head and they agree (the same jobs held, the same counts), and no job a member saw acked is
+  held there;
 - the verified history, replayed through ``QueueModel`` (the rules stated plainly), hands out
   exactly what the members got: every delivery a member was given is one the model's claim
   made to that member (so no ready job waited behind a less urgent one, and no coalesced or
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from relay.core.messages import Tx
 from relay.core.timer import Now
-from relay.queue.fold import QueueState
+from relay.queue.fold import SETTLED, QueueState
 from relay.queue.jobs import job_headers, job_of
 from relay.queue.ops import (
     ACK,
@@ -133,12 +133,17 @@ class SimWorkGroup:
         self.acked: set[int] = set()  # jobs a member saw acked
         self.given: set[tuple[str, int, int]] = set()  # (member, seq, delivery) answered
         self.clients: SimClients | None = None  # the producer of jobs publishes through them
+        self.placed: tuple[tuple[int, ...], int] = ((), 0)  # (replicas, quorum) of the stream
         self.ops: list[Tx] = []  # the verified histories, for the model (``take_part``)
         self.jobs: list[Tx] = []
 
-    def take_part(self, clients: SimClients, checker: InvariantChecker) -> None:
-        """Publish jobs through ``clients``; keep the verified histories ``checker`` sees."""
+    def take_part(
+        self, clients: SimClients, checker: InvariantChecker, placed: tuple[tuple[int, ...], int]
+    ) -> None:
+        """Publish jobs through ``clients``; keep the verified histories ``checker`` sees;
+        ``placed``: the job stream's replicas and their quorum (the rules' clock)."""
         self.clients = clients
+        self.placed = placed
         self.ops = checker.keep_txs(self.control)
         self.jobs = checker.keep_txs(self.stream)
 
@@ -264,35 +269,47 @@ class SimWorkGroup:
     def _given(self, member: Member, seq: int, delivery: int, asked: Asked, now_ms: int) -> None:
         if seq in self.acked:
             raise InvariantViolation(f"job {seq} was acked and came back (delivery {delivery})")
+        self.given.add((member.name, seq, delivery))
+        until = asked.sent_ms + asked.lease_ms
         before = self.holder.get(seq)
         if before is not None:
-            name, was, until = before
-            if delivery <= was:
-                raise InvariantViolation(f"job {seq}: delivery {delivery} after {was}")
-            if now_ms < until and not self._released(name, seq, was):
+            name, was, held_until = before
+            if delivery == was:
+                raise InvariantViolation(f"job {seq}: delivery {delivery} handed out twice")
+            if delivery < was:  # an answer that came late: the job went on since (a stale
+                work = self.rng.randint(0, 500)  # lease, whose settlement will be stale)
+                member.held[seq] = Held(seq, delivery, asked.lease_ms, until, now_ms + work)
+                return
+            taken = (member.name, delivery)
+            if now_ms < held_until and not self._released(name, seq, was, taken):
                 raise InvariantViolation(
                     f"job {seq} handed to {member.name} (delivery {delivery}) at {now_ms} while "
-                    f"{name} held delivery {was} until {until}"
+                    f"{name} held delivery {was} until {held_until}"
                 )
-        until = asked.sent_ms + asked.lease_ms
         self.holder[seq] = (member.name, delivery, until)
-        self.given.add((member.name, seq, delivery))
         work = self.rng.randint(0, int(asked.lease_ms * 1.3))  # now and then past the lease
         member.held[seq] = Held(seq, delivery, asked.lease_ms, until, now_ms + work)
 
-    def _released(self, member: str, seq: int, delivery: int) -> bool:
-        """Whether the verified history holds ``member``'s settlement of that delivery (one
-        whose answer the member never got: it gave up waiting, or the node went down)."""
+    def _released(self, member: str, seq: int, delivery: int, taken: tuple[str, int]) -> bool:
+        """Whether the verified history holds ``member``'s settlement of that delivery, applied
+        (not stale, by the rules) before the claim that gave ``taken`` (member, delivery): one
+        whose answer the member never got (it gave up waiting, or the node went down)."""
+        model = QueueModel(*self.placed, Settings())
+        jobs = [job_of(tx) for tx in self.jobs]
+        released = False
         for tx in self.ops:
             try:
                 op = decode(tx.payload)
             except OpError:
                 continue
+            out = model.apply(op, tx.origin, tx.seq, jobs)
+            if isinstance(op, Claim) and op.member == taken[0] and (seq, taken[1]) in out.leased:
+                return released
             if isinstance(op, Settle) and op.member == member:
-                for item in op.items:
-                    if (item.seq, item.delivery) == (seq, delivery) and item.action != RENEW:
-                        return True
-        return False
+                for item, result in zip(op.items, out.settled, strict=True):
+                    ours = (item.seq, item.delivery) == (seq, delivery)
+                    released |= ours and item.action != RENEW and result == SETTLED
+        return released
 
     def _settled(self, member: Member, item: SettleItem, result: str, sent_ms: int) -> None:
         held = member.held.get(item.seq)
@@ -341,7 +358,7 @@ class SimWorkGroup:
 
     def check(self, shells: dict[int, Shell], verified_of: Callable[[int, str], int]) -> None:
         """Once quiet: every live replica folded the control stream to its head, they agree,
-        nothing a member saw acked waits or is held, and the model's replay of the history
+        nothing a member saw acked is held, and the model's replay of the history
         made every delivery the members got and ends where the replicas do."""
         seen = []
         for n, shell in shells.items():
