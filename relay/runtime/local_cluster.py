@@ -34,17 +34,18 @@ from relay.runtime.templates import cluster_toml
 PORT_RANGE_ENV = "RELAY_PORT_RANGE"  # "FIRST-LAST": where free_ports looks
 
 
-def free_ports(count: int) -> list[int]:
+def free_ports(count: int, taken: frozenset[int] = frozenset()) -> list[int]:
     """Ports nothing listens on right now, all distinct, chosen below the kernel's ephemeral
     range so that no outgoing connection can take one before the node binds it, or in
     ``$RELAY_PORT_RANGE`` (``FIRST-LAST``; parallel test workers each get a range of their own,
-    so that one never takes a port another's stopped node will bind again)."""
+    so that one never takes a port another's stopped node will bind again); never one of
+    ``taken`` (chosen before and not bound yet)."""
     first, last = port_range()
     ports: list[int] = []
     rng = random.SystemRandom()
     while len(ports) < count:
         port = rng.randint(first, last)
-        if port in ports:
+        if port in ports or port in taken:
             continue
         with socket.socket() as s:
             try:
@@ -121,7 +122,12 @@ class LocalCluster:
         self.node_args = {n: list(args) for n, args in (node_args or {}).items()}
         self.admin_ports: dict[int, int] = {}
         if admin:
-            for spec, port in zip(self.config.nodes, free_ports(nodes), strict=True):
+            chosen = frozenset(
+                port
+                for n in self.config.nodes
+                for port in (n.mesh_port, n.client_port, n.metrics_port)
+            )
+            for spec, port in zip(self.config.nodes, free_ports(nodes, chosen), strict=True):
                 self.admin_ports[spec.id] = port
                 args = ["--admin-port", str(port), "--admin-host", self.admin_host(spec.id)]
                 self.node_args.setdefault(spec.id, []).extend(args)
