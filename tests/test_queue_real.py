@@ -175,7 +175,7 @@ def test_renew_holds_a_job_past_its_lease_a_nak_delays_it_and_run_settles_by_res
     with Worker("tasks", "g", config=cfg, member="w", lease_ms=1000) as worker:
         [job] = worker.claim()
         for _ in range(3):  # 1.5 s in all: past the lease, renewed before it ran out each time
-            time.sleep(0.5)
+            time.sleep(0.5)  # not a wait: the work that outlasts the lease, renewed
             assert worker.renew([job]) == ["settled"]
         with Worker("tasks", "g", config=cfg, member="other") as other:
             assert other.claim(wait_ms=300) == []  # still held
