@@ -7,6 +7,8 @@ Codes travel on the wire; each says whose move it is:
   Retrying with the same producer id and message id cannot duplicate it.
 - ``not_committed``: the transaction was dropped (its coordinator was cut); retry.
 - ``no_replicas``: no node replicates the stream; fix the cluster config or the stream name.
+- ``not_found``: the stream is not declared, and its ``[[stream]]`` block lets no publish create
+  it (``create = false``).
 - ``bad_request``: the request itself is wrong (malformed frame, bad stream name, too large).
 - ``conflict``: the producer id and message id already name a message with other content (a
   producer restarted with a fixed id that numbers its messages from the start again); the new
@@ -27,6 +29,7 @@ TIMEOUT = "timeout"
 NOT_COMMITTED = "not_committed"
 NO_REPLICAS = "no_replicas"
 BAD_REQUEST = "bad_request"
+NOT_FOUND = "not_found"
 PROTOCOL = "protocol"
 STORAGE = "storage"
 CONFLICT = "conflict"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -47,19 +47,29 @@ def stream_ls(target: Target, show_all: bool, as_json: bool) -> None:
 @stream_group.command("info")
 @cluster_target
 @click.argument("stream")
-@click.option("--json", "as_json", is_flag=True, help="The figures of every node as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="The settings and every node's figures.")
 def stream_info(target: Target, stream: str, as_json: bool) -> None:
-    """STREAM's replicas, transactions, bytes, first and last seq and time, and the verified
-    head on each node."""
-    copies = _held(_answering(target)).get(stream)
-    if not copies:
-        raise click.ClickException(f"no node that answered holds a stream {stream!r}")
+    """STREAM's settings in force (its [[stream]] block's, or the defaults), and its replicas,
+    transactions, bytes, first and last seq and time, and the verified head on each node."""
+    from relay.client.status import stream_settings
+    from relay.errors import RelayError
+
+    try:
+        settings = stream_settings(target.addresses(), stream, target.identity())
+    except RelayError as exc:
+        raise click.ClickException(str(exc)) from None
+    copies = _held(_answering(target)).get(stream, {})
     if as_json:
-        click.echo(json.dumps({str(n): _as_json(s) for n, s in sorted(copies.items())}, indent=2))
+        nodes = {str(n): _as_json(s) for n, s in sorted(copies.items())}
+        click.echo(json.dumps({"settings": settings, "nodes": nodes}, indent=2))
+        return
+    click.echo(f"stream:        {stream}")
+    _echo_settings(settings)
+    if not copies:
+        click.echo("no node that answered holds it yet")
         return
     best = max(copies.values(), key=lambda s: s.verified_seq)
     firsts = [s.log_first_seq for s in copies.values() if s.log_first_seq]
-    click.echo(f"stream:        {stream}")
     click.echo(f"replicas:      {', '.join(str(r) for r in best.replicas)}")
     click.echo(f"transactions:  {max(s.log_txs for s in copies.values())}")
     click.echo(f"bytes:         {max(s.log_bytes for s in copies.values())}")
@@ -73,6 +83,20 @@ def stream_info(target: Target, stream: str, as_json: bool) -> None:
             f"{node:<5} {s.verified_seq:>20} {s.head_seq:>20} {s.unverified_txs:>10} "
             f"{s.log_txs:>10}"
         )
+
+
+def _echo_settings(settings: dict[str, Any]) -> None:
+    """The settings in force, one per line, by their keys in the cluster file (0: no bound)."""
+    pattern = settings.get("pattern") or "(none: the [cluster] defaults)"
+    click.echo(f"block:         {pattern}")
+    for key, value in settings.items():
+        if key in ("stream", "pattern", "schema"):
+            continue
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        click.echo(f"  {key + ':':<21} {shown}")
+    if settings.get("schema"):
+        click.echo(f"  {'schema:':<21} {settings['schema']}")
+    click.echo("")
 
 
 def _answering(target: Target) -> list[NodeStatus]:

@@ -16,8 +16,10 @@ from relay.auth import settings as auth
 from relay.auth.grants import Grant
 from relay.auth.settings import AuthSettings
 from relay.config import client_bounds, memory_budget
+from relay.config import streams as stream_blocks
 from relay.config.client_bounds import ClientBounds
 from relay.config.memory_budget import MemoryBudget
+from relay.config.streams import StreamBlocks
 from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Routing, Subscription
@@ -87,6 +89,7 @@ class ClusterConfig:
     metrics_streams_max: int = METRICS_STREAMS_MAX
     metrics_token_sha256: str = ""  # a scrape of /metrics must carry the token (hex SHA-256)
     grants: dict[str, Grant] = field(default_factory=dict)  # client key -> what it may do
+    streams: StreamBlocks = field(default_factory=StreamBlocks)
 
     def node(self, node_id: int) -> NodeSpec:
         for spec in self.nodes:
@@ -113,10 +116,10 @@ class ClusterConfig:
 
     def core_config(self, node_id: int) -> CoreConfig:
         self.node(node_id)
-        return CoreConfig(node_id, self.subscriptions(), self.params)
+        return CoreConfig(node_id, self.subscriptions(), self.params, self.streams.rules)
 
     def routing(self) -> Routing:
-        return Routing(self.subscriptions())
+        return Routing(self.subscriptions(), self.streams.rules)
 
 
 _PARAM_KEYS = {f.name for f in fields(CoreParams)} - {"votes_wait_for_disk", "rings_bytes_max"}
@@ -156,11 +159,11 @@ def load(path: str | Path) -> ClusterConfig:
 
 def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     where = str(path) if path else "config"
-    unknown = set(raw) - {"cluster", "node", "client"}
+    unknown = set(raw) - {"cluster", "node", "client", "stream"}
     if unknown:
         raise ConfigError(
             f"{where}: unknown top-level key {sorted(unknown)[0]!r}; "
-            "expected [cluster], [[node]] and [[client]] tables"
+            "expected [cluster], [[node]], [[stream]] and [[client]] tables"
         )
     cluster = raw.get("cluster", {})
     if not isinstance(cluster, dict):
@@ -242,6 +245,17 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     _check_unique(where, specs)
     specs = _check_keys(where, specs, security)
     base = path.parent if path else Path.cwd()
+    try:
+        declared = stream_blocks.parse(
+            where,
+            raw.get("stream"),
+            {spec.id for spec in specs},
+            stored,
+            params["payload_bytes_max"],
+            base,
+        )
+    except stream_blocks.BlockError as exc:
+        raise ConfigError(str(exc)) from None
     config = ClusterConfig(
         name=name,
         path=path,
@@ -259,6 +273,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         metrics_streams_max=series,
         metrics_token_sha256=token,
         grants=listed,
+        streams=declared,
     )
     if params["quorum"] > len(specs):
         raise ConfigError(
@@ -415,7 +430,15 @@ def _resolve(where: str, key: str, host: str) -> frozenset[str]:
 
 
 def _check_replication(where: str, config: ClusterConfig) -> None:
-    routing = config.routing()
+    for block in config.streams.blocks:
+        count = len(block.rule.nodes)
+        if count and count < REPLICAS_MIN:
+            raise ConfigError(
+                f"{where}: '{block.label}.nodes' names {count} node(s); at least "
+                f"{REPLICAS_MIN} are needed to survive a failure. Name more, or set "
+                "cluster.allow_small_replication = true"
+            )
+    routing = Routing(config.subscriptions())
     for i, spec in enumerate(config.nodes):
         for pattern in spec.streams:
             example = "".join("x" if c in "*?[]" else c for c in pattern)

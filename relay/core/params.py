@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.core.routing import Subscription
+from relay.core.routing import StreamRule, Subscription
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,7 @@ class CoreConfig:
     node_id: int
     subscriptions: tuple[Subscription, ...]
     params: CoreParams
+    rules: tuple[StreamRule, ...] = ()  # the cluster's [[stream]] blocks, first match wins
 
     def quorum_of(self, replica_count: int) -> int:
         majority = replica_count // 2 + 1

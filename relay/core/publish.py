@@ -119,18 +119,22 @@ def superseded(state: StreamReplica, req: PublishRequested, wall_ms: int) -> Rej
     return Rejected(errors.FENCED, why)
 
 
-def request_problem(req: PublishRequested, params: CoreParams) -> str | None:
-    """Why a publish request is malformed (the caller's fault), or None."""
+def request_problem(
+    req: PublishRequested, params: CoreParams, payload_bytes_max: int | None = None
+) -> str | None:
+    """Why a publish request is malformed (the caller's fault), or None. A stream's own
+    ``max_payload_bytes`` stands for the cluster's ``payload_bytes_max`` when given."""
+    bytes_max = payload_bytes_max or params.payload_bytes_max
     if not req.items:
         return "a publish needs at least one message"
     if len(req.items) > params.publish_items_max:
         return f"at most {params.publish_items_max} messages per publish request"
     items = req.items
     plain = list(map(_KEY, items)).count(None) == len(items) and not any(map(_HEADERS, items))
-    if plain and max(map(len, map(_PAYLOAD, items))) <= params.payload_bytes_max:
+    if plain and max(map(len, map(_PAYLOAD, items))) <= bytes_max:
         return None  # the usual request: payloads alone, none too large
     for item in items:
-        problem = item_problem(item, params.payload_bytes_max)
+        problem = item_problem(item, bytes_max)
         if problem:
             return problem
     return None
@@ -158,7 +162,7 @@ def item_problem(item: Item, bytes_max: int) -> str | None:
         size += len(name) + len(value)
     if size > bytes_max:
         return (
-            f"a message of {size} bytes (payload, key and headers) exceeds "
+            f"a message of {size} bytes (payload, key and headers) exceeds the stream's "
             f"payload_bytes_max ({bytes_max})"
         )
     return None

@@ -36,7 +36,7 @@ from relay.core.publish import (
     superseded,
     unadmitted,
 )
-from relay.core.routing import stream_name_problem
+from relay.core.routing import StreamRule, stream_name_problem
 from relay.core.streams import StreamSet
 from relay.core.timer import Now
 
@@ -139,9 +139,15 @@ class PublishIntake:
         self.stream_set.touch(req.stream)
 
     def _refusal(self, gate: Gate, req: PublishRequested) -> Rejected | Redirect | None:
-        problem = stream_name_problem(req.stream) or request_problem(req, self.params)
+        rule = self.stream_set.routing.rule_of(req.stream)
+        bytes_max = rule.payload_bytes_max if rule and rule.payload_bytes_max else None
+        problem = stream_name_problem(req.stream) or request_problem(req, self.params, bytes_max)
         if problem:
             return Rejected(errors.BAD_REQUEST, problem)
+        if rule is not None:
+            refused = _rule_refusal(rule, req, req.stream in self.stream_set.by_name)
+            if refused is not None:
+                return refused
         replicas = self.stream_set.routing.replicas_of(req.stream)
         if self.node_id not in replicas:
             return reads.redirect(req.stream, replicas, self.peers.up_nodes())
@@ -164,3 +170,17 @@ class PublishIntake:
     def _unavailable(self, req: PublishRequested, why: str) -> Rejected:
         replicas = self.stream_set.routing.replicas_of(req.stream)
         return reads.unavailable(why, replicas, self.node_id, self.peers.up_nodes())
+
+
+def _rule_refusal(rule: StreamRule, req: PublishRequested, exists: bool) -> Rejected | None:
+    """Why the stream's ``[[stream]]`` block refuses ``req``, or None."""
+    if not rule.create and not rule.declares and not exists:
+        why = (
+            f"no stream {req.stream!r} is declared, and the [[stream]] block {rule.pattern!r} "
+            "it falls under has create = false: declare it by its name in the cluster file"
+        )
+        return Rejected(errors.NOT_FOUND, why)
+    if rule.keyed and any(item.key is None for item in req.items):
+        why = 'a message without a key: the stream is compacted by key (cleanup = "compact")'
+        return Rejected(errors.BAD_REQUEST, why)
+    return None

@@ -1,4 +1,11 @@
-"""Which nodes replicate a stream: static glob subscriptions, matched case-sensitively."""
+"""Which nodes replicate a stream, and what the cluster file declares of it.
+
+Two sources, both glob patterns matched case-sensitively: each node's ``streams`` (its
+subscriptions), and the cluster's ``[[stream]]`` blocks, of which the first whose pattern
+matches a stream is its rule. A rule that names its nodes sets the stream's replicas; one that
+does not leaves them to the subscriptions. A work group's control stream takes no rule: it is
+the queue's own, and always kept whole under the defaults.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +26,31 @@ class Subscription:
         return any(fnmatchcase(stream, p) for p in self.patterns)
 
 
+@dataclass(frozen=True, slots=True)
+class StreamRule:
+    """What the core enforces of a ``[[stream]]`` block."""
+
+    pattern: str
+    nodes: tuple[int, ...] = ()  # its replicas; (): the nodes whose streams cover it
+    payload_bytes_max: int = 0  # 0: the cluster's ``payload_bytes_max``
+    create: bool = True  # whether a publish may create a stream under a glob pattern
+    keyed: bool = False  # every message needs a key (a compacted stream)
+
+    def covers(self, stream: str) -> bool:
+        return fnmatchcase(stream, self.pattern)
+
+    @property
+    def declares(self) -> bool:
+        """The pattern names one stream (no glob characters): that stream is declared."""
+        return not any(c in self.pattern for c in "*?[")
+
+
+def is_control(stream: str) -> bool:
+    """Whether ``stream`` is a work group's control stream (``<stream>.__queue.<group>``)."""
+    jobs, sep, group = stream.rpartition(QUEUE_SUFFIX)
+    return bool(sep and jobs and group and "." not in group)
+
+
 def stream_name_problem(stream: str) -> str | None:
     """Why ``stream`` is not a valid stream name, or None."""
     if not stream:
@@ -35,19 +67,40 @@ class Routing:
 
     CACHE_MAX = 10_000
 
-    def __init__(self, subscriptions: tuple[Subscription, ...]) -> None:
+    def __init__(
+        self, subscriptions: tuple[Subscription, ...], rules: tuple[StreamRule, ...] = ()
+    ) -> None:
         self.subscriptions = subscriptions
+        self.rules = rules
         self._cache: dict[str, tuple[int, ...]] = {}
+        self._rules: dict[str, StreamRule | None] = {}
+
+    def rule_of(self, stream: str) -> StreamRule | None:
+        """The first rule whose pattern matches ``stream`` (none for a control stream)."""
+        if not self.rules:
+            return None
+        if stream in self._rules:
+            return self._rules[stream]
+        found = None
+        if not is_control(stream):
+            found = next((r for r in self.rules if r.covers(stream)), None)
+        if len(self._rules) >= self.CACHE_MAX:
+            self._rules.clear()
+        self._rules[stream] = found
+        return found
 
     def replicas_of(self, stream: str) -> tuple[int, ...]:
-        """The nodes whose patterns cover ``stream``. A work group's control stream is
-        replicated by its job stream's replicas (they fold it over the jobs they hold), and a
-        dead-letter stream ``<stream>.dead`` that no pattern covers by the job stream's."""
+        """The nodes its rule names, or else those whose patterns cover ``stream``. A work
+        group's control stream is replicated by its job stream's replicas (they fold it over
+        the jobs they hold), and a dead-letter stream ``<stream>.dead`` that nothing covers by
+        the job stream's."""
         found = self._cache.get(stream)
         if found is None:
-            jobs, sep, group = stream.rpartition(QUEUE_SUFFIX)
-            if sep and jobs and group and "." not in group:
-                found = self.replicas_of(jobs)
+            rule = self.rule_of(stream)
+            if is_control(stream):
+                found = self.replicas_of(stream.rpartition(QUEUE_SUFFIX)[0])
+            elif rule is not None and rule.nodes:
+                found = tuple(sorted(rule.nodes))
             else:
                 found = tuple(sorted(s.node_id for s in self.subscriptions if s.covers(stream)))
                 if not found and stream.endswith(DEAD_SUFFIX) and len(stream) > len(DEAD_SUFFIX):

@@ -58,7 +58,7 @@ class StreamSet:
         self.config = config
         self.node_id = config.node_id
         self.limits = limits
-        self.routing = Routing(config.subscriptions)
+        self.routing = Routing(config.subscriptions, config.rules)
         self.by_name: dict[str, StreamReplica] = {}
         self.active: dict[str, None] = {}  # insertion-ordered: replays stay deterministic
         self.dirty: dict[str, None] = {}

@@ -66,6 +66,7 @@ from relay.wire.client import (
     SettleFrame,
     SpanFrame,
     StatusFrame,
+    StreamInfoFrame,
     decode_request,
 )
 from relay.wire.drain import holds_more
@@ -143,6 +144,11 @@ class ClientPort:
                 self.metrics.errors.labels(errors.FORBIDDEN).inc()
                 self.answer(client, request.req_id, forbidden)
                 continue
+            untyped = self._untyped(request) if isinstance(request, PublishFrame) else None
+            if untyped is not None:
+                self.metrics.errors.labels(errors.BAD_REQUEST).inc()
+                self.answer(client, request.req_id, Rejected(errors.BAD_REQUEST, untyped))
+                continue
             if isinstance(request, PublishFrame | FetchFrame | QueueRequestFrame):
                 refused = self.limits.admit(client, request.req_id, len(frames[1]))
                 if refused is not None:
@@ -169,6 +175,10 @@ class ClientPort:
             elif isinstance(request, StatusFrame):
                 status = disk.status(core.status(streams=not request.brief))
                 self.send(client, replies.encode_status(request.req_id, status))
+            elif isinstance(request, StreamInfoFrame):
+                replicas = core.routing.replicas_of(request.stream)
+                info = self.config.streams.describe(request.stream, replicas)
+                self.send(client, replies.encode_stream_info(request.req_id, info))
             elif isinstance(request, ClaimFrame):
                 c = request
                 claim = ClaimRequest(c.stream, c.group, c.member, c.count, c.lease_ms, c.wait_ms)
@@ -201,6 +211,22 @@ class ClientPort:
             rows = state.waiting.peek(request.peek)
             info["next"] = [[w.seq, w.priority, w.not_before, w.order_ms, w.key] for w in rows]
         self.send(client, replies.encode_queue_info(request.req_id, info))
+
+    def _untyped(self, request: PublishFrame) -> str | None:
+        """Why a message of a publish to a typed stream is not of its schema, or None: the
+        whole request is refused, and nothing of it stored. A compacted stream's tombstone (a
+        key and no payload) is of every type."""
+        block = self.config.streams.block_of(request.stream) if self.config.streams.blocks else None
+        if block is None or block.schema is None:
+            return None
+        compacted = block.storage.cleanup == "compact"
+        for i, item in enumerate(request.items):
+            if compacted and not item.payload and item.key is not None:
+                continue
+            problem = block.schema.problem(item.payload)
+            if problem is not None:
+                return f"message {i} is not of the stream's schema: {problem}"
+        return None
 
     def _forbidden(self, user: str, request: Request) -> Rejected | None:
         """Why the client's ``[[client]]`` table refuses ``request``, or None."""

@@ -15,6 +15,7 @@ import logging
 import resource
 import signal
 import time
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
@@ -32,7 +33,7 @@ from relay.core.events import (
 from relay.core.node import NodeCore
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
-from relay.runtime import trust
+from relay.runtime import declared, trust
 from relay.runtime.client_port import ClientPort
 from relay.runtime.faults import FaultHooks, admin_error, admin_reply
 from relay.runtime.gauges import Gauges
@@ -76,7 +77,17 @@ class NodeRuntime:
         self.spec = config.node(node_id)
         self.hooks = FaultHooks(clock_offset_ms=clock_offset_ms)
         raise_open_files_limit()  # before the store sizes its share of descriptors
-        store = NodeStore(config.data_dir(node_id), config.name, node_id, config.storage)
+        try:
+            schemas = declared.check(config, config.data_dir(node_id))
+        except (declared.DeclaredError, OSError) as exc:
+            raise StartupError(f"node {node_id}: {exc}") from None
+        store = NodeStore(
+            config.data_dir(node_id),
+            config.name,
+            node_id,
+            config.storage,
+            settings_of=lambda stream: replace(config.streams.storage_of(stream), schemas=schemas),
+        )
         self.sync_runner = ThreadRunner()
         self.disk = NodeDisk(store, restore_window(config.params), self.sync_runner)
         try:

@@ -3,8 +3,10 @@
 Every frame is ``length u32 | crc32 u32 | kind u8 | body`` (big-endian; the CRC covers kind and
 body), so a torn write or a flipped byte is found where it is. Kinds:
 
-- ``HEADER`` (first frame of every segment): msgpack ``[format, stream, base_seq, base_digest]``;
-  the segment continues a timeline whose digest at ``base_seq`` is ``base_digest``.
+- ``HEADER`` (first frame of every segment): msgpack ``[format, stream, base_seq, base_digest]``
+  and, for a typed stream, a map ``{"schema": fingerprint}`` after them; the segment continues a
+  timeline whose digest at ``base_seq`` is ``base_digest``, and holds entries of the schema
+  with that fingerprint (``relay.schema``).
 - ``TXS``: a batch of records, msgpack ``[[[seq, prev, origin, epoch, producer_id, msg_id,
   payload, key, headers], digest], ...]``: each the record of docs/design.md with its
   replication fields and its rolling digest. One frame per write (as Kafka's record batches):
@@ -61,6 +63,7 @@ class SegmentHeader:
     stream: str
     base_seq: int
     base_digest: bytes
+    schema: bytes = b""  # the fingerprint of the schema its entries were checked against
 
 
 def frame(kind: int, body: bytes) -> bytes:
@@ -74,8 +77,10 @@ def frame_parts(kind: int, body: bytes) -> tuple[bytes, bytes]:
 
 
 def header_frame(header: SegmentHeader) -> bytes:
-    body = msgpack.packb([FORMAT, header.stream, header.base_seq, header.base_digest])
-    return frame(HEADER, body)
+    fields: list[Any] = [FORMAT, header.stream, header.base_seq, header.base_digest]
+    if header.schema:
+        fields.append({"schema": header.schema})
+    return frame(HEADER, msgpack.packb(fields))
 
 
 def txs_frame(records: list[Record]) -> tuple[bytes, bytes]:
@@ -132,13 +137,19 @@ def read_frame(data: bytes | mmap.mmap, offset: int) -> tuple[int, bytes, int] |
 
 def decode_header(body: bytes) -> SegmentHeader:
     f = _unpack(body)
-    if len(f) != 4 or f[0] != FORMAT:
+    if len(f) not in (4, 5) or f[0] != FORMAT:
         raise CorruptRecord(f"not a segment header of format {FORMAT}")
     try:
         digest = as_bytes(f[3])
         if len(digest) != DIGEST_BYTES:
             raise ValueError("a digest has 32 bytes")
-        return SegmentHeader(as_str(f[1]), as_int(f[2]), digest)
+        extra = f[4] if len(f) == 5 else {}
+        if not isinstance(extra, dict) or set(extra) - {"schema"}:
+            raise ValueError("its last field is a map of a schema fingerprint alone")
+        schema = as_bytes(extra.get("schema", b""))
+        if len(schema) not in (0, DIGEST_BYTES):
+            raise ValueError("a schema fingerprint has 32 bytes")
+        return SegmentHeader(as_str(f[1]), as_int(f[2]), digest, schema)
     except ValueError as exc:
         raise CorruptRecord(f"bad segment header: {exc}") from None
 

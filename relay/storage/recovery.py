@@ -1,7 +1,8 @@
 """Opening a stream's log after a restart: every segment re-checked, a torn or corrupt tail cut.
 
-How this works: the segments are read in seq order. Each must name the stream, continue the
-previous one's chain (its header's base seq and digest are the previous last record's), and
+How this works: the segments are read in seq order. Each must name the stream, carry no
+schema fingerprint but a version of the stream's schema (``StorageSettings.schemas``), continue
+the previous one's chain (its header's base seq and digest are the previous last record's), and
 hold frames that pass their checksum, decode, ascend, and fold to their stored digests. At the
 first record that does not, the log is cut there: the files from that point on are moved to
 ``quarantine/`` for the operator, the problem is reported with the file and offset, and the
@@ -64,7 +65,7 @@ def open_log(
     tail = _Tail(window.keep, window.keep_bytes, window.dedup_keys_max)
     for i, path in enumerate(paths):
         try:
-            segment = _check(files, path, stream, segments, tail)
+            segment = _check(files, path, stream, settings, segments, tail)
         except _Cut as cut:
             problems.append(cut.reason)
             _quarantine(files, directory, paths[i:], cut, segments, wall_ms)
@@ -93,13 +94,23 @@ class _Cut(Exception):
         self.reason, self.path, self.offset, self.segment = reason, path, offset, segment
 
 
-def _check(files: Files, path: Path, stream: str, before: list[Segment], tail: _Tail) -> Segment:
+def _check(
+    files: Files,
+    path: Path,
+    stream: str,
+    settings: StorageSettings,
+    before: list[Segment],
+    tail: _Tail,
+) -> Segment:
     try:
         header, frames = scan(files, path)
     except (CorruptRecord, OSError) as exc:
         raise _Cut(f"{path}: unreadable segment ({exc}); cut here", path, 0, None) from None
     if header.stream != stream:
         raise _Cut(f"{path}: belongs to stream {header.stream!r}; cut here", path, 0, None)
+    if header.schema and header.schema not in settings.schemas | {settings.schema}:
+        why = f"written under schema {header.schema.hex()[:16]}, no version of this stream's"
+        raise _Cut(f"{path}: {why}; cut here", path, 0, None)
     head = before[-1] if before else None
     if head is not None and (header.base_seq, header.base_digest) != (
         head.head_seq,

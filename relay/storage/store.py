@@ -18,6 +18,7 @@ import json
 import resource
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,12 +64,15 @@ class NodeStore:
         node_id: int,
         settings: StorageSettings,
         files: Files = OS_FILES,
+        settings_of: Callable[[str], StorageSettings] | None = None,
     ) -> None:
         self.files = files
         self.data_dir = data_dir
         self.cluster = cluster
         self.node_id = node_id
         self.settings = settings
+        # each stream's settings (its [[stream]] block's); default: the node's for all
+        self.settings_of = settings_of or (lambda stream: settings)
         self.streams_dir = data_dir / "streams"
         self.logs: dict[str, StreamLog] = {}
         self.meta: dict[str, Any] = {}
@@ -97,7 +101,8 @@ class NodeStore:
             if stream is None:
                 problems.append(f"{directory}: not a stream directory; left alone")
                 continue
-            found = open_log(directory, stream, self.settings, window, wall_ms, self.files)
+            settings = self.settings_of(stream)
+            found = open_log(directory, stream, settings, window, wall_ms, self.files)
             self.logs[stream] = found.log
             problems += found.problems
             if found.log.segments:
@@ -198,7 +203,7 @@ class NodeStore:
                 self.files.write_synced(directory / "stream", p.stream.encode())
                 self.files.fsync_dir(directory)
             self.files.fsync_dir(self.streams_dir)
-            log = StreamLog(directory, p.stream, self.settings, [], 0, self.files)
+            log = StreamLog(directory, p.stream, self.settings_of(p.stream), [], 0, self.files)
             self.logs[p.stream] = log
         log.apply(p, wall_ms)
         appending = self.appending

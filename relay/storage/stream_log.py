@@ -250,7 +250,8 @@ class StreamLog:
         if not last.sealed and last.first_seq and (full or old):
             self._seal(last)
         if self.segments[-1].sealed:
-            header = SegmentHeader(self.stream, self.head_seq, self.head_digest)
+            schema = self.settings.schema
+            header = SegmentHeader(self.stream, self.head_seq, self.head_digest, schema)
             segment, self.fd = create(self.files, self.directory, header, wall_ms)
             self.segments.append(segment)
             self.unsynced.directory = True
@@ -269,7 +270,7 @@ class StreamLog:
         self._retire()
         for segment in self.segments:
             self.files.unlink(segment.path, missing_ok=True)
-        header = SegmentHeader(self.stream, base_seq, base_digest)
+        header = SegmentHeader(self.stream, base_seq, base_digest, self.settings.schema)
         segment, self.fd = create(self.files, self.directory, header, wall_ms)
         self.segments = [segment]
         self.mark = self.synced_mark = base_seq
@@ -326,20 +327,22 @@ class StreamLog:
 
     def retain(self, wall_ms: int) -> int | None:
         """Delete the oldest sealed segments past ``retention_ms`` of age or beyond
-        ``retention_bytes``; never the open one, never one holding unverified records. The
-        seq the log now starts after, if it moved."""
+        ``retention_bytes`` or ``retention_txs``; never the open one, never one holding
+        unverified records. The seq the log now starts after, if it moved."""
         keep_ms, keep_bytes = self.settings.retention_ms, self.settings.retention_bytes
-        if not keep_ms and not keep_bytes:
+        keep_txs = self.settings.retention_txs
+        if not keep_ms and not keep_bytes and not keep_txs:
             return None
-        total = self.bytes_on_disk()
+        total, count = self.bytes_on_disk(), self.records()
         dropped = 0
         for segment in self.segments[:-1]:
             old = keep_ms and seq_unix_ms(segment.last_seq) < wall_ms - keep_ms
-            big = keep_bytes and total > keep_bytes
+            big = (keep_bytes and total > keep_bytes) or (keep_txs and count > keep_txs)
             if not segment.sealed or segment.last_seq > self.mark or not (old or big):
                 break
             self.files.unlink(segment.path)
             total -= segment.size
+            count -= segment.records
             dropped += 1
         if not dropped:
             return None

@@ -1,10 +1,11 @@
 """The client protocol on a node's client port (ZeroMQ ROUTER; clients use DEALER).
 
 Every frame is msgpack ``[version, kind, req_id, ...]``. Requests: ``pub``, ``fetch``,
-``span`` (plan a range read: where to cut it and the digests there), ``status``, and a work
+``span`` (plan a range read: where to cut it and the digests there), ``status``, ``sinfo`` (a
+stream's settings in force), and a work
 group member's ``claim``, ``settle``, ``qinfo`` (the group's counts, and with a count, its next
 ready jobs) and ``qconf``. Replies: ``acks``, ``txs``, ``span``,
-``status``, ``jobs``, ``settled``, ``qinfo``, ``redirect``, ``error``. A node answers
+``status``, ``sinfo``, ``jobs``, ``settled``, ``qinfo``, ``redirect``, ``error``. A node answers
 a malformed request with an ``error`` reply (code ``bad_request``) when it can read a req_id,
 and with req_id 0 when it cannot.
 """
@@ -72,6 +73,12 @@ class StatusFrame:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamInfoFrame:
+    req_id: int
+    stream: str  # the settings in force for it (its [[stream]] block's, or the defaults)
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimFrame:
     req_id: int
     stream: str
@@ -113,6 +120,7 @@ Request = (
     | FetchFrame
     | SpanFrame
     | StatusFrame
+    | StreamInfoFrame
     | ClaimFrame
     | SettleFrame
     | QueueInfoFrame
@@ -176,6 +184,8 @@ def decode_request(body: bytes) -> Request:
             return SpanFrame(req_id, as_str(f[3]), after, upto, max_txs, parts)
         if kind == "status" and len(f) in (3, 4):
             return StatusFrame(req_id, len(f) == 4 and bool(f[3]))
+        if kind == "sinfo" and len(f) == 4:
+            return StreamInfoFrame(req_id, as_str(f[3]))
         if kind == "claim" and len(f) == 9:
             count, lease, wait = (as_int(v) for v in f[6:9])
             if not 1 <= count <= CLAIM_COUNT_MAX or not LEASE_MS_MIN <= lease <= LEASE_MS_MAX:
@@ -257,6 +267,10 @@ def span_request(
 
 def status_request(req_id: int, brief: bool = False) -> bytes:
     return pack("status", req_id, True) if brief else pack("status", req_id)
+
+
+def stream_info_request(req_id: int, stream: str) -> bytes:
+    return pack("sinfo", req_id, stream)
 
 
 def claim_request(

@@ -140,6 +140,12 @@ class QueueInfoReply:
     info: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class StreamInfoReply:
+    req_id: int
+    info: dict[str, Any]  # the stream's settings in force, by their cluster file keys
+
+
 Reply = (
     AcksReply
     | TxsReply
@@ -150,6 +156,7 @@ Reply = (
     | JobsReply
     | SettledReply
     | QueueInfoReply
+    | StreamInfoReply
 )
 
 
@@ -222,6 +229,10 @@ def encode_settled(req_id: int, answer: SettleAnswer) -> bytes:
 
 def encode_queue_info(req_id: int, info: dict[str, Any]) -> bytes:
     return pack("qinfo", req_id, info)
+
+
+def encode_stream_info(req_id: int, info: dict[str, Any]) -> bytes:
+    return pack("sinfo", req_id, info)
 
 
 def encode_redirect(req_id: int, stream: str, nodes: list[Address]) -> bytes:
@@ -424,6 +435,7 @@ SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
     "jobs": (JobsReply, (("rows", rows_of(_job_row, 8)), ("next_ready_ms", as_int))),
     "settled": (SettledReply, (("results", _results),)),
     "qinfo": (QueueInfoReply, (("info", _info),)),
+    "sinfo": (StreamInfoReply, (("info", _info),)),
     "redirect": (RedirectReply, (("stream", as_str), ("nodes", rows_of(_address, 4)))),
     "error": (
         ErrorReply,

@@ -1,0 +1,1 @@
+"""Typed streams: a stream's JSON Schema, what it admits, and how it may change."""
