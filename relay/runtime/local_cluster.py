@@ -74,10 +74,11 @@ def write_config(
     nodes: int,
     overrides: Mapping[str, int | str] | None = None,
     hosts: Mapping[int, str] | None = None,
+    streams: str = "",
 ) -> Path:
     """A config for ``nodes`` nodes on free ports (3 per node), written into ``folder``, with
     CURVE keys in ``folder/keys`` (unless ``overrides`` say ``security = "none"``); each node
-    on 127.0.0.1 or on its address in ``hosts``."""
+    on 127.0.0.1 or on its address in ``hosts``; ``streams``: ``[[stream]]`` blocks (TOML)."""
     ports = free_ports(3 * nodes)
     keys = write_cluster(folder / "keys", list(range(1, nodes + 1)))
     text = cluster_toml(nodes, "127.0.0.1", 0, name=f"test{nodes}", keys=keys)
@@ -94,7 +95,7 @@ def write_config(
             for line in text.splitlines()
         ]
         text = "\n".join(lines) + "\n"
-    text = text.replace(f'run_dir = ".relay/test{nodes}"', 'run_dir = "run"')
+    text = text.replace(f'run_dir = ".relay/test{nodes}"', 'run_dir = "run"') + streams
     path = folder / "cluster.toml"
     path.write_text(text)
     return path
@@ -109,6 +110,7 @@ class LocalCluster:
         node_args: dict[int, list[str]] | None = None,
         admin: bool = False,
         netns: bool = False,
+        streams: str = "",
     ) -> None:
         """``netns``: every node in a network namespace of its own (``NetnsLayout``), with
         its own address; the namespaces and the bridge are removed by ``close``."""
@@ -117,7 +119,7 @@ class LocalCluster:
         ids = list(range(1, nodes + 1))
         self.netns = NetnsLayout.new(ids) if netns else None
         hosts = {i: self.netns.address(i) for i in ids} if self.netns else None
-        self.config_path = write_config(folder, nodes, overrides, hosts)
+        self.config_path = write_config(folder, nodes, overrides, hosts, streams)
         self.config: ClusterConfig = load(self.config_path)
         self.node_args = {n: list(args) for n, args in (node_args or {}).items()}
         self.admin_ports: dict[int, int] = {}

@@ -1,0 +1,129 @@
+"""``[[stream]]`` blocks on a running cluster: publishes checked against their stream's type and
+bounds, ``relay stream info`` showing the settings in force, and a node that refuses to start
+on a schema change that would break its streams' entries, then starts on one that adds a field
+and still reads the entries written under the old version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from relay import Consumer, Producer, RelayError
+from relay.runtime.local_cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+USERS = {
+    "type": "object",
+    "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+    "required": ["id"],
+}
+BLOCKS = """
+[[stream]]
+pattern = "users"
+schema = "users.json"
+
+[[stream]]
+pattern = "orders.eu"
+
+[[stream]]
+pattern = "orders.*"
+create = false
+
+[[stream]]
+pattern = "small.*"
+max_payload_bytes = 100
+retention_txs = 1000
+
+[[stream]]
+pattern = "kv.*"
+cleanup = "compact"
+"""
+
+
+@pytest.fixture(scope="module")
+def declared3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    folder = tmp_path_factory.mktemp("declared")
+    (folder / "users.json").write_text(json.dumps(USERS))
+    with LocalCluster(folder, nodes=3, streams=BLOCKS) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        yield cluster
+
+
+def refusal(cluster: LocalCluster, stream: str, payload: bytes, key: str | None = None) -> str:
+    with Producer(config=cluster.config_path) as producer, pytest.raises(RelayError) as info:
+        producer.publish(stream, payload, key=key)
+    return f"{info.value.code}: {info.value.message}"
+
+
+def test_publishes_are_checked_against_their_streams_block(declared3: LocalCluster) -> None:
+    cluster = declared3
+    with Producer(config=cluster.config_path) as producer:
+        assert producer.publish("users", b'{"id": 1, "name": "ada"}').seq
+        assert producer.publish("orders.eu", b"declared by name").seq
+        assert producer.publish("small.a", b"x" * 100).seq
+        assert producer.publish("kv.a", b"v", key="k").seq
+    assert refusal(cluster, "users", b'{"id": "one"}') == (
+        "bad_request: message 0 is not of the stream's schema: $.id: 'one' is not of type 'integer'"
+    )
+    assert "is not UTF-8 JSON" in refusal(cluster, "users", b"not json")
+    assert refusal(cluster, "orders.us", b"x").startswith("not_found: no stream 'orders.us'")
+    assert "the stream's payload_bytes_max (100)" in refusal(cluster, "small.a", b"x" * 101)
+    assert "compacted by key" in refusal(cluster, "kv.a", b"v")
+    with Consumer("users", config=cluster.config_path, start="earliest") as consumer:
+        got = consumer.take(1, timeout_s=10)
+    assert [t.payload for t in got] == [b'{"id": 1, "name": "ada"}']  # nothing refused stored
+
+
+def relay(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args, "--config", str(cluster.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_stream_info_shows_the_settings_in_force(declared3: LocalCluster) -> None:
+    done = relay(declared3, "stream", "info", "small.b", "--json")
+    assert done.returncode == 0, done.stderr
+    settings = json.loads(done.stdout)["settings"]
+    assert settings["pattern"] == "small.*" and settings["max_payload_bytes"] == 100
+    assert settings["retention_txs"] == 1000 and settings["nodes"] == [1, 2, 3]
+    done = relay(declared3, "stream", "info", "users")
+    assert done.returncode == 0, done.stderr
+    assert "block:         users" in done.stdout
+    assert '"required":["id"]' in done.stdout and "schema_fingerprint:" in done.stdout
+
+
+def test_a_node_refuses_a_breaking_schema_and_takes_an_added_field(
+    declared3: LocalCluster,
+) -> None:
+    cluster = declared3
+    with Producer(config=cluster.config_path) as producer:
+        producer.publish("users", b'{"id": 2}')
+    cluster.stop(1)
+    schema_file = cluster.folder / "users.json"
+    retyped = {**USERS, "properties": {"id": {"type": "string"}, "name": {"type": "string"}}}
+    schema_file.write_text(json.dumps(retyped))
+    cluster.start(1)
+    proc = cluster.procs[1]
+    proc.wait(30)
+    assert proc.returncode != 0
+    log = cluster.log(1)
+    assert "'stream[0].schema' cannot replace the schema streams 'users' have" in log
+    assert "$.id is retyped" in log
+    added = {**USERS, "properties": {**USERS["properties"], "email": {"type": "string"}}}
+    schema_file.write_text(json.dumps(added))
+    cluster.start(1)
+    cluster.wait_serving([1])
+    assert "recovery:" not in cluster.log(1)  # the old version's segments are read, not cut
+    with Consumer("users", config=cluster.config_path, node=1, start="earliest") as consumer:
+        got = consumer.take(2, timeout_s=20)
+    assert [t.payload for t in got] == [b'{"id": 1, "name": "ada"}', b'{"id": 2}']
+    assert got[0].seq < got[1].seq
