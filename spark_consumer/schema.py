@@ -9,6 +9,8 @@ the seq). ``key`` and ``headers`` have Kafka's types already.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import (
@@ -25,6 +27,8 @@ from pyspark.sql.types import (
 
 from relay.core.flake import EPOCH_MS, TIME_SHIFT
 from relay.wire.replies import TxRow
+from spark_consumer.typed import arrays as typed_arrays
+from spark_consumer.typed import arrow_fields
 
 # as Kafka's source: each header a struct of its name ("key") and its value
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -73,7 +77,10 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-def to_arrow(stream: str, rows: list[TxRow], verified: list[bool]) -> pa.RecordBatch:
+def to_arrow(
+    stream: str, rows: list[TxRow], verified: list[bool], typed: Sequence[StructField] = ()
+) -> pa.RecordBatch:
+    """The rows as Arrow columns: relay's own, then a typed stream's fields (``typed``)."""
     seqs, origins, pids, mids, payloads, keys, headers, digests = zip(*rows, strict=True)
     count = len(seqs)
     names = pa.array([stream] * count, pa.string())
@@ -88,6 +95,10 @@ def to_arrow(stream: str, rows: list[TxRow], verified: list[bool]) -> pa.RecordB
         )
     else:  # the common case: every list empty, built from its offsets alone
         header_array = pa.ListArray.from_arrays(_zeros(count + 1), _NO_HEADER, ARROW_HEADERS)
+    extra, schema = [], ARROW_SCHEMA
+    if typed:
+        extra = typed_arrays(typed, payloads)
+        schema = pa.schema([*ARROW_SCHEMA, *arrow_fields(typed)])
     return pa.RecordBatch.from_arrays(
         [
             names,
@@ -106,8 +117,9 @@ def to_arrow(stream: str, rows: list[TxRow], verified: list[bool]) -> pa.RecordB
             seq_array,
             zeros,
             zeros,
+            *extra,
         ],
-        schema=ARROW_SCHEMA,
+        schema=schema,
     )
 
 

@@ -29,7 +29,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from relay import errors
 from relay.client.anchor import Anchor
@@ -40,6 +40,7 @@ from spark_consumer.progress import report_progress
 from spark_consumer.schema import SCHEMA, to_arrow
 from spark_consumer.sink import RelayStreamWriter, RelayWriter, parse_sink_options
 from spark_consumer.streams import read_offset, subscribed
+from spark_consumer.typed import stream_columns
 
 FETCHERS_MAX = 64
 
@@ -53,13 +54,23 @@ class RelayDataSource(DataSource):
         return "relay"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        """relay's columns, and a typed stream's fields after them (``spark_consumer.typed``)."""
+        o = parse_options(self.options, default_start="earliest")
+        typed = stream_columns(o.streams, list(o.nodes), o.pair(), set(SCHEMA.fieldNames()))
+        return StructType([*SCHEMA.fields, *typed])
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RelayBatchReader(parse_options(self.options, default_start="earliest"))
+        options = parse_options(self.options, default_start="earliest")
+        return RelayBatchReader(options, _typed(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RelayStreamReader(parse_options(self.options, default_start="latest"))
+        options = parse_options(self.options, default_start="latest")
+        return RelayStreamReader(options, _typed(schema))
+
+
+def _typed(schema: StructType) -> tuple[StructField, ...]:
+    """The typed columns of the schema a read was planned with (after relay's own)."""
+    return tuple(schema.fields[len(SCHEMA.fields) :])
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return RelayWriter(parse_sink_options(self.options, schema))
@@ -136,8 +147,9 @@ class Planner:
 
 
 class RelayBatchReader(DataSourceReader):
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, typed: tuple[StructField, ...]) -> None:
         self.options = options
+        self.typed = typed
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
@@ -150,12 +162,13 @@ class RelayBatchReader(DataSourceReader):
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.typed)
 
 
 class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, typed: tuple[StructField, ...]) -> None:
         self.options = options
+        self.typed = typed
         self.targets: dict[str, int] | None = None  # Trigger.AvailableNow: read up to these
         self.waiting_since = time.monotonic()  # the last batch, for minOffsetsPerTrigger
         self.turn = 0  # which stream's turn it is to be asked first (a shared read limit)
@@ -212,7 +225,7 @@ class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.plan(after, upto, exact=True)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.typed)
 
     def commit(self, end: dict[str, int]) -> None:
         """With option ``group``, report each stream's end as the group's committed position,
@@ -240,7 +253,9 @@ class RelayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.__dict__.update(state)
 
 
-def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    options: SourceOptions, partition: InputPartition, typed: tuple[StructField, ...] = ()
+) -> Iterator[pa.RecordBatch]:
     """The rows of one planned range. Spark reads a plan of no ranges (nothing to read) as one
     partition of its own making, which holds no rows."""
     if not isinstance(partition, RangePartition):
@@ -249,6 +264,6 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     fetcher = Fetcher(partition.stream, order, pair=options.pair())
     try:
         for chunk in ranges.read(fetcher, partition.seq_range, options):
-            yield to_arrow(partition.stream, chunk.rows, chunk.verified)
+            yield to_arrow(partition.stream, chunk.rows, chunk.verified, typed)
     finally:
         fetcher.close()

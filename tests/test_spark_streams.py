@@ -150,7 +150,7 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(cluster: LocalClu
         "maxTriggerDelay": "60s",
     }
     publish(cluster, "trig.s", 1)
-    reader = RelayStreamReader(parse_options(options, default_start="latest"))
+    reader = RelayStreamReader(parse_options(options, default_start="latest"), ())
     try:
         start = reader.initialOffset()
         publish(cluster, "trig.s", 10)

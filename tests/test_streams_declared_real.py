@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -22,10 +23,31 @@ USERS = {
     "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
     "required": ["id"],
 }
+EVENTS = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "user": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "key": {"type": "string"},
+        "amount": {"type": ["number", "null"]},
+        "meta": {"type": "object"},
+    },
+    "required": ["id"],
+}
 BLOCKS = """
 [[stream]]
 pattern = "users"
 schema = "users.json"
+
+[[stream]]
+pattern = "events"
+schema = "events.json"
 
 [[stream]]
 pattern = "orders.eu"
@@ -49,6 +71,7 @@ cleanup = "compact"
 def declared3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     folder = tmp_path_factory.mktemp("declared")
     (folder / "users.json").write_text(json.dumps(USERS))
+    (folder / "events.json").write_text(json.dumps(EVENTS))
     with LocalCluster(folder, nodes=3, streams=BLOCKS) as cluster:
         cluster.start()
         cluster.wait_serving()
@@ -127,3 +150,30 @@ def test_a_node_refuses_a_breaking_schema_and_takes_an_added_field(
         got = consumer.take(2, timeout_s=20)
     assert [t.payload for t in got] == [b'{"id": 1, "name": "ada"}', b'{"id": 2}']
     assert got[0].seq < got[1].seq
+
+
+@pytest.mark.spark
+def test_spark_reads_a_typed_streams_fields_as_columns(declared3: LocalCluster, spark: Any) -> None:
+    entries = [
+        {"id": 1, "user": {"name": "ada", "tags": ["a", "b"]}, "key": "k1", "amount": 2.5},
+        {"id": 2, "amount": 3, "meta": {"x": [1, 2]}},
+        {"id": 3, "amount": None},
+    ]
+    with Producer(config=declared3.config_path) as producer:
+        for entry in entries:
+            producer.publish("events", json.dumps(entry).encode(), key="row")
+    df = spark.read.format("relay").option("config", str(declared3.config_path))
+    rows = (
+        df.option("stream", "events")
+        .load()
+        .orderBy("seq")
+        .select("id", "user.name", "user.tags", "data_key", "key", "amount", "meta")
+        .collect()
+    )
+    assert [tuple(r) for r in rows] == [
+        (1, "ada", ["a", "b"], "k1", b"row", 2.5, None),
+        (2, None, None, None, b"row", 3.0, '{"x": [1, 2]}'),
+        (3, None, None, None, b"row", None, None),
+    ]
+    plain = df.option("stream", "orders.eu").load()
+    assert "id" not in plain.columns and len(plain.columns) == 16
