@@ -161,6 +161,7 @@ class ReadResult:
     verified_seq: int
     earliest_seq: int
     lost: bool  # the reader asked for txs already trimmed from the buffer
+    prevs: tuple[bytes, ...] = ()  # read from a compacted segment: each tx's own prev digest
 
 
 @dataclass(frozen=True, slots=True)

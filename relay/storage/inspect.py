@@ -1,8 +1,9 @@
 """Reading a node's logs while it is down, changing nothing: what ``relay log`` shows.
 
 How this works: every function here only reads. ``segments`` lists a stream's files with
-their seq and time ranges; ``verify`` re-folds every segment's chain and names the file and
-offset of the first record that does not hold; ``records`` walks a seq range.
+their seq and time ranges; ``verify`` re-folds every segment's chain (each record of a compacted
+segment from its own prev digest) and names the file and offset of the first record that does
+not hold; ``records`` walks a seq range.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx
 from relay.storage.files import OS_FILES
-from relay.storage.records import TXS, CorruptRecord
+from relay.storage.records import KEPT, TXS, CorruptRecord
 from relay.storage.segment import parse_name, scan
 from relay.storage.store import dir_name
 
@@ -52,7 +53,7 @@ def ordered(directory: Path) -> list[Path]:
     def key(path: Path) -> int:
         name = parse_name(path.name)
         assert name is not None
-        return name.first_seq if name.sealed else name.base_seq + 1
+        return name.order
 
     return sorted((p for p in directory.iterdir() if parse_name(p.name)), key=key)
 
@@ -67,8 +68,8 @@ def segments(directory: Path) -> list[SegmentInfo]:
         first = last = count = 0
         try:
             _, frames = scan(OS_FILES, path)
-            for kind, _, _, batch, _ in frames:
-                if kind == TXS:
+            for kind, _, _, batch, _, _ in frames:
+                if kind in (TXS, KEPT):
                     first, last = first or batch[0][0].seq, batch[-1][0].seq
                     count += len(batch)
         except CorruptRecord:
@@ -101,14 +102,17 @@ def verify(directory: Path, stream: str) -> tuple[int, str | None]:
             if chain is not None and (header.base_seq, header.base_digest) != (last, chain):
                 return checked, f"{path}: does not continue the segment before it"
             chain, last = header.base_digest, header.base_seq
-            for _, offset, _, batch, _ in frames:
-                for item, digest in batch:
-                    if item.seq <= last or fold_tx(chain, item) != digest:
+            for _, offset, _, batch, _, prevs in frames:
+                for i, (item, digest) in enumerate(batch):
+                    prev = prevs[i] if prevs else chain  # a kept record folds from its own
+                    if item.seq <= last or fold_tx(prev, item) != digest:
                         return checked, (
                             f"{path}: a record that does not chain (seq {item.seq}) in the frame "
                             f"at offset {offset}"
                         )
                     chain, last, checked = digest, item.seq, checked + 1
+            if header.compacted:
+                chain, last = header.end_digest, header.end_seq
         except CorruptRecord as exc:
             return checked, f"{path}: {exc}"
         except OSError as exc:
@@ -121,7 +125,7 @@ def records(directory: Path, after_seq: int, upto_seq: int) -> Iterator[tuple[Tx
     ``CorruptRecord``."""
     for path in ordered(directory):
         _, frames = scan(OS_FILES, path)
-        for _, _, _, batch, _ in frames:
+        for _, _, _, batch, _, _ in frames:
             for item, digest in batch:
                 if item.seq > upto_seq:
                     return

@@ -35,15 +35,16 @@ from relay.core.events import (
     Retained,
     SpanResult,
 )
-from relay.core.messages import ANSWER_BYTES_MAX, SyncData, Tx
+from relay.core.messages import ANSWER_BYTES_MAX, SyncData
 from relay.core.params import CoreParams
 from relay.core.reads import cut_span
 from relay.core.routing import QUEUE_SUFFIX
 from relay.core.status import NodeStatus
+from relay.storage.compactor import CompactionRunner, Compactor, ThreadCompactions
 from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
 from relay.storage.store import NodeStore
-from relay.storage.stream_log import StorageError
+from relay.storage.stream_log import LogSlice, StorageError
 from relay.storage.syncer import Syncer, SyncRunner, ThreadRunner
 
 log = logging.getLogger("relay.disk")
@@ -67,10 +68,17 @@ def restore_window(params: CoreParams) -> Window:
 
 
 class NodeDisk:
-    def __init__(self, store: NodeStore, window: Window, runner: SyncRunner | None = None) -> None:
+    def __init__(
+        self,
+        store: NodeStore,
+        window: Window,
+        runner: SyncRunner | None = None,
+        compactions: CompactionRunner | None = None,
+    ) -> None:
         self.store = store
         self.window = window
         self.runner = runner if runner is not None else ThreadRunner()
+        self.compactor = Compactor(store, compactions or ThreadCompactions(), window.dedup_ms)
         self.syncer: Syncer | None = None
         self.written: set[str] = set()  # logs written since the last retention pass
         self.changed: set[str] = set()  # logs written or trimmed since ``take_changed``
@@ -158,6 +166,11 @@ class NodeDisk:
                 events.append(Retained(name, base))
         return events
 
+    def compact(self, wall_ms: int, group_bound: Callable[[str], int]) -> None:
+        """Install a compaction that finished and start the next (``Compactor``);
+        ``group_bound``: the lowest committed position of a stream's consumer groups."""
+        self.changed.update(self.compactor.tick(wall_ms, group_bound))
+
     def take_changed(self) -> set[str]:
         """The logs written or trimmed since the last call."""
         changed, self.changed = self.changed, set()
@@ -203,10 +216,12 @@ class NodeDisk:
         earliest = log_.first_seq() if log_ else 0
         if found is None:
             return ReadResult(q.stream, (), (), b"", q.verified_seq, earliest, True)
-        prev, records = found
+        prev, records, prevs = found
         txs = tuple(tx for tx, _ in records)
         digests = tuple(d for _, d in records)
-        return ReadResult(q.stream, txs, digests, prev, q.verified_seq, earliest, False)
+        return ReadResult(
+            q.stream, txs, digests, prev, q.verified_seq, earliest, False, tuple(prevs)
+        )
 
     def span(self, q: LogSpan, ring_entries: RingEntries) -> SpanResult | Rejected:
         """A span starting below the memory ring: the log's part counted record by record
@@ -223,10 +238,10 @@ class NodeDisk:
                 return found
             if found is None:
                 return cut_span(q.stream, [], [], q.parts, q.readable_seq, 0, True)
-            if not found[1]:
+            if not found.records:
                 break
-            seqs += [tx.seq for tx, _ in found[1]]
-            digests += [d for _, d in found[1]]
+            seqs += [tx.seq for tx, _ in found.records]
+            digests += [d for _, d in found.records]
             after = seqs[-1]
         if len(seqs) < limit:
             more_seqs, more_digests = ring_entries(q.stream, after, q.upto_seq, limit - len(seqs))
@@ -239,16 +254,16 @@ class NodeDisk:
     def sync_data(self, q: LogSync, node_id: int) -> SyncData | None:
         """A peer's sync from below the memory ring, answered from the log."""
         found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit, ANSWER_BYTES_MAX)
-        if found is None or isinstance(found, Rejected) or not found[1]:
-            return None
-        prev, records = found
+        if found is None or isinstance(found, Rejected) or not found.records or found.prevs:
+            return None  # a compacted range does not chain: a peer cannot fold it
+        prev, records, _ = found
         txs = tuple(tx for tx, _ in records)
         digests = tuple(d for _, d in records)
         return SyncData(q.stream, node_id, q.requester, q.after_seq, prev, txs, digests, ())
 
     def _records(
         self, stream: str, after_seq: int, upto_seq: int, limit: int, bytes_max: int
-    ) -> tuple[bytes, list[tuple[Tx, bytes]]] | Rejected | None:
+    ) -> LogSlice | Rejected | None:
         log_ = self.store.logs.get(stream)
         if log_ is None:
             return None
@@ -260,6 +275,7 @@ class NodeDisk:
             return Rejected(errors.UNAVAILABLE, why)
 
     def close(self) -> None:
+        self.compactor.close()
         self.runner.close()  # the syncer's, started or not
         self.store.close()
 

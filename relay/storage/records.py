@@ -16,6 +16,10 @@ body), so a torn write or a flipped byte is found where it is. Kinds:
 - ``CUT``: ``seq u64``, right after a batch: its records above ``seq`` are void (the core gave
   up an unverified tail that ends inside the batch; the batch itself is never rewritten, so
   nothing at or below ``seq`` is ever taken off the disk).
+- ``KEPT``: the records a compaction kept (``compaction.py``), msgpack ``[[[seq, ...], prev,
+  digest], ...]``: each with the digest before it as well as after it, since the record before
+  it may be gone. Only a compacted segment holds them, and nothing else but its header, whose
+  map says where the segment's timeline ends (``"end": [seq, digest]``) whatever it kept.
 
 Everything read back is checked as hostile input: a bad frame raises ``CorruptRecord`` naming
 what is wrong; nothing here trusts a length or a type it has not checked.
@@ -36,13 +40,13 @@ import msgpack
 import msgspec
 
 from relay.core.digest import DIGEST_BYTES
-from relay.core.messages import Tx, payload_of, plain, producer_id_of
+from relay.core.messages import Tx, fold_tx, payload_of, plain, producer_id_of
 from relay.wire.fields import TxRow, as_bytes, as_int, as_str, checked_txs
 
 FORMAT = 2  # 2: records in batches
 FRAME = Struct(">IIB")  # length of kind + body, crc32 of kind + body, kind
 MARK_BODY = Struct(">Q")
-HEADER, TXS, MARK, CUT = 1, 2, 3, 4
+HEADER, TXS, MARK, CUT, KEPT = 1, 2, 3, 4, 5
 FRAME_BYTES_MAX = 64 << 20  # a batch's last record may be as large as a client request
 BATCH_BYTES = 192 << 10  # a batch frame holds about this much (or one larger record):
 # measured 2-6% more throughput than 512 KiB frames under glibc's default mmap threshold,
@@ -50,7 +54,9 @@ BATCH_BYTES = 192 << 10  # a batch frame holds about this much (or one larger re
 RECORD_OVERHEAD = 96  # a record's bytes besides its payload, key, producer id and headers
 
 Record = tuple[Tx, bytes]  # a tx and the stream's digest after it
+Kept = tuple[Tx, bytes, bytes]  # a compacted segment's record: the tx, the digests before and after
 _BATCH = msgspec.msgpack.Decoder(list[tuple[TxRow, bytes]])
+_KEPT = msgspec.msgpack.Decoder(list[tuple[TxRow, bytes, bytes]])
 _encode = msgspec.msgpack.Encoder().encode
 
 
@@ -64,6 +70,12 @@ class SegmentHeader:
     base_seq: int
     base_digest: bytes
     schema: bytes = b""  # the fingerprint of the schema its entries were checked against
+    end_seq: int = 0  # a compacted segment's: where its timeline ends, and the digest there
+    end_digest: bytes = b""
+
+    @property
+    def compacted(self) -> bool:
+        return self.end_seq > 0
 
 
 def frame(kind: int, body: bytes) -> bytes:
@@ -78,8 +90,11 @@ def frame_parts(kind: int, body: bytes) -> tuple[bytes, bytes]:
 
 def header_frame(header: SegmentHeader) -> bytes:
     fields: list[Any] = [FORMAT, header.stream, header.base_seq, header.base_digest]
-    if header.schema:
-        fields.append({"schema": header.schema})
+    extra: dict[str, Any] = {"schema": header.schema} if header.schema else {}
+    if header.compacted:
+        extra["end"] = [header.end_seq, header.end_digest]
+    if extra:
+        fields.append(extra)
     return frame(HEADER, msgpack.packb(fields))
 
 
@@ -104,6 +119,28 @@ def records_end_at(txs: Sequence[Tx]) -> list[int]:
         return list(accumulate(map(record_bytes, txs)))
     sizes = map(add, map(len, map(payload_of, txs)), map(len, map(producer_id_of, txs)))
     return list(accumulate(map(add, sizes, repeat(RECORD_OVERHEAD))))
+
+
+def kept_frame(records: list[Kept]) -> bytes:
+    return frame(KEPT, _encode(records))
+
+
+def decode_kept(body: bytes) -> list[Kept]:
+    """A compacted segment's records, each folding from its own prev digest to its digest
+    (checked here: a record that does not is corrupt)."""
+    try:
+        rows = _KEPT.decode(body)
+        txs = checked_txs([row for row, _, _ in rows])
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise CorruptRecord(f"bad kept batch: {exc}") from None
+    if not rows:
+        raise CorruptRecord("an empty kept batch")
+    found = []
+    for tx, (_, prev, digest) in zip(txs, rows, strict=True):
+        if len(prev) != DIGEST_BYTES or fold_tx(prev, tx) != digest:
+            raise CorruptRecord(f"bad kept batch: the record at seq {tx.seq} does not fold")
+        found.append((tx, prev, digest))
+    return found
 
 
 def mark_frame(seq: int) -> bytes:
@@ -144,12 +181,20 @@ def decode_header(body: bytes) -> SegmentHeader:
         if len(digest) != DIGEST_BYTES:
             raise ValueError("a digest has 32 bytes")
         extra = f[4] if len(f) == 5 else {}
-        if not isinstance(extra, dict) or set(extra) - {"schema"}:
-            raise ValueError("its last field is a map of a schema fingerprint alone")
+        if not isinstance(extra, dict) or set(extra) - {"schema", "end"}:
+            raise ValueError("its last field is a map of a schema fingerprint and an end")
         schema = as_bytes(extra.get("schema", b""))
         if len(schema) not in (0, DIGEST_BYTES):
             raise ValueError("a schema fingerprint has 32 bytes")
-        return SegmentHeader(as_str(f[1]), as_int(f[2]), digest, schema)
+        end_seq, end_digest = 0, b""
+        if "end" in extra:
+            end = extra["end"]
+            if not isinstance(end, list) or len(end) != 2:
+                raise ValueError("an end is [seq, digest]")
+            end_seq, end_digest = as_int(end[0]), as_bytes(end[1])
+            if end_seq <= as_int(f[2]) or len(end_digest) != DIGEST_BYTES:
+                raise ValueError("an end is a seq above the base and its 32-byte digest")
+        return SegmentHeader(as_str(f[1]), as_int(f[2]), digest, schema, end_seq, end_digest)
     except ValueError as exc:
         raise CorruptRecord(f"bad segment header: {exc}") from None
 

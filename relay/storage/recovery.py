@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from relay.core.dedup import content_tag
@@ -26,9 +28,10 @@ from relay.core.digest import genesis
 from relay.core.events import Restored
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import KeyRecord, Tx, fold_tx, tx_bytes
+from relay.storage.compaction import CLEANING
 from relay.storage.files import OS_FILES, Files
-from relay.storage.records import TXS, CorruptRecord
-from relay.storage.segment import Segment, parse_name, reopen, scan
+from relay.storage.records import KEPT, TXS, CorruptRecord
+from relay.storage.segment import Entry, Segment, SegmentName, parse_name, reopen, scan
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StreamLog
 
@@ -60,7 +63,7 @@ def open_log(
     files: Files = OS_FILES,
 ) -> Recovered:
     problems: list[str] = []
-    paths = sorted((p for p in files.listdir(directory) if parse_name(p.name)), key=_order)
+    paths = _leftovers_removed(files, directory)
     segments: list[Segment] = []
     tail = _Tail(window.keep, window.keep_bytes, window.dedup_keys_max)
     for i, path in enumerate(paths):
@@ -78,10 +81,39 @@ def open_log(
     return Recovered(log, tail.restored(stream, log, window.dedup_ms), problems)
 
 
-def _order(path: Path) -> int:
-    name = parse_name(path.name)
-    assert name is not None
-    return name.first_seq if name.sealed else name.base_seq + 1
+def _leftovers_removed(files: Files, directory: Path) -> list[Path]:
+    """The log's files in order, less what an unfinished compaction left: its file being
+    written (``.cleaning``), and the files a compacted segment in place replaces (it is renamed
+    into place only once whole and synced, before they are removed)."""
+    names: dict[Path, SegmentName] = {}
+    for path in files.listdir(directory):
+        if path.name.endswith(CLEANING):
+            files.unlink(path, missing_ok=True)
+        elif (name := parse_name(path.name)) is not None:
+            names[path] = name
+    replaced = [
+        path
+        for path, name in names.items()
+        if any(
+            other is not path and _covers(kept, name)
+            for other, kept in names.items()
+            if kept.compacted
+        )
+    ]
+    for path in replaced:
+        files.unlink(path)
+        del names[path]
+    if replaced:
+        files.fsync_dir(directory)
+    return sorted(names, key=lambda p: names[p].order)
+
+
+def _covers(kept: SegmentName, name: SegmentName) -> bool:
+    """Whether the compacted segment ``kept`` holds the whole range of ``name``'s file."""
+    if name.compacted:
+        inside = kept.base_seq <= name.base_seq and name.last_seq <= kept.last_seq
+        return inside and (kept.base_seq, kept.last_seq) != (name.base_seq, name.last_seq)
+    return name.sealed and kept.base_seq < name.first_seq and name.last_seq <= kept.last_seq
 
 
 def _head(segments: list[Segment]) -> int:
@@ -119,11 +151,15 @@ def _check(
         raise _Cut(f"{path}: does not continue the segment before it; cut here", path, 0, None)
     segment = Segment(path, header)
     tail.start(header.base_seq, header.base_digest)
+    if header.compacted:
+        return _check_compacted(path, segment, frames, tail)
     chain, last = header.base_digest, header.base_seq
     offset = segment.data_start
     segment.size = offset
     try:
-        for kind, offset, end, batch, mark in frames:
+        for kind, offset, end, batch, mark, _ in frames:
+            if kind == KEPT:
+                raise CorruptRecord(f"a compacted batch in a segment that is not, at {offset}")
             if kind == TXS:
                 for item, digest in batch:  # the whole frame holds, or it is cut whole
                     if item.seq <= last or fold_tx(chain, item) != digest:
@@ -139,6 +175,32 @@ def _check(
             segment.size = end
     except CorruptRecord as exc:
         raise _Cut(f"{path}: {exc}; cut here", path, segment.size, segment) from None
+    return segment
+
+
+def _check_compacted(path: Path, segment: Segment, frames: Iterator[Entry], tail: _Tail) -> Segment:
+    """A compacted segment: kept batches alone, whose records ascend inside its range (each
+    folds from its own prev digest: ``decode_kept``); its timeline ends where its header says.
+    What it holds is served from the log: the core's window starts after it."""
+    header = segment.header
+    last = header.base_seq
+    offset = segment.size = segment.data_start
+    try:
+        for kind, offset, end, batch, _, _ in frames:
+            if kind != KEPT:
+                raise CorruptRecord(f"a frame of kind {kind} in a compacted segment at {offset}")
+            if batch[0][0].seq <= last or batch[-1][0].seq > header.end_seq:
+                raise CorruptRecord(f"kept records out of order or range at offset {offset}")
+            if any(a[0].seq >= b[0].seq for a, b in pairwise(batch)):
+                raise CorruptRecord(f"kept records out of order at offset {offset}")
+            last = batch[-1][0].seq
+            segment.noted(batch, offset)
+            segment.note_tombstones(tx for tx, _ in batch)
+            segment.size = end
+    except CorruptRecord as exc:
+        raise _Cut(f"{path}: {exc}; cut here", path, 0, None) from None
+    segment.last_seq, segment.last_digest = header.end_seq, header.end_digest
+    tail.start_over(header.end_seq, header.end_digest)
     return segment
 
 
@@ -181,6 +243,15 @@ class _Tail:
         if self.base is None:  # the log starts at a verified seq (genesis or a snapshot's)
             self.base = (base_seq, base_digest)
             self.mark_seq = base_seq
+
+    def start_over(self, seq: int, digest: bytes) -> None:
+        """Everything up to ``seq`` is verified and served from the log alone (a compacted
+        segment ends there): the window starts after it."""
+        self.verified.clear()
+        self.unverified.clear()
+        self.verified_bytes = 0
+        self.base = (seq, digest)
+        self.mark_seq = max(self.mark_seq, seq)
 
     def add(self, records: list[tuple[Tx, bytes]]) -> None:
         self.unverified += records

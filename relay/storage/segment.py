@@ -2,7 +2,9 @@
 
 How this works: the active segment is named by the seq its timeline continues from
 (``<base>.open``); sealing renames it to ``<first>-<last>_<first ms>-<last ms>.seg``, so a
-reader finds the file for a seq or a time from the names alone. While a segment is written or
+reader finds the file for a seq or a time from the names alone. A compacted segment
+(``compaction.py``) is ``<base>-<end>.kept``: the timeline after ``base`` up to ``end``, less
+what the compaction dropped. While a segment is written or
 scanned it keeps a sparse index, one ``(seq, offset)`` every ``INDEX_BYTES`` of records, so a
 read seeks near its start and parses forward.
 """
@@ -12,21 +14,25 @@ from __future__ import annotations
 import mmap
 import re
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from relay.core.flake import seq_unix_ms
+from relay.core.messages import Tx
 from relay.storage.files import Files
 from relay.storage.records import (
     CUT,
     HEADER,
+    KEPT,
     MARK,
     TXS,
     CorruptRecord,
     Record,
     SegmentHeader,
     decode_header,
+    decode_kept,
     decode_seq,
     decode_txs,
     header_frame,
@@ -36,6 +42,7 @@ from relay.storage.records import (
 INDEX_BYTES = 64 << 10
 SEALED = re.compile(r"^(\d{20})-(\d{20})_(\d{13})-(\d{13})\.seg$")
 ACTIVE = re.compile(r"^(\d{20})\.open$")
+COMPACTED = re.compile(r"^(\d{20})-(\d{20})\.kept$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,12 @@ class SegmentName:
     first_ms: int
     last_ms: int
     sealed: bool
+    compacted: bool = False
+
+    @property
+    def order(self) -> int:
+        """Where the file goes among its log's: by the first seq it may hold."""
+        return self.first_seq if self.sealed and not self.compacted else self.base_seq + 1
 
 
 def parse_name(name: str) -> SegmentName | None:
@@ -53,6 +66,10 @@ def parse_name(name: str) -> SegmentName | None:
     if m:
         first, last, first_ms, last_ms = (int(g) for g in m.groups())
         return SegmentName(0, first, last, first_ms, last_ms, True)
+    m = COMPACTED.match(name)
+    if m:
+        base, end = int(m.group(1)), int(m.group(2))
+        return SegmentName(base, 0, end, 0, 0, True, True)
     m = ACTIVE.match(name)
     if m:
         return SegmentName(int(m.group(1)), 0, 0, 0, 0, False)
@@ -71,10 +88,15 @@ class Segment:
     created_ms: int = 0  # wall time it was opened for writing (segment_ms rolls on it)
     index: list[tuple[int, int]] = field(default_factory=list)  # (seq, frame offset)
     indexed_at: int = -INDEX_BYTES  # offset of the last indexed frame
+    oldest_tombstone_ms: int = 0  # a compacted segment's: its oldest tombstone's time (0: none)
 
     @property
     def sealed(self) -> bool:
-        return self.path.suffix == ".seg"
+        return self.path.suffix in (".seg", ".kept")
+
+    @property
+    def compacted(self) -> bool:
+        return self.header.compacted
 
     @property
     def head_seq(self) -> int:
@@ -83,6 +105,9 @@ class Segment:
     @property
     def head_digest(self) -> bytes:
         return self.last_digest or self.header.base_digest
+
+    def compacted_name(self) -> str:
+        return f"{self.header.base_seq:020d}-{self.header.end_seq:020d}.kept"
 
     def sealed_name(self) -> str:
         first, last = self.first_seq, self.last_seq
@@ -97,6 +122,14 @@ class Segment:
         if offset - self.indexed_at >= INDEX_BYTES:
             self.index.append((records[0][0].seq, offset))
             self.indexed_at = offset
+
+    def note_tombstones(self, txs: Iterable[Tx]) -> None:
+        """Kept ``txs`` were written or scanned: the oldest tombstone among them counts."""
+        for tx in txs:
+            if tx.key is not None and not tx.payload:
+                ms = seq_unix_ms(tx.seq)
+                if not self.oldest_tombstone_ms or ms < self.oldest_tombstone_ms:
+                    self.oldest_tombstone_ms = ms
 
     def offset_before(self, seq: int) -> int:
         """An offset at or before the frame holding the first tx above ``seq`` (a frame
@@ -131,7 +164,15 @@ def create(
     return Segment(path, header, size=len(data), created_ms=wall_ms), fd
 
 
-Entry = tuple[int, int, int, list[Record], int]  # (kind, offset, end, records, mark seq)
+class Entry(NamedTuple):
+    """One frame as read: a batch (its cuts applied), a compacted batch, or a mark."""
+
+    kind: int
+    offset: int
+    end: int  # where the next frame starts
+    records: list[Record]  # (tx, digest) of a batch, TXS or KEPT
+    mark: int  # a mark's seq
+    prevs: list[bytes]  # a KEPT batch's: the digest before each record
 
 
 def scan(files: Files, path: Path) -> tuple[SegmentHeader, Iterator[Entry]]:
@@ -156,9 +197,13 @@ def entries(data: bytes | mmap.mmap, offset: int) -> Iterator[Entry]:
         try:
             if kind == TXS:
                 end, batch = _cuts_applied(data, end, decode_txs(body))
-                entry: Entry = (kind, offset, end, batch, 0)
+                entry = Entry(kind, offset, end, batch, 0, [])
+            elif kind == KEPT:
+                kept = decode_kept(body)
+                batch = [(tx, digest) for tx, _, digest in kept]
+                entry = Entry(kind, offset, end, batch, 0, [prev for _, prev, _ in kept])
             elif kind == MARK:
-                entry = (kind, offset, end, [], decode_seq(body))
+                entry = Entry(kind, offset, end, [], decode_seq(body), [])
             elif kind == CUT:
                 raise CorruptRecord("a cut frame that follows no batch")
             else:

@@ -16,10 +16,12 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from relay.core.events import Persist
 from relay.core.flake import seq_unix_ms
 from relay.core.messages import Tx, fold_tx, tx_bytes
+from relay.storage import compaction
 from relay.storage.files import IOV_MAX, OS_FILES, Files
 from relay.storage.records import (
     BATCH_BYTES,
@@ -34,6 +36,15 @@ from relay.storage.records import (
 )
 from relay.storage.segment import Entry, Segment, create, entries, reopen
 from relay.storage.settings import StorageSettings
+
+
+class LogSlice(NamedTuple):
+    """Records read from the log, after the digest ``prev``: chained from it, or (read from a
+    compacted segment) each from its own digest in ``prevs``."""
+
+    prev: bytes
+    records: list[tuple[Tx, bytes]]
+    prevs: list[bytes]  # empty when the records chain from ``prev``
 
 
 class StorageError(RuntimeError):
@@ -116,7 +127,7 @@ class StreamLog:
                     f"up to {self.mark}"
                 )
             elif p.base_seq < self.head_seq:
-                self._cut_after(p.base_seq)
+                self._cut_after(p.base_seq, p.base_digest)
             if p.base_seq != self.head_seq:
                 raise StorageError(
                     f"{self.stream}: the log ends at seq {self.head_seq}, "
@@ -277,8 +288,9 @@ class StreamLog:
         self.unsynced.directory = True
         self._track()
 
-    def _cut_after(self, seq: int) -> None:
-        """Cut the log after ``seq`` (the core gave up an unverified tail)."""
+    def _cut_after(self, seq: int, digest_at: bytes) -> None:
+        """Cut the log after ``seq``, whose digest is ``digest_at`` (the core gave up an
+        unverified tail, or rewinds to a quorum's timeline)."""
         if seq < self.segments[0].header.base_seq:  # refused before anything is touched
             raise StorageError(f"{self.stream}: a cut after {seq} reaches below the log")
         while len(self.segments) > 1 and self.segments[-1].header.base_seq >= seq:
@@ -286,11 +298,22 @@ class StreamLog:
             self.files.unlink(self.segments.pop().path)
             self.unsynced.directory = True
         segment = self.segments[-1]
+        if segment.compacted and seq == segment.header.base_seq:  # the log's first: all goes
+            self._start_over(seq, digest_at, 0)
+            return
+        if segment.compacted:  # a rewind into it: rewritten with its end moved back
+            self._retire()
+            self.segments[-1] = compaction.rewrite(
+                self.files, self.directory, segment, seq, digest_at
+            )
+            self.mark = min(self.mark, seq)
+            self.synced_mark = min(self.synced_mark, seq)
+            return
         start = segment.offset_before(seq)
         cut, last, digest = start, 0, b""
         inside = False  # the cut lands inside a batch: a cut frame after it voids the rest
         removed = voided = 0  # records above ``seq``, read to the end to count them (a
-        for kind, _, end, found, _ in self._frames(segment, start):  # short tail): in frames
+        for kind, _, end, found, _, _ in self._frames(segment, start):  # short tail): in frames
             if kind == MARK:  # the truncation takes, and in a batch the cut frame voids
                 continue
             kept = [r for r in found if r[0].seq <= seq] if not (inside or removed) else []
@@ -352,21 +375,25 @@ class StreamLog:
 
     # --- reading ------------------------------------------------------------------------
 
-    def read(
-        self, after_seq: int, upto_seq: int, limit: int, bytes_max: int
-    ) -> tuple[bytes, list[tuple[Tx, bytes]]] | None:
-        """(digest at ``after_seq``, up to ``limit`` records after it and at or below
-        ``upto_seq`` and within ``bytes_max`` (one larger record still goes)), the chain
-        re-checked; None if the log no longer holds ``after_seq``. Stops at the end of a
-        segment: ask again from the last seq."""
+    def read(self, after_seq: int, upto_seq: int, limit: int, bytes_max: int) -> LogSlice | None:
+        """Up to ``limit`` records after ``after_seq`` and at or below ``upto_seq`` and within
+        ``bytes_max`` (one larger record still goes), each re-checked; None if the log no
+        longer holds ``after_seq``. Stops at the end of a segment: ask again from its head. A
+        compacted segment's records come with their own prev digests (``LogSlice.prevs``); one
+        that holds nothing after ``after_seq`` is passed over."""
         segment = next((s for s in self.segments if s.head_seq > after_seq), None)
         if segment is None or after_seq < segment.header.base_seq:
             return None
+        if segment.compacted:
+            found = self._read_kept(segment, after_seq, upto_seq, limit, bytes_max)
+            if found.records or segment.head_seq > upto_seq:
+                return found
+            return self.read(segment.head_seq, upto_seq, limit, bytes_max)
         chain = segment.header.base_digest
-        found: list[tuple[Tx, bytes]] = []
+        records: list[tuple[Tx, bytes]] = []
         size = 0
         start = segment.offset_before(after_seq)
-        for kind, offset, _, batch, _ in self._frames(segment, start):
+        for kind, offset, _, batch, _, _ in self._frames(segment, start):
             if kind == MARK:
                 continue
             for item, digest in batch:
@@ -374,16 +401,33 @@ class StreamLog:
                     chain = digest  # the anchor: checked against what follows it
                     continue
                 size += tx_bytes(item)
-                if item.seq > upto_seq or len(found) >= limit or (size > bytes_max and found):
-                    return chain, found
-                expected = fold_tx(found[-1][1] if found else chain, item)
+                if item.seq > upto_seq or len(records) >= limit or (size > bytes_max and records):
+                    return LogSlice(chain, records, [])
+                expected = fold_tx(records[-1][1] if records else chain, item)
                 if expected != digest:
                     raise CorruptRecord(
                         f"{segment.path}: the record at seq {item.seq} in the frame at offset "
                         f"{offset} does not chain"
                     )
-                found.append((item, digest))
-        return chain, found
+                records.append((item, digest))
+        return LogSlice(chain, records, [])
+
+    def _read_kept(
+        self, segment: Segment, after_seq: int, upto_seq: int, limit: int, bytes_max: int
+    ) -> LogSlice:
+        records: list[tuple[Tx, bytes]] = []
+        prevs: list[bytes] = []
+        size = 0
+        for _, _, _, batch, _, own in self._frames(segment, segment.offset_before(after_seq)):
+            for (item, digest), prev in zip(batch, own, strict=True):
+                if item.seq <= after_seq:
+                    continue
+                size += tx_bytes(item)
+                if item.seq > upto_seq or len(records) >= limit or (size > bytes_max and records):
+                    return LogSlice(prevs[0], records, prevs)
+                records.append((item, digest))
+                prevs.append(prev)
+        return LogSlice(prevs[0] if prevs else segment.head_digest, records, prevs)
 
     def _frames(self, segment: Segment, offset: int) -> Iterator[Entry]:
         with self.files.view(segment.path, offset) as data:
