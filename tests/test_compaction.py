@@ -112,7 +112,7 @@ def test_tombstones_stay_until_their_retention_then_go(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_pass_leaves_a_log_recovery_makes_whole(tmp_path: Path) -> None:
-    log, txs, _ = compacted(tmp_path)
+    log, _txs, _ = compacted(tmp_path)
     bound = [s for s in log.segments if s.sealed][-1].head_seq
     before = everything(log)[0]
     built = compaction.build(log.files, log.directory, log.segments, bound, 0, 4096)
@@ -142,7 +142,7 @@ def test_an_interrupted_pass_leaves_a_log_recovery_makes_whole(tmp_path: Path) -
 
 def test_a_second_pass_compacts_the_first_ones_output_with_newer_segments(tmp_path: Path) -> None:
     log, txs, digests = compacted(tmp_path, count=200, keys=5)
-    first_bound = [s for s in log.segments if s.sealed][0].head_seq
+    first_bound = next(s for s in log.segments if s.sealed).head_seq
     run_pass(log, first_bound, T0)
     more, more_digests = [], []
     digest = digests[-1]
@@ -177,7 +177,7 @@ def test_a_rewind_into_a_compacted_segment_rewrites_its_end(tmp_path: Path) -> N
     from relay.core.events import Persist
 
     log, txs, digests = compacted(tmp_path)
-    first = [s for s in log.segments if s.sealed][0]
+    first = next(s for s in log.segments if s.sealed)
     run_pass(log, first.head_seq, T0)
     segment = log.segments[0]
     assert segment.compacted
