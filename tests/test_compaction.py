@@ -206,11 +206,11 @@ def test_the_compactor_runs_a_pass_per_tick_and_honours_the_group_bound(tmp_path
     store.logs["s"] = log
     compactor = Compactor(store, InlineCompactions(), dedup_ms=0)
     far = T0 + 10**7
-    assert compactor.tick(far, lambda s: 0) == []  # a group that read nothing: no pass
+    assert compactor.tick(far, {"s": 0}) == []  # a group that read nothing: no pass
     assert compactor.running is None and compactor.passes == 0
     held = [t for t in txs if t.seq <= txs[100].seq]
-    compactor.tick(far, lambda s: txs[100].seq)
-    assert compactor.tick(far, lambda s: txs[100].seq) == ["s"]
+    compactor.tick(far, {"s": txs[100].seq})
+    assert compactor.tick(far, {"s": txs[100].seq}) == ["s"]
     got = everything(log)[0]
     assert [t for t in got if t.seq > txs[100].seq] == [t for t in txs if t.seq > txs[100].seq]
     assert len([t for t in got if t.seq <= txs[100].seq]) < len(held)

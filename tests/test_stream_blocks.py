@@ -97,7 +97,7 @@ retention_ms = 60000
         ('pattern = "a"\nschema = "missing.json"', r"'stream\[0\].schema'.*cannot read"),
         ('pattern = "a"\nschema_major = 2', r"'stream\[0\].schema_major' needs a schema"),
         ('pattern = "a b"', r"'stream\[0\].pattern' must be a glob"),
-        ('pattern = "x.__queue.g"', r"'stream\[0\].pattern' 'x.__queue.g': a control stream"),
+        ('pattern = "x.__queue.g"', r"'stream\[0\].pattern' 'x.__queue.g': one of relay's own"),
         ('pattern = "a"\n[[stream]]\npattern = "a"', r"'stream\[1\].pattern' 'a' is also stream"),
     ],
 )

@@ -49,6 +49,12 @@ FORMAT_HELP = (
     help="Resume after this consumer group's committed position (--from applies when it has "
     "none) and commit what was printed every 5 s and at exit.",
 )
+@click.option(
+    "--compacted-view",
+    is_flag=True,
+    help="Print the stream as a table: the newest transaction of each live key (a tombstone "
+    "deletes its key) from the earliest up to the verified head, in seq order, and stop.",
+)
 def consume(
     target: Target,
     stream: str,
@@ -64,9 +70,11 @@ def consume(
     as_json: bool,
     seq_numbers: bool,
     group: str | None,
+    compacted_view: bool,
 ) -> None:
     """Print a stream's verified transactions, following redirects and failing over."""
     from relay import Consumer, RelayError
+    from relay.client.table import newest_by_key
 
     try:
         write = formatter("json" if as_json else fmt or "%s %v\\n", seq_numbers)
@@ -78,6 +86,12 @@ def consume(
     seen = 0
     target.addresses(node_id)  # a --node the target does not have is a usage error
     try:
+        if compacted_view:
+            with Consumer(stream, **target.client_args, node=node_id, start="earliest") as c:
+                for tx in newest_by_key(c):
+                    out.write(write(tx))
+            out.flush()
+            return
         begin = _start_of(target, stream, node_id, start, since, last)
         with Consumer(stream, **target.client_args, node=node_id, start=begin, group=group) as c:
             quiet_since = time.monotonic()

@@ -7,7 +7,9 @@ So another replica is asked for its digest (a ``span``) at a seq of that batch: 
 agree there, after the same count of txs. Each replica serves only what a quorum verified and
 equal digests prove equal prefixes, so once a second replica agrees the consumer's own chain is
 the anchor: every later batch, from any node, must continue it. With no other node known there
-is nothing to compare, and the chain alone is checked.
+is nothing to compare, and the chain alone is checked. Rows of a compacted range do not chain;
+each folds from its own prev digest, and a second replica's digests at the seqs both hold must
+be the same (``confirm_kept``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from relay.client.directory import NodeAddress
 from relay.client.fetcher import Fetcher
 
 RETRY_S = 0.05  # a second replica that has not verified the batch yet is asked again
+KEPT_CUTS = 16  # the seqs a second replica names in a compacted range, to compare digests at
 
 
 class Anchor:
@@ -42,15 +45,9 @@ class Anchor:
         """Whether a replica other than ``serving`` agrees with the batch (``seqs`` ascending,
         each with the digest after it) within ``timeout_s``; ``DigestMismatchError`` if one
         disagrees."""
-        same = (serving.host, serving.port) if serving else None
-        if not [a for a in self.order if (a.host, a.port) != same] or not seqs:
+        fetcher = self._other(serving)
+        if fetcher is None or not seqs:
             return True
-        if self._fetcher is None or self._fetcher.avoid != serving:
-            self.close()
-            self._fetcher = Fetcher(
-                self.stream, self.order, self.reply_timeout_s, avoid=serving, pair=self.pair
-            )
-        fetcher = self._fetcher
         deadline = time.monotonic() + timeout_s
         while True:
             spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, 1)
@@ -71,6 +68,41 @@ class Anchor:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(RETRY_S)  # a replica that has not verified the batch yet
+
+    def confirm_kept(
+        self, serving: NodeAddress | None, seqs: list[int], digests: list[bytes], timeout_s: float
+    ) -> None:
+        """Hold rows of a compacted range against a second replica: where its span of the same
+        range cuts at a seq among ``seqs``, the digests there must be equal
+        (``DigestMismatchError`` if not). Replicas compact on their own schedules, so a cut may
+        land on a record only one of them kept: that says nothing either way."""
+        fetcher = self._other(serving)
+        if fetcher is None or not seqs:
+            return
+        deadline = time.monotonic() + timeout_s
+        spanned = None
+        while spanned is None and time.monotonic() < deadline:
+            spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, KEPT_CUTS)
+        held = dict(zip(seqs, digests, strict=True))
+        for seq, digest, _ in spanned.bounds if spanned is not None else ():
+            if seq in held and held[seq] != digest:
+                raise errors.DigestMismatchError(
+                    "digest_mismatch",
+                    f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq} of a "
+                    "compacted range; the first served a record the second does not hold",
+                )
+
+    def _other(self, serving: NodeAddress | None) -> Fetcher | None:
+        """A fetcher of every node but ``serving`` (None if there is no other)."""
+        same = (serving.host, serving.port) if serving else None
+        if not [a for a in self.order if (a.host, a.port) != same]:
+            return None
+        if self._fetcher is None or self._fetcher.avoid != serving:
+            self.close()
+            self._fetcher = Fetcher(
+                self.stream, self.order, self.reply_timeout_s, avoid=serving, pair=self.pair
+            )
+        return self._fetcher
 
     def close(self) -> None:
         if self._fetcher is not None:

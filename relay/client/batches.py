@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from relay import errors
 from relay.client.fetcher import Fetcher
+from relay.core.routing import BATCH_SUFFIX
 
 HEADER = "relay-batch"
-SUFFIX = ".__batch."
 INDEX_MAX = 1 << 24  # the most items a batch may have (a 2 MiB bitmap)
 
 
@@ -42,7 +42,7 @@ class BatchStatus:
 
 
 def batch_stream(stream: str, batch_id: str) -> str:
-    return f"{stream}{SUFFIX}{batch_id}"
+    return f"{stream}{BATCH_SUFFIX}{batch_id}"
 
 
 def item_header(batch: str, index: int) -> tuple[str, bytes]:
@@ -54,7 +54,9 @@ def item_of(headers: tuple[tuple[str, bytes], ...], stream: str) -> tuple[str, i
     for name, value in headers:
         if name == HEADER:
             batch, sep, index = value.decode("utf-8", "replace").rpartition("#")
-            ours = batch.startswith(stream + SUFFIX) and len(batch) > len(stream + SUFFIX)
+            ours = batch.startswith(stream + BATCH_SUFFIX) and len(batch) > len(
+                stream + BATCH_SUFFIX
+            )
             if sep and ours and index.isascii() and index.isdigit() and int(index) < INDEX_MAX:
                 return batch, int(index)
     return None

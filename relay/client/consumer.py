@@ -26,6 +26,7 @@ from relay.client.groups import commit_payload, group_stream, read_committed
 from relay.client.producer import Producer
 from relay.core.digest import Folder, Headers
 from relay.core.flake import SEQ_MAX, make_seq, seq_unix_ms
+from relay.wire.replies import TxsReply
 
 Start = str | int | datetime
 ACKS_PER_RECORD = 20_000  # batch item indexes per ack record (under 1 MiB however scattered)
@@ -86,6 +87,8 @@ class Consumer:
         self._started = False
         self._strict = False
         self._confirmed = False  # a second replica agreed with a batch: the chain is anchored
+        self._kept_gap = False  # the last rows came from a compacted range: no chain to continue
+        self._through = 0  # how far a compacted range was read (past records it dropped)
         self.group = group
         self.commit_interval_s = commit_interval_ms / 1000
         self.committed_seq = 0
@@ -136,7 +139,8 @@ class Consumer:
         """Everything the serving node had verified at its last answer is taken (kcat's end
         of partition); False until a node has answered."""
         head = self.verified_head
-        return head is not None and self._started and not self._buffer and self.position >= head
+        reached = max(self.position, self._through)  # a compacted range may end past its last
+        return head is not None and self._started and not self._buffer and reached >= head
 
     @property
     def node(self) -> NodeAddress | None:
@@ -220,13 +224,13 @@ class Consumer:
         if not self._started:
             self._begin()
             return
-        after = self._buffer[-1].seq if self._buffer else self.position
+        after = max(self._buffer[-1].seq if self._buffer else self.position, self._through)
         reply = self._fetcher.fetch(after, self.batch_max, wait_ms)
         if reply is None:
             return
         self.verified_head = reply.verified_seq
         if reply.lost and isinstance(self._start, datetime) and not self._strict:
-            self.position = 0  # a time before what is retained: from the oldest available
+            self.position = self._through = 0  # a time before what is retained: the oldest
             return
         if reply.lost:
             raise errors.DataLossError(
@@ -234,9 +238,14 @@ class Consumer:
                 f"{self.stream!r}: the txs after seq {after} were trimmed from every buffer "
                 f"this consumer reached; the earliest held is {reply.earliest_seq}",
             )
+        if reply.through_seq:
+            self._take_kept(reply)
+            return
         if not reply.rows:
             return
-        if self._buffer:
+        if self._kept_gap:  # after a compacted range: the chain starts anew, anchored again
+            chain, self._kept_gap, self._confirmed = reply.prev_digest, False, False
+        elif self._buffer:
             chain = self._buffer[-1].digest
         elif self._strict and self.last_digest is not None:
             chain = self.last_digest
@@ -263,6 +272,30 @@ class Consumer:
             self._confirmed = True
         self._buffer.extend(batch)
         self._strict = True
+
+    def _take_kept(self, reply: TxsReply) -> None:
+        """Rows read from a compacted segment: each must fold from its own prev digest to its
+        digest, and where a second replica holds the same seqs it must agree on their digests
+        (docs/design.md, "Compacted streams"). The chain after them is anchored anew."""
+        batch = []
+        fold = self._folder.fold
+        for row, prev in zip(reply.rows, reply.prevs, strict=True):
+            seq, origin, pid, mid, payload, key, headers, digest = row
+            if self.verify and fold(prev, seq, origin, pid, mid, payload, key, headers) != digest:
+                raise errors.DigestMismatchError(
+                    "digest_mismatch",
+                    f"{self.stream!r} seq {seq} from {self.node} (a compacted range) does not "
+                    "fold from the digest it names before it",
+                )
+            batch.append(
+                Transaction(self.stream, seq, origin, payload, digest, pid, mid, key, headers)
+            )
+        if self.verify:
+            seqs, digests = [t.seq for t in batch], [t.digest for t in batch]
+            self._anchor.confirm_kept(self.node, seqs, digests, self.reply_timeout_s)
+        self._buffer.extend(batch)
+        self._kept_gap = True
+        self._through = reply.through_seq
 
     def _begin(self) -> None:
         if self._group_fetcher is not None:

@@ -26,8 +26,8 @@ from relay.client.anchor import Anchor
 from relay.client.fetcher import Fetcher
 from relay.core.digest import DIGEST_BYTES, fold
 from relay.core.flake import make_seq, seq_unix_ms
+from relay.core.routing import GROUP_SUFFIX
 
-SUFFIX = ".__group."
 LOOK_BACK_MS = 60_000  # the first window looked back over for the last commit
 
 
@@ -42,12 +42,12 @@ class Committed:
 def group_stream(stream: str, group: str) -> str:
     if not group or any(c in group for c in "*?[] \t\r\n\0"):
         raise ValueError(f"a group name is non-empty, without spaces or glob characters: {group!r}")
-    return f"{stream}{SUFFIX}{group}"
+    return f"{stream}{GROUP_SUFFIX}{group}"
 
 
 def parse_group_stream(name: str) -> tuple[str, str] | None:
     """(stream, group) of a group stream's name, or None for another stream."""
-    stream, sep, group = name.rpartition(SUFFIX)
+    stream, sep, group = name.rpartition(GROUP_SUFFIX)
     return (stream, group) if sep and stream and group else None
 
 

@@ -6,8 +6,8 @@ may set the stream's replicas (``nodes``), its log's roll and retention, its lar
 (``max_payload_bytes``), its cleanup (``delete``, or ``compact`` to the newest tx per key), its
 type (``schema``: a JSON Schema file, relative to the cluster file, and ``schema_major``), and
 whether a publish may create a stream under a glob pattern at all (``create``; a pattern with
-no glob characters declares the one stream it names). A work group's control stream takes no
-block: it is the queue's own.
+no glob characters declares the one stream it names). relay's own streams (a work group's
+control stream, a consumer group's commits, a batch's acks) take no block.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from relay.core.routing import Routing, StreamRule, is_control, stream_name_problem
+from relay.core.routing import Routing, StreamRule, is_relays_own, stream_name_problem
 from relay.schema import document
 from relay.schema.document import Schema
 from relay.storage import settings as storage
@@ -162,8 +162,9 @@ def _block(
         )
     literal = not any(c in pattern for c in "*?[")
     problem = stream_name_problem(pattern) if literal else None
-    if problem or (literal and is_control(pattern)):
-        raise BlockError(f"{where}: '{label}.pattern' {pattern!r}: {problem or 'a control stream'}")
+    if problem or (literal and is_relays_own(pattern)):
+        why = problem or "one of relay's own streams, which take no block"
+        raise BlockError(f"{where}: '{label}.pattern' {pattern!r}: {why}")
     nodes = table.get("nodes", [])
     if (
         not isinstance(nodes, list)

@@ -162,6 +162,7 @@ class ReadResult:
     earliest_seq: int
     lost: bool  # the reader asked for txs already trimmed from the buffer
     prevs: tuple[bytes, ...] = ()  # read from a compacted segment: each tx's own prev digest
+    through_seq: int = 0  # and the txs are all it kept after the read's start up to here
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ Two sources, both glob patterns matched case-sensitively: each node's ``streams`
 subscriptions), and the cluster's ``[[stream]]`` blocks, of which the first whose pattern
 matches a stream is its rule. A rule that names its nodes sets the stream's replicas; one that
 does not leaves them to the subscriptions. A work group's control stream takes no rule: it is
-the queue's own, and always kept whole under the defaults.
+the queue's own, and always kept whole under the defaults; so are a consumer group's commits
+and a batch's close and acks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from fnmatch import fnmatchcase
 STREAM_NAME_BYTES_MAX = 200
 QUEUE_SUFFIX = ".__queue."  # <stream>.__queue.<group>: a work group's control stream
 DEAD_SUFFIX = ".dead"  # <stream>.dead: the jobs that died in its work groups
+GROUP_SUFFIX = ".__group."  # <stream>.__group.<group>: a consumer group's commits
+BATCH_SUFFIX = ".__batch."  # <stream>.__batch.<id>: a fan-out batch's close and acks
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,12 @@ class StreamRule:
     def declares(self) -> bool:
         """The pattern names one stream (no glob characters): that stream is declared."""
         return not any(c in self.pattern for c in "*?[")
+
+
+def is_relays_own(stream: str) -> bool:
+    """Whether ``stream`` is one relay keeps for a stream: a work group's control stream, a
+    consumer group's commits, a batch's close and acks. No ``[[stream]]`` block holds one."""
+    return is_control(stream) or GROUP_SUFFIX in stream or BATCH_SUFFIX in stream
 
 
 def is_control(stream: str) -> bool:
@@ -76,13 +85,13 @@ class Routing:
         self._rules: dict[str, StreamRule | None] = {}
 
     def rule_of(self, stream: str) -> StreamRule | None:
-        """The first rule whose pattern matches ``stream`` (none for a control stream)."""
+        """The first rule whose pattern matches ``stream`` (none for relay's own streams)."""
         if not self.rules:
             return None
         if stream in self._rules:
             return self._rules[stream]
         found = None
-        if not is_control(stream):
+        if not is_relays_own(stream):
             found = next((r for r in self.rules if r.covers(stream)), None)
         if len(self._rules) >= self.CACHE_MAX:
             self._rules.clear()
@@ -92,13 +101,17 @@ class Routing:
     def replicas_of(self, stream: str) -> tuple[int, ...]:
         """The nodes its rule names, or else those whose patterns cover ``stream``. A work
         group's control stream is replicated by its job stream's replicas (they fold it over
-        the jobs they hold), and a dead-letter stream ``<stream>.dead`` that nothing covers by
-        the job stream's."""
+        the jobs they hold), a compacted stream's consumer groups' commits by its own (they
+        bound its compaction), and a dead-letter stream ``<stream>.dead`` that nothing covers
+        by the job stream's."""
         found = self._cache.get(stream)
         if found is None:
             rule = self.rule_of(stream)
+            read, sep, _ = stream.rpartition(GROUP_SUFFIX)
             if is_control(stream):
                 found = self.replicas_of(stream.rpartition(QUEUE_SUFFIX)[0])
+            elif sep and read and (keyed := self.rule_of(read)) is not None and keyed.keyed:
+                found = self.replicas_of(read)  # its compaction waits for the group's commits
             elif rule is not None and rule.nodes:
                 found = tuple(sorted(rule.nodes))
             else:

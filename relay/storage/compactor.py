@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Protocol
 
-from relay.core.flake import make_seq
+from relay.core.flake import SEQ_MAX, make_seq
 from relay.storage import compaction
 from relay.storage.compaction import Built
 from relay.storage.records import CorruptRecord
@@ -86,8 +86,9 @@ class Compactor:
         self.passes = 0  # installed, since start
         self.dropped = 0  # records the installed passes dropped
 
-    def tick(self, wall_ms: int, group_bound: Callable[[str], int]) -> list[str]:
-        """Install a finished pass and start the next; the streams whose log changed."""
+    def tick(self, wall_ms: int, lowest_commits: dict[str, int]) -> list[str]:
+        """Install a finished pass and start the next; the streams whose log changed.
+        ``lowest_commits``: stream -> its consumer groups' lowest committed position."""
         changed: list[str] = []
         if self.running is not None:
             try:
@@ -107,7 +108,7 @@ class Compactor:
             bound = min(
                 stream_log.mark,
                 make_seq(wall_ms - self.dedup_ms, 0),
-                group_bound(name),
+                lowest_commits.get(name, SEQ_MAX),
             )
             sealed = [s for s in stream_log.segments if s.sealed]
             if not sealed or sealed[0].head_seq > bound:

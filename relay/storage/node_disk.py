@@ -166,10 +166,10 @@ class NodeDisk:
                 events.append(Retained(name, base))
         return events
 
-    def compact(self, wall_ms: int, group_bound: Callable[[str], int]) -> None:
+    def compact(self, wall_ms: int, lowest_commits: dict[str, int]) -> None:
         """Install a compaction that finished and start the next (``Compactor``);
-        ``group_bound``: the lowest committed position of a stream's consumer groups."""
-        self.changed.update(self.compactor.tick(wall_ms, group_bound))
+        ``lowest_commits``: stream -> the lowest committed position of its consumer groups."""
+        self.changed.update(self.compactor.tick(wall_ms, lowest_commits))
 
     def take_changed(self) -> set[str]:
         """The logs written or trimmed since the last call."""
@@ -216,11 +216,11 @@ class NodeDisk:
         earliest = log_.first_seq() if log_ else 0
         if found is None:
             return ReadResult(q.stream, (), (), b"", q.verified_seq, earliest, True)
-        prev, records, prevs = found
+        prev, records, prevs, through = found
         txs = tuple(tx for tx, _ in records)
         digests = tuple(d for _, d in records)
         return ReadResult(
-            q.stream, txs, digests, prev, q.verified_seq, earliest, False, tuple(prevs)
+            q.stream, txs, digests, prev, q.verified_seq, earliest, False, tuple(prevs), through
         )
 
     def span(self, q: LogSpan, ring_entries: RingEntries) -> SpanResult | Rejected:
@@ -238,11 +238,11 @@ class NodeDisk:
                 return found
             if found is None:
                 return cut_span(q.stream, [], [], q.parts, q.readable_seq, 0, True)
-            if not found.records:
+            if not found.records and found.through <= after:
                 break
             seqs += [tx.seq for tx, _ in found.records]
             digests += [d for _, d in found.records]
-            after = seqs[-1]
+            after = max(found.through, found.records[-1][0].seq if found.records else 0)
         if len(seqs) < limit:
             more_seqs, more_digests = ring_entries(q.stream, after, q.upto_seq, limit - len(seqs))
             seqs += more_seqs
@@ -256,7 +256,7 @@ class NodeDisk:
         found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit, ANSWER_BYTES_MAX)
         if found is None or isinstance(found, Rejected) or not found.records or found.prevs:
             return None  # a compacted range does not chain: a peer cannot fold it
-        prev, records, _ = found
+        prev, records, _, _ = found
         txs = tuple(tx for tx, _ in records)
         digests = tuple(d for _, d in records)
         return SyncData(q.stream, node_id, q.requester, q.after_seq, prev, txs, digests, ())

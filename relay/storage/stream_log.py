@@ -40,11 +40,13 @@ from relay.storage.settings import StorageSettings
 
 class LogSlice(NamedTuple):
     """Records read from the log, after the digest ``prev``: chained from it, or (read from a
-    compacted segment) each from its own digest in ``prevs``."""
+    compacted segment, ``through`` > 0) each from its own digest in ``prevs``: every record the
+    segment kept after the read's start and up to ``through`` (there may be none)."""
 
     prev: bytes
     records: list[tuple[Tx, bytes]]
     prevs: list[bytes]  # empty when the records chain from ``prev``
+    through: int = 0
 
 
 class StorageError(RuntimeError):
@@ -379,16 +381,13 @@ class StreamLog:
         """Up to ``limit`` records after ``after_seq`` and at or below ``upto_seq`` and within
         ``bytes_max`` (one larger record still goes), each re-checked; None if the log no
         longer holds ``after_seq``. Stops at the end of a segment: ask again from its head. A
-        compacted segment's records come with their own prev digests (``LogSlice.prevs``); one
-        that holds nothing after ``after_seq`` is passed over."""
+        compacted segment's records come with their own prev digests, and ``through`` says how
+        far the read looked (``LogSlice``)."""
         segment = next((s for s in self.segments if s.head_seq > after_seq), None)
         if segment is None or after_seq < segment.header.base_seq:
             return None
         if segment.compacted:
-            found = self._read_kept(segment, after_seq, upto_seq, limit, bytes_max)
-            if found.records or segment.head_seq > upto_seq:
-                return found
-            return self.read(segment.head_seq, upto_seq, limit, bytes_max)
+            return self._read_kept(segment, after_seq, upto_seq, limit, bytes_max)
         chain = segment.header.base_digest
         records: list[tuple[Tx, bytes]] = []
         size = 0
@@ -424,10 +423,12 @@ class StreamLog:
                     continue
                 size += tx_bytes(item)
                 if item.seq > upto_seq or len(records) >= limit or (size > bytes_max and records):
-                    return LogSlice(prevs[0], records, prevs)
+                    through = records[-1][0].seq if records else upto_seq
+                    return LogSlice(prevs[0] if prevs else b"", records, prevs, through)
                 records.append((item, digest))
                 prevs.append(prev)
-        return LogSlice(prevs[0] if prevs else segment.head_digest, records, prevs)
+        through = min(upto_seq, segment.head_seq)
+        return LogSlice(prevs[0] if prevs else segment.head_digest, records, prevs, through)
 
     def _frames(self, segment: Segment, offset: int) -> Iterator[Entry]:
         with self.files.view(segment.path, offset) as data:

@@ -5,7 +5,8 @@ Every frame is msgpack ``[version, kind, req_id, ...]``. Requests: ``pub``, ``fe
 stream's settings in force), and a work
 group member's ``claim``, ``settle``, ``qinfo`` (the group's counts, and with a count, its next
 ready jobs) and ``qconf``. Replies: ``acks``, ``txs``, ``span``,
-``status``, ``sinfo``, ``jobs``, ``settled``, ``qinfo``, ``redirect``, ``error``. A node answers
+``status``, ``sinfo``, ``jobs``, ``settled``, ``qinfo``, ``redirect``, ``error``, and
+``kept`` (a read of a compacted range: each row with the digest before it). A node answers
 a malformed request with an ``error`` reply (code ``bad_request``) when it can read a req_id,
 and with req_id 0 when it cannot.
 """

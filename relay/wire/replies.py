@@ -19,7 +19,7 @@ import msgpack
 import msgspec
 
 from relay.auth.settings import is_public_key
-from relay.core.digest import Headers
+from relay.core.digest import DIGEST_BYTES, Headers
 from relay.core.events import Acked, PublishResults, ReadResult, Rejected, SpanResult
 from relay.core.status import NodeStatus, StatusFormatError
 from relay.errors import ProtocolError
@@ -77,6 +77,8 @@ class TxsReply:
     earliest_seq: int
     lost: bool
     rows: tuple[TxRow, ...]
+    prevs: tuple[bytes, ...] = ()  # a ``kept`` reply's: the digest before each row
+    through_seq: int = 0  # and the rows are all its compacted range holds up to this seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +175,18 @@ def encode_acks(req_id: int, results: PublishResults) -> bytes:
 
 
 def encode_txs(req_id: int, result: ReadResult) -> bytes:
+    """A read's answer: ``txs`` (rows chaining from ``prev_digest``), or ``kept`` for rows read
+    from a compacted segment, each with the digest before it."""
     rows = [
         [tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, tx.key, tx.headers, digest]
         for tx, digest in zip(result.txs, result.digests, strict=True)
     ]
+    if result.through_seq:
+        r = result
+        prevs = list(r.prevs)
+        return pack(
+            "kept", req_id, r.stream, r.verified_seq, r.earliest_seq, rows, prevs, r.through_seq
+        )
     return pack(
         "txs",
         req_id,
@@ -391,6 +401,32 @@ def _results(v: Any) -> tuple[str, ...]:
     return tuple(as_str(r) for r in as_list(v))
 
 
+def _kept(
+    req_id: int,
+    stream: str,
+    verified_seq: int,
+    earliest_seq: int,
+    rows: tuple[TxRow, ...],
+    prevs: tuple[bytes, ...],
+    through_seq: int,
+) -> TxsReply:
+    if len(prevs) != len(rows):
+        raise ProtocolError("kept reply: one prev digest per row")
+    if not through_seq or any(row.seq > through_seq for row in rows):
+        raise ProtocolError("kept reply: through_seq is at or past every row's seq")
+    first = prevs[0] if prevs else b""
+    return TxsReply(
+        req_id, stream, first, verified_seq, earliest_seq, False, rows, prevs, through_seq
+    )
+
+
+def _digests(v: Any) -> tuple[bytes, ...]:
+    found = tuple(as_bytes(d) for d in as_list(v))
+    if any(len(d) != DIGEST_BYTES for d in found):
+        raise ValueError("a digest has 32 bytes")
+    return found
+
+
 def _info(v: Any) -> dict[str, Any]:
     if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
         raise ValueError("expected a map with string keys")
@@ -419,6 +455,17 @@ SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
             ("earliest_seq", as_int),
             ("lost", _flag),
             ("rows", rows_of(_tx_row, 8)),
+        ),
+    ),
+    "kept": (
+        _kept,
+        (
+            ("stream", as_str),
+            ("verified_seq", as_int),
+            ("earliest_seq", as_int),
+            ("rows", rows_of(_tx_row, 8)),
+            ("prevs", _digests),
+            ("through_seq", as_int),
         ),
     ),
     "span": (
