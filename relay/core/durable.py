@@ -30,6 +30,7 @@ from relay.core.timeline import Timeline
 class LogCursor:
     __slots__ = (
         "base_seq",
+        "chained_seq",
         "confirmed_seq",
         "durable_mark",
         "durable_seq",
@@ -53,6 +54,7 @@ class LogCursor:
         self.reset = False  # the next Persist starts the log over
         self.rewound = False  # the next Persist cuts below the verified mark
         self.base_seq = 0  # the log holds every seq after this (retention moves it up)
+        self.chained_seq = 0  # and chains from this one on (compaction moves it up)
         self.durable_mark = 0  # the verified seq the log holds durably
         self.marks_from = 0  # the first generation whose reported marks count (after a rewind
         # or a new log, an older report names a mark the log no longer holds)

@@ -97,14 +97,18 @@ class Restored:
     verified_seq: int
     dedup_keys: tuple[KeyRecord, ...]  # (producer, msg id, seq, digest, content tag)
     log_base: int = 0  # the log holds every seq after this one
+    log_chained: int = 0  # and chains from this one on (compaction kept less before it)
 
 
 @dataclass(frozen=True, slots=True)
 class Retained:
-    """Retention removed the stream's oldest segments: the log now starts after ``base_seq``."""
+    """Retention removed the stream's oldest segments, or compaction rewrote them: the log now
+    starts after ``base_seq``, and chains from ``chained_seq`` on (what it holds before that
+    is compacted: readers get it, a peer cannot fold it)."""
 
     stream: str
     base_seq: int
+    chained_seq: int = 0
 
 
 Event = (

@@ -35,7 +35,7 @@ class LogEvents:
         else:
             state = self.stream_set.by_name.get(event.stream)
             if state is not None:
-                state.log_starts_after(event.base_seq)
+                state.log_starts_after(event.base_seq, event.chained_seq)
 
     def _on_persisted(self, out: list[Effect], event: Persisted) -> None:
         state = self.stream_set.by_name.get(event.stream)
@@ -71,6 +71,6 @@ class LogEvents:
             event.verified_seq,
             event.dedup_keys,
         )
-        state.log_starts_after(event.log_base)
+        state.log_starts_after(event.log_base, event.log_chained)
         self.origin.clock.observe(state.timeline.head_seq)
         self.stream_set.restored(event.stream)  # its first ack is paced

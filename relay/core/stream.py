@@ -258,9 +258,11 @@ class StreamReplica:
         (``LogCursor.failed``)."""
         self.log.failed(sync, self.timeline)
 
-    def log_starts_after(self, base_seq: int) -> None:
-        """The log holds nothing at or below ``base_seq`` (restored, or retention)."""
+    def log_starts_after(self, base_seq: int, chained_seq: int = 0) -> None:
+        """The log holds nothing at or below ``base_seq`` (restored, or retention), and
+        chains from ``chained_seq`` (compaction)."""
         self.log.based_at(base_seq)
+        self.log.chained_seq = chained_seq
 
     def trim(self, keep_from: int) -> None:
         """Let the timeline drop entries beyond its bounds, but none ``keep_from`` needs."""
@@ -402,7 +404,8 @@ class StreamReplica:
                 complete,
             )
         trimmed = self.timeline.trimmed_seq
-        if self.log.base_seq <= ask.after_seq < trimmed and self.catchup.synced:
+        chained = max(self.log.base_seq, self.log.chained_seq)  # a peer folds only a chain
+        if chained <= ask.after_seq < trimmed and self.catchup.synced:
             return LogSync(self.stream, ask.requester, ask.after_seq, trimmed, limit)
         found = self.sync_slice(ask.after_seq, limit)
         return SyncData(self.stream, self.self_id, ask.requester, *found) if found else None

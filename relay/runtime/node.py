@@ -256,7 +256,7 @@ class NodeRuntime:
                     self.queue_gauges.update(self.shell.queues, now.wall_ms)
                     self.shell.pending += self.disk.retain(now.wall_ms)
                     lowest = lowest_commits(self.core, self.gauges.group_streams)
-                    self.disk.compact(now.wall_ms, lowest)
+                    self.shell.pending += self.disk.compact(now.wall_ms, lowest)
             self._leave()
         finally:
             if self.trace is not None:

@@ -163,13 +163,19 @@ class NodeDisk:
             if base is not None:
                 log.info("retention: %s now starts after seq %d", name, base)
                 self.changed.add(name)
-                events.append(Retained(name, base))
+                events.append(Retained(name, base, stream_log.chained_seq))
         return events
 
-    def compact(self, wall_ms: int, lowest_commits: dict[str, int]) -> None:
+    def compact(self, wall_ms: int, lowest_commits: dict[str, int]) -> list[Event]:
         """Install a compaction that finished and start the next (``Compactor``);
-        ``lowest_commits``: stream -> the lowest committed position of its consumer groups."""
-        self.changed.update(self.compactor.tick(wall_ms, lowest_commits))
+        ``lowest_commits``: stream -> the lowest committed position of its consumer groups.
+        The core hears where a compacted log now chains from."""
+        events: list[Event] = []
+        for name in self.compactor.tick(wall_ms, lowest_commits):
+            self.changed.add(name)
+            found = self.store.logs[name]
+            events.append(Retained(name, found.base_seq, found.chained_seq))
+        return events
 
     def take_changed(self) -> set[str]:
         """The logs written or trimmed since the last call."""

@@ -290,4 +290,5 @@ class _Tail:
             log.mark,
             keys,
             log.base_seq,  # below the records kept in memory, readers are served from the log
+            log.chained_seq,
         )

@@ -95,6 +95,12 @@ class StreamLog:
         """The oldest seq's predecessor: reads after it can be served."""
         return self.segments[0].header.base_seq if self.segments else 0
 
+    @property
+    def chained_seq(self) -> int:
+        """Where the log chains from: the end of its compacted segments (0: none)."""
+        ends = [s.head_seq for s in self.segments if s.compacted]
+        return ends[-1] if ends else 0
+
     def first_seq(self) -> int:
         """The oldest seq the log holds (0 if none)."""
         return next((s.first_seq for s in self.segments if s.first_seq), 0)
