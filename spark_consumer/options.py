@@ -47,6 +47,8 @@ KNOWN = {
     "verification": "fail: a digest mismatch fails the read; flag: mark the row verified=false",
     "fetchRows": f"txs per fetch request (1 to {FETCH_ROWS_MAX})",
     "readTimeoutMs": "how long a read keeps trying nodes before failing",
+    "compactedView": "batch reads: true gives a compacted stream as a table, the newest row of "
+    "each live key (a tombstone, an empty payload, deletes its key), in seq order",
     "group": "streaming: report progress as this consumer group (relay groups describe); the "
     "checkpoint stays the source of truth",
 }
@@ -72,6 +74,7 @@ class SourceOptions:
     fetch_rows: int
     read_timeout_s: float
     group: str = ""  # a consumer group to report each committed batch's end as
+    compacted_view: bool = False  # batch reads: the newest row of each live key
     config: str | None = None
     client_key: str | None = None
 
@@ -126,6 +129,7 @@ def parse_options(raw: Mapping[str, str], default_start: str) -> SourceOptions:
         fetch_rows=_int(options, "fetchRows", FETCH_ROWS_MAX, low=1, high=FETCH_ROWS_MAX),
         read_timeout_s=_int(options, "readTimeoutMs", 30_000, low=100) / 1000,
         group=_group(options, streams),
+        compacted_view=_bool(options, "compactedView", False),
         config=options.get("config") or None,
         client_key=options.get("clientKey") or None,
     )

@@ -110,12 +110,17 @@ def plan(
 
 def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[Chunk]:
     """The txs of ``part`` in seq order, each checked against the digest chain; at the end,
-    the chain must reach ``part.digest`` after exactly ``part.count`` txs."""
-    after, seen, chain, lost = part.after, 0, b"", False
+    the chain must reach ``part.digest`` after exactly ``part.count`` txs. Rows of a compacted
+    range each fold from their own prev digest; the replicas compact on their own, so a part
+    that holds some is checked where it ends only if the row there is the one planned."""
+    after, seen, chain, lost, compacted = part.after, 0, b"", False, False
+    last = 0  # the seq of the last row read
     timeout = options.read_timeout_s
     deadline = time.monotonic() + timeout
     while after < part.upto:
-        want = options.fetch_rows if lost else min(options.fetch_rows, part.count - seen)
+        want = (
+            options.fetch_rows if lost or compacted else min(options.fetch_rows, part.count - seen)
+        )
         reply = fetcher.fetch(after, max(1, want), POLL_WAIT_MS)
         if reply is None:
             _check_deadline(fetcher, deadline, timeout)
@@ -123,17 +128,20 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
         if reply.lost:
             _data_loss(fetcher.stream, options, after, reply.earliest_seq)
             lost = True
-        if not chain or reply.lost:
-            chain = reply.prev_digest
+        kept = bool(reply.through_seq)
+        if not chain or reply.lost or (compacted and not kept):
+            chain = reply.prev_digest  # after a compacted range the chain starts anew
+        compacted = compacted or kept
         rows = [row for row in reply.rows if row.seq <= part.upto]
-        if not rows:
+        if not rows and not (kept and reply.through_seq > after):
             if reply.verified_seq >= part.upto:
                 break  # this node holds nothing more in the range (trimmed, or other seqs)
             _check_deadline(fetcher, deadline, timeout)
             continue
         verified = []
-        for seq, origin, pid, mid, payload, key, headers, digest in rows:
-            ok = fold(chain, seq, origin, pid, mid, payload, key, headers) == digest
+        for i, (seq, origin, pid, mid, payload, key, headers, digest) in enumerate(rows):
+            prev = reply.prevs[i] if kept else chain
+            ok = fold(prev, seq, origin, pid, mid, payload, key, headers) == digest
             if not ok and not options.flag_mismatches:
                 raise errors.DigestMismatchError(
                     "digest_mismatch",
@@ -145,11 +153,15 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
             verified.append(ok)
             chain = digest
         seen += len(rows)
-        after = rows[-1].seq
+        last = rows[-1].seq if rows else last
+        after = max(after, last, min(reply.through_seq, part.upto))
         deadline = time.monotonic() + timeout
-        yield Chunk(rows, verified)
+        if rows:
+            yield Chunk(rows, verified)
     if lost:
         return
+    if compacted and (last != part.upto or chain == part.digest):
+        return  # the row at the planned end (if this replica kept it) is the one planned
     if seen != part.count or chain != part.digest:
         raise errors.DigestMismatchError(
             "digest_mismatch",

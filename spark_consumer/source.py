@@ -34,6 +34,7 @@ from pyspark.sql.types import StructField, StructType
 from relay import errors
 from relay.client.anchor import Anchor
 from relay.client.fetcher import Fetcher
+from relay.wire.replies import TxRow
 from spark_consumer import ranges
 from spark_consumer.options import SourceOptions, parse_options
 from spark_consumer.progress import report_progress
@@ -65,6 +66,8 @@ class RelayDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse_options(self.options, default_start="latest")
+        if options.compacted_view:
+            raise ValueError("relay source: compactedView is for batch reads (spark.read)")
         return RelayStreamReader(options, _typed(schema))
 
 
@@ -85,6 +88,16 @@ class RangePartition(InputPartition):
         self.stream = stream
         self.seq_range = seq_range
         self.index = index  # across every stream's ranges: spreads the tasks over the nodes
+
+
+class TablePartition(InputPartition):
+    """Every planned range of one stream, read in one task as a table (``compactedView``)."""
+
+    def __init__(self, stream: str, seq_ranges: list[ranges.SeqRange], index: int) -> None:
+        super().__init__(index)
+        self.stream = stream
+        self.seq_ranges = seq_ranges
+        self.index = index
 
 
 class Planner:
@@ -157,9 +170,16 @@ class RelayBatchReader(DataSourceReader):
         try:
             streams = subscribed(o)
             after = {s: planner.start(s, o.start_of(s)) for s in streams}
-            return planner.plan(after, {s: o.end_of(s) for s in streams}, exact=False)
+            planned = planner.plan(after, {s: o.end_of(s) for s in streams}, exact=False)
         finally:
             planner.close()
+        if not o.compacted_view:
+            return planned
+        by_stream: dict[str, list[ranges.SeqRange]] = {}
+        for part in planned:
+            if isinstance(part, RangePartition):
+                by_stream.setdefault(part.stream, []).append(part.seq_range)
+        return [TablePartition(s, r, i) for i, (s, r) in enumerate(sorted(by_stream.items()))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.options, partition, self.typed)
@@ -258,6 +278,9 @@ def read_partition(
 ) -> Iterator[pa.RecordBatch]:
     """The rows of one planned range. Spark reads a plan of no ranges (nothing to read) as one
     partition of its own making, which holds no rows."""
+    if isinstance(partition, TablePartition):
+        yield from read_table(options, partition, typed)
+        return
     if not isinstance(partition, RangePartition):
         return
     order = options.nodes_from(partition.index)
@@ -267,3 +290,24 @@ def read_partition(
             yield to_arrow(partition.stream, chunk.rows, chunk.verified, typed)
     finally:
         fetcher.close()
+
+
+def read_table(
+    options: SourceOptions, partition: TablePartition, typed: tuple[StructField, ...]
+) -> Iterator[pa.RecordBatch]:
+    """A stream's ranges read in order, as a table: the newest row of each key, less the keys
+    whose newest row is a tombstone (an empty payload); rows without a key are no table's."""
+    newest: dict[bytes, tuple[TxRow, bool]] = {}
+    fetcher = Fetcher(partition.stream, options.nodes_from(partition.index), pair=options.pair())
+    try:
+        for seq_range in partition.seq_ranges:
+            for chunk in ranges.read(fetcher, seq_range, options):
+                for row, ok in zip(chunk.rows, chunk.verified, strict=True):
+                    if row.key is not None:
+                        newest[row.key] = (row, ok)
+    finally:
+        fetcher.close()
+    live = sorted((v for v in newest.values() if v[0].payload), key=lambda v: v[0].seq)
+    for at in range(0, len(live), options.fetch_rows):
+        part = live[at : at + options.fetch_rows]
+        yield to_arrow(partition.stream, [r for r, _ in part], [ok for _, ok in part], typed)

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from waits import until
@@ -111,3 +112,19 @@ def test_a_groups_committed_position_holds_compaction_back(compacting3: LocalClu
         after = consumer.take(1900, timeout_s=30)
     assert len(after) == 1900  # every update after the group's position is still there
     assert [t.payload for t in after] == [b"value %d" % i for i in range(100, 2000)]
+
+
+@pytest.mark.spark
+def test_spark_reads_a_compacted_stream_verified_and_as_a_table(
+    compacting3: LocalCluster, spark: Any
+) -> None:
+    cluster = compacting3
+    newest = publish(cluster, "kv.s", 0, 2000)
+    until(lambda: held(cluster, "kv.s"), lambda c: all(0 < n < 1000 for n in c), 30)
+    reader = spark.read.format("relay").option("config", str(cluster.config_path))
+    rows = reader.option("stream", "kv.s").load().select("seq", "key", "verified").collect()
+    assert rows and all(r.verified for r in rows)
+    assert len(rows) < 2000  # the compacted range: fewer than were published
+    table = reader.option("stream", "kv.s").option("compactedView", "true").load()
+    got = {bytes(r.key): bytes(r.payload) for r in table.select("key", "payload").collect()}
+    assert got == newest
