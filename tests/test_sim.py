@@ -104,7 +104,9 @@ def test_seeds_a_campaign_found(seed: int, nodes: int) -> None:
     replicas that decided different cuts, one waiting for txs nobody held (they now settle
     on the lowest decided cut); an origin frozen for its cut that refolded and lost its own
     txs (a frozen lane now keeps what it held)."""
-    assert run_seed(seed, nodes, delivery=False, work=False).acked > 0  # found before both
+    assert (
+        run_seed(seed, nodes, delivery=False, work=False, compacted=False).acked > 0
+    )  # found before both
 
 
 def test_marks_of_a_history_a_replica_gave_up_do_not_count_for_the_one_it_took() -> None:
@@ -112,7 +114,7 @@ def test_marks_of_a_history_a_replica_gave_up_do_not_count_for_the_one_it_took()
     two chains were verified, and a replica that had verified and marked one took the other
     (vouched by two peers); it kept its peers' marks of the history it gave up and made the
     new one readable with them, against what the others served."""
-    assert run_seed(7409673, 5, work=False).acked > 0
+    assert run_seed(7409673, 5, work=False, compacted=False).acked > 0
 
 
 def test_a_cut_above_every_tx_of_its_epoch_settles_by_a_complete_answer() -> None:
@@ -122,7 +124,7 @@ def test_a_cut_above_every_tx_of_its_epoch_settles_by_a_complete_answer() -> Non
     and the others asked for that range's txs, which nobody had, forever. A repair answer now
     says when it carries every tx of the epoch in the range, and a cut reached that way
     settles."""
-    assert run_seed(3003529, 3, work=False).acked > 0
+    assert run_seed(3003529, 3, work=False, compacted=False).acked > 0
 
 
 def test_a_cut_settled_on_a_head_that_a_refold_gave_up_is_repaired() -> None:
@@ -132,7 +134,7 @@ def test_a_cut_settled_on_a_head_that_a_refold_gave_up_is_repaired() -> None:
     left the lane cut, so the txs were never repaired, the same tail came back, and with the
     third node down the two live replicas stayed diverged for good. A refold below a settled
     cut now reopens it (UNSETTLED) and repairs up to it."""
-    assert run_seed(3004037, 3, work=False).acked > 0
+    assert run_seed(3004037, 3, work=False, compacted=False).acked > 0
 
 
 def test_a_mark_counts_as_durable_only_once_a_sync_covered_it() -> None:
@@ -142,7 +144,7 @@ def test_a_mark_counts_as_durable_only_once_a_sync_covered_it() -> None:
     acks claimed marks the disks did not hold; after a power loss of every node a replica
     restarted from a seq no verified timeline held. The disk now reports which mark each sync
     covered."""
-    assert run_seed(3406079, 5, work=False).acked > 0
+    assert run_seed(3406079, 5, work=False, compacted=False).acked > 0
 
 
 def test_replicas_restored_past_the_reference_extend_it_from_their_logs() -> None:
@@ -151,7 +153,7 @@ def test_replicas_restored_past_the_reference_extend_it_from_their_logs() -> Non
     tail in memory, past the checker's empty reference; a consumer then read the first txs
     from a log, which the checker could not place. The three logs agreed; the checker now
     extends its reference from a node's log."""
-    assert run_seed(3400540, 3, work=False).acked > 0
+    assert run_seed(3400540, 3, work=False, compacted=False).acked > 0
 
 
 def test_a_diverged_replica_asks_past_a_log_slice_that_ends_at_its_verified_seq() -> None:
@@ -160,14 +162,14 @@ def test_a_diverged_replica_asks_past_a_log_slice_that_ends_at_its_verified_seq(
     never acknowledged asked the other for its history from the start; the answer, read from
     the other's log, ended exactly at the asker's verified seq, so the asker found nothing
     new and asked from the start again, forever. It now asks on from where the slice ended."""
-    assert run_seed(3602757, 3, work=False).acked > 0
+    assert run_seed(3602757, 3, work=False, compacted=False).acked > 0
 
 
 def test_a_replica_that_lost_an_origins_only_tx_learns_of_it() -> None:
     """Seed 3700116 (5 nodes, from a campaign over 3,700,000-3,709,999), the run that
     ``test_a_replica_that_lost_an_origins_only_tx_hears_of_it_at_rest`` reduces: it never went
     quiet (4 publishes open)."""
-    assert run_seed(3700116, 5, work=False).acked > 0
+    assert run_seed(3700116, 5, work=False, compacted=False).acked > 0
 
 
 def test_a_group_seed_a_campaign_found() -> None:
@@ -176,7 +178,7 @@ def test_a_group_seed_a_campaign_found() -> None:
     each waited out a client timeout, and the member restarted again and again: the run did
     not go quiet in time (the simulated member now sends where nodes are up, as a producer
     that saw one go does, and restarts at most three times a run)."""
-    assert run_seed(971020, 3, work=False).acked > 0
+    assert run_seed(971020, 3, work=False, compacted=False).acked > 0
 
 
 def test_a_group_replica_caught_up_by_a_snapshot_holds_the_commit() -> None:
@@ -184,7 +186,7 @@ def test_a_group_replica_caught_up_by_a_snapshot_holds_the_commit() -> None:
     stream caught up by a snapshot ending at the last commit, so its memory held no commit to
     read; the checker now accepts a head at the commit's own seq (the quiet run has every
     replica's digest there equal)."""
-    assert run_seed(996777, 5, work=False).acked > 0
+    assert run_seed(996777, 5, work=False, compacted=False).acked > 0
 
 
 @pytest.mark.parametrize("seeds", sweep(20, 15))
@@ -244,7 +246,7 @@ def test_the_checker_catches_a_broken_timeline(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(ordering, "watermark", lambda lanes, head, floors: (2**63, 0))
     with pytest.raises(InvariantViolation):  # a few seeds in ten race two origins so
         for seed in range(40):
-            run_seed(seed, 3, with_faults=False, work=False)
+            run_seed(seed, 3, with_faults=False, work=False, compacted=False)
 
 
 def test_the_checker_catches_an_ack_while_fenced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -253,7 +255,7 @@ def test_the_checker_catches_an_ack_while_fenced(monkeypatch: pytest.MonkeyPatch
     # nodes that acknowledge while they report themselves fenced
     monkeypatch.setattr(node.NodeCore, "state_name", lambda self: "fenced")
     with pytest.raises(InvariantViolation, match="fencing"):
-        run_seed(1, 3, with_faults=False, work=False)
+        run_seed(1, 3, with_faults=False, work=False, compacted=False)
 
 
 def test_the_checker_catches_a_reused_key_answered_as_a_retry(
@@ -267,14 +269,14 @@ def test_the_checker_catches_a_reused_key_answered_as_a_retry(
     monkeypatch.setattr(publish, "content_tag", lambda message: 0)
     with pytest.raises(InvariantViolation, match="conflicts"):
         for seed in range(40):
-            run_seed(seed, 3, with_faults=False, work=False)
+            run_seed(seed, 3, with_faults=False, work=False, compacted=False)
 
 
 def test_every_verified_advance_is_announced() -> None:
     """Parked fetches wake on the announcement: an advance without one leaves them waiting.
     (Before the votes became the one owner of verification, a third went unannounced.)"""
     for seed in range(10):
-        run_seed(seed, 3, with_faults=False, work=False)
+        run_seed(seed, 3, with_faults=False, work=False, compacted=False)
 
 
 def test_the_checker_catches_an_unannounced_advance(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -290,7 +292,7 @@ def test_the_checker_catches_an_unannounced_advance(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(stream.StreamReplica, "verify", forgetful)
     with pytest.raises(InvariantViolation, match="without announcing"):
-        run_seed(1, 3, with_faults=False, work=False)
+        run_seed(1, 3, with_faults=False, work=False, compacted=False)
 
 
 def test_a_node_restarted_behind_its_old_clock_rejoins() -> None:
@@ -413,7 +415,7 @@ def _power_loss_seeds(count: int) -> list[int]:
 def test_a_power_loss_of_every_node_loses_nothing_acknowledged() -> None:
     seeds = _power_loss_seeds(12)
     assert len(seeds) == 12
-    acked = sum(run_seed(seed, 3, work=False).acked for seed in seeds)
+    acked = sum(run_seed(seed, 3, work=False, compacted=False).acked for seed in seeds)
     assert acked > 500
 
 
@@ -428,7 +430,7 @@ def test_the_checker_catches_acks_that_do_not_wait_for_the_disk(
     caught = False
     for seed in _power_loss_seeds(80):  # a few in a hundred lose an acknowledged tx
         try:
-            run_seed(seed, 3, work=False)
+            run_seed(seed, 3, work=False, compacted=False)
         except InvariantViolation:
             caught = True
             break
@@ -439,7 +441,7 @@ def _caught_with_power_losses(count: int) -> bool:
     """Whether the checker fails one of ``count`` seeds that cut every node's power."""
     for seed in _power_loss_seeds(count):
         try:
-            run_seed(seed, 3, work=False)
+            run_seed(seed, 3, work=False, compacted=False)
         except InvariantViolation:
             return True
     return False

@@ -24,7 +24,7 @@ PLANTED_SEEDS = range(8_100_000, 8_100_030)  # a planted bug fails one of them (
 @pytest.mark.parametrize("nodes", [3, 5])
 def test_work_groups_hold_under_faults(nodes: int) -> None:
     for seed in SEEDS:
-        run_seed(seed, nodes, work=True)
+        run_seed(seed, nodes, work=True, compacted=False)
 
 
 @pytest.mark.parametrize("seed", [8_200_049, 8_200_166])
@@ -33,13 +33,13 @@ def test_seeds_a_work_campaign_found(seed: int) -> None:
     quorum's elapsed-time clocks). Seed 8200166: a control stream's only tx, sent by node 1
     into an epoch that was cut before any peer got it, stayed unverified on node 1 forever
     (a replica alone with an unverified tail now refolds it, dropping the cut epoch's tx)."""
-    run_seed(seed, 3, work=True)
+    run_seed(seed, 3, work=True, compacted=False)
 
 
 def fails_somewhere() -> str:
     for seed in PLANTED_SEEDS:
         try:
-            run_seed(seed, 3, work=True)
+            run_seed(seed, 3, work=True, compacted=False)
         except InvariantViolation as exc:
             return str(exc)
     raise AssertionError("no seed caught the planted bug")

@@ -171,7 +171,12 @@ def fault(
 @click.option(
     "--work", is_flag=True, help="Every seed runs a work group (else 30% of them draw one)."
 )
-def sim(seed: int | None, seeds: int, first: int, nodes: str, work: bool) -> None:
+@click.option(
+    "--compacted",
+    is_flag=True,
+    help="Every seed has a compacted stream (else 30% of them draw one).",
+)
+def sim(seed: int | None, seeds: int, first: int, nodes: str, work: bool, compacted: bool) -> None:
     """Run the deterministic simulator: one seed, or a campaign of many."""
     from relay.sim.campaign import CampaignSummary, run_campaign
 
@@ -191,7 +196,14 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str, work: bool) -> Non
             shown[0] = summary.seconds
             click.echo(f"{summary.runs}/{total}: {summary.line()}", err=True)
 
-    summary = run_campaign(chosen, sizes, echo=click.echo, progress=progress, work=work or None)
+    summary = run_campaign(
+        chosen,
+        sizes,
+        echo=click.echo,
+        progress=progress,
+        work=work or None,
+        compacted=compacted or None,
+    )
     if tty:
         click.echo(err=True)
     click.echo(summary.line())

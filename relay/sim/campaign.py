@@ -32,22 +32,25 @@ def run_campaign(
     echo: Callable[[str], None] = print,
     progress: Callable[[CampaignSummary], None] | None = None,
     work: bool | None = None,
+    compacted: bool | None = None,
 ) -> CampaignSummary:
-    """Run every seed on every size (``work``: the share of seeds that draw a work group, or
-    each seed with one); ``progress`` sees the summary after each seed."""
+    """Run every seed on every size (``work``, ``compacted``: None, the share of seeds that
+    draw a work group or a compacted stream, or True, each seed with one); ``progress`` sees
+    the summary after each seed."""
     summary = CampaignSummary()
     started = time.monotonic()
     for seed in seeds:
         for nodes in sizes:
             summary.runs += 1
             try:
-                result = run_seed(seed, nodes, work=work)
+                result = run_seed(seed, nodes, work=work, compacted=compacted)
             except InvariantViolation as exc:
                 summary.failures.append(str(exc))
                 echo(f"FAIL {exc}")
                 continue
             except Exception as exc:  # the code under test broke: a failure of the seed too
-                replay = f"relay sim --seed {seed} --nodes {nodes}{' --work' if work else ''}"
+                flags = (" --work" if work else "") + (" --compacted" if compacted else "")
+                replay = f"relay sim --seed {seed} --nodes {nodes}{flags}"
                 why = f"seed {seed} ({nodes} nodes) raised {exc!r}\n  replay: {replay}"
                 summary.failures.append(why)
                 echo(f"FAIL {why}")

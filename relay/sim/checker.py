@@ -38,7 +38,8 @@ class LogState:
 
 
 def log_state(log: StreamLog | None) -> LogState | None:
-    """Read the whole of ``log`` (through the real log code, chain-checked)."""
+    """Read the whole of ``log`` (through the real log code, chain-checked); a compacted
+    range is passed over, the log's chain starting after it."""
     if log is None:
         return None
     state = LogState(log.base_seq, log.mark)
@@ -50,9 +51,12 @@ def log_state(log: StreamLog | None) -> LogState | None:
             why = f"durability: the log of {log.stream!r} is damaged: {exc}"
             raise InvariantViolation(why) from exc
 
-        if found is None or not found[1]:
+        if found is not None and found.through > after:  # a compacted range: no chain
+            state.base_seq = after = found.through  # to extend a reference with
+            continue
+        if found is None or not found.records:
             return state
-        for tx, digest in found[1]:
+        for tx, digest in found.records:
             state.seqs.append(tx.seq)
             state.txs.append(tx)
             state.digests.append(digest)

@@ -15,6 +15,7 @@ The same seed always replays the same run.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from relay.core.events import Event, MeshReceived, ShutdownRequested, Tick
@@ -25,6 +26,8 @@ from relay.core.timer import Now
 from relay.shell import Shell
 from relay.sim.checker import InvariantChecker, InvariantViolation, log_state
 from relay.sim.clients import SimClients
+from relay.sim.compacted import STREAM as COMPACTED_STREAM
+from relay.sim.compacted import SimCompaction
 from relay.sim.delivery import SimDelivery
 from relay.sim.fault_injection import FaultInjector
 from relay.sim.files import SimFiles
@@ -38,6 +41,7 @@ from relay.storage.stream_log import StorageError
 START_MS = 1_780_000_000_000
 TICK_MS = 10
 SETTLE_MS = 30_000  # how long a healed cluster may take to go quiet
+COMPACTION_WAIT_MS = 20_000  # how long a quiet cluster waits for its compactors to settle
 
 
 @dataclass(slots=True)
@@ -76,6 +80,14 @@ class SimCluster:
         self.answers: dict[int, SimAnswers] = {}
         self.network = SimNetwork(self.rng, LinkFaults(delay_ms_max=plan.delay_ms_max))
         self.checker = InvariantChecker()
+        self.compaction: SimCompaction | None = None
+        self.settings_of: Callable[[str], StorageSettings] | None = None
+        if plan.compacted:
+            rng = random.Random(seed * 122_949_823 + 13)
+            window = (START_MS + 100, START_MS + 100 + plan.publish_ms)
+            self.compaction = SimCompaction(rng, window)
+            self.settings_of = self.compaction.storage(self.storage)
+            self.checker.keep_txs(COMPACTED_STREAM)
         self.trace: list[str] = []
         self.faults = FaultInjector(plan, ids, self.network.faults, self, START_MS)
         for n in ids:
@@ -125,10 +137,17 @@ class SimCluster:
                 self.delivery.advance(self.now_ms)
             if self.work is not None:
                 self.work.advance(self.now_ms, self.shells, self.wall_ms)
+            if self.compaction is not None:
+                self.compaction.publish(self.now_ms, self.clients)
             self._step()
             idle = self.clients.idle() and not publish_times
             idle = idle and (self.delivery is None or self.delivery.idle())
             idle = idle and (self.work is None or self.work.idle(self.shells, self._verified_of))
+            idle = idle and (
+                self.compaction is None
+                or self.compaction.settled(self.shells, self.wall_ms)
+                or self.now_ms >= calm_from + COMPACTION_WAIT_MS
+            )
             if self.now_ms > calm_from and idle and self._quiet():
                 break
             self.now_ms = self._next_time(publish_times)
@@ -145,6 +164,8 @@ class SimCluster:
                 self.delivery.check(node, self.incarnation[n], final=True)
         if self.work is not None:
             self.work.check(self.shells, self._verified_of)
+        if self.compaction is not None:
+            self.compaction.check(self.checker, self.nodes, self.shells, self.now_ms, self.wall_ms)
         return SimResult(
             self.seed,
             plan,
@@ -201,6 +222,9 @@ class SimCluster:
                 inbox.setdefault(n, []).extend(events)
         self.clients.outgoing = {}
         for n in list(self.nodes):
+            if self.compaction is not None and not paused(n):
+                wall = self.wall_ms(n)
+                self.compaction.tick(n, self.now_ms, wall, self.shells[n], self.nodes[n])
             if self.next_tick[n] <= self.now_ms and not paused(n):
                 self.next_tick[n] = self.now_ms + TICK_MS
                 inbox.setdefault(n, []).append(Tick())
@@ -258,7 +282,7 @@ class SimCluster:
         every one it had and with seqs above every one it may have issued; False when its
         failing disk refused."""
         config = CoreConfig(n, self.plan.subscriptions, self.plan.params)
-        disk, runner = node_disk(self.files[n], n, self.plan.params, self.storage)
+        disk, runner = node_disk(self.files[n], n, self.plan.params, self.storage, self.settings_of)
         try:
             restored, (epoch, floor, reserved) = disk.open(self.wall_ms(n))
         except (StorageError, OSError) as exc:
@@ -278,6 +302,8 @@ class SimCluster:
         shell.pending = list(restored)
         self.shells[n], self.runners[n] = shell, runner
         self.next_tick[n] = self.now_ms
+        if self.compaction is not None:
+            self.compaction.started_node(n, self.now_ms)
         return True
 
     def stop_node(self, n: int, graceful: bool) -> None:
@@ -364,15 +390,19 @@ def run_seed(
     with_faults: bool = True,
     delivery: bool | None = None,
     work: bool | None = None,
+    compacted: bool | None = None,
 ) -> SimResult:
-    """Run one seed; ``delivery`` and ``work`` override the draws (a seed found before the
-    simulator had groups and batches, or work groups, replays as it was found without them;
-    ``work=True`` gives every seed a work group)."""
+    """Run one seed; ``delivery``, ``work`` and ``compacted`` override the draws (a seed found
+    before the simulator had groups and batches, work groups or a compacted stream replays as it
+    was found without them; ``work=True`` gives every seed a work group, ``compacted=True`` a
+    compacted stream)."""
     plan = SimPlan.draw(seed, nodes, with_faults)
     if delivery is not None:
         plan = replace(plan, delivery=delivery)
     if work is not None:
         plan = replace(plan, work=work)
+    if compacted is not None:
+        plan = plan.with_compacted(compacted)
     cluster = SimCluster(seed, plan)
     try:
         return cluster.run()
@@ -380,5 +410,6 @@ def run_seed(
         trace = "\n  ".join(cluster.trace[-20:])
         raise InvariantViolation(
             f"seed {seed} ({nodes} nodes) failed: {exc}\n  replay: relay sim --seed {seed} "
-            f"--nodes {nodes}{' --work' if work else ''}\n  {trace}"
+            f"--nodes {nodes}{' --work' if work else ''}{' --compacted' if compacted else ''}"
+            f"\n  {trace}"
         ) from exc

@@ -41,6 +41,13 @@ class SimPlan:
     work: bool = False  # a work group: a producer of jobs and members that work them
     segment_bytes: int = 1 << 20  # the logs' segments roll at this size
     disk_errors: tuple[DiskErrors, ...] = ()  # windows in which a node's disk refuses
+    compacted: bool = False  # a compacted stream (``relay.sim.compacted``) beside the others
+
+    def with_compacted(self, compacted: bool) -> SimPlan:
+        """This plan with a compacted stream or without (and the dedup window to match)."""
+        dedup = COMPACTED_DEDUP_MS if compacted else CoreParams().dedup_window_ms
+        params = replace(self.params, dedup_window_ms=dedup)
+        return replace(self, compacted=compacted, params=params)
 
     @staticmethod
     def draw(seed: int, nodes: int, with_faults: bool = True) -> SimPlan:
@@ -64,6 +71,8 @@ class SimPlan:
         # not depend on it (the regression seeds replay)
         disk = random.Random(seed * 104_729 + nodes)
         votes_wait = disk.random() < 0.7  # fsync = "always"; else "never"
+        compacted = random.Random(seed * 122_949_829 + nodes).random() < COMPACTED_SHARE
+        dedup = {"dedup_window_ms": COMPACTED_DEDUP_MS} if compacted else {}
         faults = draw_faults(rng, nodes, publish_ms, enabled, replica_sets) if with_faults else ()
         return SimPlan(
             nodes=nodes,
@@ -74,6 +83,7 @@ class SimPlan:
                 votes_wait_for_disk=votes_wait,
                 # its own stream of numbers: the draws of ``rng`` do not depend on it
                 promise_lead_ms=random.Random(seed * 67_867_967 + nodes).choice(LEADS_MS),
+                **dedup,
             ),
             publish_ms=publish_ms,
             publishes=rng.randint(100, 400) if many else rng.randint(20, 150),
@@ -91,10 +101,14 @@ class SimPlan:
             disk_errors=_disk_errors(random.Random(seed * 86_028_121 + nodes), nodes, publish_ms)
             if with_faults
             else (),
+            compacted=compacted,
         )
 
 
 WORK_SHARE = 0.3  # of the seeds that run a work group
+COMPACTED_SHARE = 0.3  # of the seeds with a compacted stream
+COMPACTED_DEDUP_MS = 10_000  # their dedup window (longer than any client's retries): a pass
+# never takes what is younger
 SEGMENT_BYTES = (4096, 16_384, 1 << 20)  # small ones roll, seal and rename often
 
 

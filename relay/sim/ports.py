@@ -26,6 +26,7 @@ from relay.queue.service import Answer as QueueAnswer
 from relay.sim.checker import InvariantChecker
 from relay.sim.files import SimFiles
 from relay.sim.network import SimNetwork
+from relay.storage.compactor import InlineCompactions
 from relay.storage.node_disk import NodeDisk, restore_window
 from relay.storage.settings import StorageSettings
 from relay.storage.store import NodeStore
@@ -71,13 +72,18 @@ class SimSyncRunner:
 
 
 def node_disk(
-    files: SimFiles, node_id: int, params: CoreParams, settings: StorageSettings
+    files: SimFiles,
+    node_id: int,
+    params: CoreParams,
+    settings: StorageSettings,
+    settings_of: Callable[[str], StorageSettings] | None = None,
 ) -> tuple[NodeDisk, SimSyncRunner]:
-    """Node ``node_id``'s disk on ``files``: the real store, logs and syncer."""
-    store = NodeStore(DATA_DIR / f"node-{node_id}", "sim", node_id, settings, files)
+    """Node ``node_id``'s disk on ``files``: the real store, logs, syncer and compactor (whose
+    passes run at once)."""
+    store = NodeStore(DATA_DIR / f"node-{node_id}", "sim", node_id, settings, files, settings_of)
     store.appending_max = APPENDING_MAX  # not the host's open-file limit: seeds replay anywhere
     runner = SimSyncRunner()
-    return NodeDisk(store, restore_window(params), runner), runner
+    return NodeDisk(store, restore_window(params), runner, InlineCompactions()), runner
 
 
 class SimMesh:
