@@ -47,11 +47,12 @@ def main() -> None:
 )
 @click.option(
     "--workload",
-    type=click.Choice(["stream", "queue"]),
+    type=click.Choice(["stream", "queue", "compacted"]),
     default="stream",
     show_default=True,
     help="stream: producers and consumers on three streams; queue: producers of jobs and "
-    "worker processes of a work group, some killed with SIGKILL.",
+    "worker processes of a work group, some killed with SIGKILL; compacted: updates of 50 "
+    "keys, some tombstones, on a compacted stream.",
 )
 def run(
     nodes: str,

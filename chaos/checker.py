@@ -96,6 +96,15 @@ def check(folder: Path) -> Analysis:
         from chaos import queue_checker  # it builds on this module's verdicts
 
         verdicts += queue_checker.check(folder, timelines, settings["streams"][0])
+    if settings.get("workload") == "compacted":
+        from chaos import compacted_checker as kv  # it builds on this module's verdicts
+
+        verdicts[0] = kv.acknowledged_not_lost(ops, timelines)
+        verdicts[2] = kv.one_order(deliveries, timelines)
+        tables = folder / "tables.json"
+        verdicts.append(
+            kv.tables_agree(json.loads(tables.read_text()) if tables.exists() else {}, timelines)
+        )
     outcomes = Counter(op["outcome"] for op in ops)
     counts = {
         "attempted": len(ops),

@@ -20,11 +20,24 @@ from chaos.queue_workload import QueueWorkload
 from chaos.schedule import Fault
 from chaos.workload import History, Workload
 from relay import Consumer
+from relay.client.table import newest_by_key
 from relay.runtime.launcher import query_status
 from relay.runtime.local_cluster import LocalCluster
 
 STREAMS = ["orders.chaos", "payments.chaos", "events.chaos"]
+KV_STREAM = "kv.chaos"  # the compacted workload's stream
+# the compacted workload's cluster: its stream compacted, in small segments, with a dedup window
+# and a tombstone retention that let a pass take most of a run (both are at least a second)
+KV_BLOCK = """
+[[stream]]
+pattern = "kv.*"
+cleanup = "compact"
+segment_bytes = 32768
+delete_retention_ms = 3000
+"""
+KV_DEDUP_MS = 5000
 SETTLE_TIMEOUT_S = 90.0
+READ_STALL_S = 10.0  # reading a final timeline fails once nothing came for this long
 # A corrupt fault flips a byte of a sealed segment, but at the default segment_bytes (64 MiB) a
 # run's logs never roll: a run with corrupt faults rolls them every few seconds of records.
 CORRUPT_SEGMENT_BYTES = 32 << 10
@@ -43,13 +56,17 @@ def run(
 ) -> None:
     """``net``: "local" (every node on 127.0.0.1, network faults by admin hooks) or "netns"
     (each node in a namespace of its own, network faults by nftables). ``workload_kind``:
-    "stream" (producers and consumers on three streams) or "queue" (producers of jobs on one
-    stream, and worker processes, some killed with SIGKILL: ``chaos.queue_workload``)."""
-    streams = [JOB_STREAM] if workload_kind == "queue" else STREAMS
+    "stream" (producers and consumers on three streams), "queue" (producers of jobs on one
+    stream, and worker processes, some killed with SIGKILL: ``chaos.queue_workload``) or
+    "compacted" (updates of keys, some tombstones, on a compacted stream)."""
+    streams = {"queue": [JOB_STREAM], "compacted": [KV_STREAM]}.get(workload_kind, STREAMS)
     out.mkdir(parents=True, exist_ok=True)
     overrides: dict[str, int | str] = {}
     if any(f.kind == "corrupt" for f in faults):
         overrides["segment_bytes"] = CORRUPT_SEGMENT_BYTES
+    compacted = workload_kind == "compacted"
+    if compacted:
+        overrides["dedup_window_ms"] = KV_DEDUP_MS
     schedule = [f.to_json() for f in faults]
     (out / "run.json").write_text(
         json.dumps(
@@ -64,12 +81,18 @@ def run(
         return time.perf_counter() - origin
 
     with LocalCluster(
-        out / "cluster", nodes=nodes, overrides=overrides, admin=True, netns=net == "netns"
+        out / "cluster",
+        nodes=nodes,
+        overrides=overrides,
+        admin=True,
+        netns=net == "netns",
+        streams=KV_BLOCK if compacted else "",
     ) as cluster:
         cluster.start()
         cluster.wait_serving()
         origin = time.perf_counter()
-        workload = Workload(cluster, streams, rate, history, clock, jobs=workload_kind == "queue")
+        jobs = workload_kind == "queue"
+        workload = Workload(cluster, streams, rate, history, clock, jobs=jobs, keyed=compacted)
         queue = None
         if workload_kind == "queue":
             queue = QueueWorkload(cluster, out, int(settings["seed"]), duration_s)
@@ -100,7 +123,10 @@ def run(
                 counts = f"acked {info.get('acked')}, dead {info.get('dead')}"
                 say(f"work group {'drained' if drained else 'NOT drained'}: {counts}")
             timelines = read_timelines(cluster, heads)
-            wait_consumers(workload, {s: len(t) for s, t in timelines.items()})
+            if compacted:
+                write_tables(out, cluster, heads)
+            else:  # a compacted timeline is shorter than what a consumer received
+                wait_consumers(workload, {s: len(t) for s, t in timelines.items()})
             if queue is not None:
                 queue.finish()
                 queue.write_final()
@@ -160,25 +186,47 @@ def final_heads(cluster: LocalCluster, streams: list[str]) -> Heads | None:
 
 def read_timelines(cluster: LocalCluster, heads: Heads) -> dict[str, list[list[Any]]]:
     """Each stream's whole verified timeline, read (and digest-checked) from one replica:
-    rows ``[seq, digest, producer, msg_id, payload]``."""
+    rows ``[seq, digest, producer, msg_id, payload, key]``."""
     timelines = {}
     for stream, per_node in heads.items():
         if not per_node:
             continue
         node = min(per_node)
-        last = per_node[node][0]
         rows: list[list[Any]] = []
         with Consumer(stream, config=cluster.config_path, node=node) as consumer:
-            while not rows or rows[-1][0] < last:
-                txs = consumer.poll(timeout_s=5)
-                if not txs:
+            stalled = time.monotonic() + READ_STALL_S
+            while not consumer.at_end() or consumer.verified_head is None:
+                txs = consumer.poll(timeout_s=1)  # none while it passes a compacted range
+                if txs:
+                    stalled = time.monotonic() + READ_STALL_S
+                elif time.monotonic() > stalled:
                     raise RuntimeError(f"could not read {stream} to its end from node {node}")
                 rows += [
-                    [t.seq, t.digest.hex(), t.producer_id, t.msg_id, t.payload.decode()]
+                    [
+                        t.seq,
+                        t.digest.hex(),
+                        t.producer_id,
+                        t.msg_id,
+                        t.payload.decode(),
+                        t.key.decode() if t.key is not None else None,
+                    ]
                     for t in txs
                 ]
         timelines[stream] = rows
     return timelines
+
+
+def write_tables(out: Path, cluster: LocalCluster, heads: Heads) -> None:
+    """Every replica's table of each stream, read as a consumer reads it from the earliest
+    (``relay consume --compacted-view``): ``tables.json``, stream -> node -> key -> seq."""
+    tables: dict[str, dict[str, dict[str, int]]] = {}
+    for stream, per_node in heads.items():
+        for node in sorted(per_node):
+            with Consumer(stream, config=cluster.config_path, node=node) as consumer:
+                live = newest_by_key(consumer)
+            table = {t.key.decode(): t.seq for t in live if t.key is not None}
+            tables.setdefault(stream, {})[str(node)] = table
+    (out / "tables.json").write_text(json.dumps(tables))
 
 
 def wait_consumers(workload: Workload, lengths: dict[str, int], timeout_s: float = 60.0) -> None:

@@ -26,6 +26,8 @@ from relay.runtime.local_cluster import LocalCluster
 
 PUBLISH_TIMEOUT_S = 10.0
 PER_ROUND = 4  # messages a producer sends before it waits for their answers
+KEYS = 50  # the keys a keyed workload updates
+TOMBSTONE_EVERY = 17  # and one of its updates in this many deletes its key
 
 
 class History:
@@ -65,9 +67,11 @@ class Workload:
         history: History,
         clock: Callable[[], float],
         jobs: bool = False,
+        keyed: bool = False,
     ) -> None:
         self.cluster = cluster
         self.jobs = jobs  # each message a job with a priority (the queue workload)
+        self.keyed = keyed  # each message an update of a key, some tombstones (compacted)
         self.streams = streams
         self.clock = clock
         self.ops = history.writer("ops")
@@ -134,23 +138,25 @@ class Workload:
                         msg_id += 1
                         payload = f"{name}:{msg_id}".encode()
                         headers = job_headers(msg_id % 4 * 60, None) if self.jobs else None
-                        future = producer.send(stream, payload, msg_id, headers=headers)
-                        sent.append((msg_id, payload, self.clock(), future))
+                        key = f"k{(msg_id * 7 + node) % KEYS}" if self.keyed else None
+                        if key is not None and msg_id % TOMBSTONE_EVERY == 0:
+                            payload = b""  # a tombstone: the key is deleted
+                        future = producer.send(stream, payload, msg_id, key=key, headers=headers)
+                        sent.append((msg_id, payload, key, self.clock(), future))
                     producer.flush()
                     base = time.perf_counter() - self.clock()
-                    for mid, payload, t0, future in sent:
-                        self.ops(
-                            self._outcome(
-                                stream,
-                                producer.producer_id,
-                                node,
-                                mid,
-                                payload,
-                                t0,
-                                future.done_at - base,
-                                future,
-                            )
+                    for mid, payload, key, t0, future in sent:
+                        row = self._outcome(
+                            stream,
+                            producer.producer_id,
+                            node,
+                            mid,
+                            payload,
+                            t0,
+                            future.done_at - base,
+                            future,
                         )
+                        self.ops({**row, "key": key} if key is not None else row)
                     next_round += self.interval
                     pause = next_round - self.clock()
                     if pause > 0:
@@ -208,6 +214,7 @@ class Workload:
                                 "t": round(self.clock(), 4),
                                 "seq": tx.seq,
                                 "digest": tx.digest.hex(),
+                                "key": tx.key.decode() if tx.key is not None else None,
                             }
                         )
                         self.delivered[name] += 1

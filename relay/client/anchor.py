@@ -40,31 +40,43 @@ class Anchor:
         self._fetcher: Fetcher | None = None  # asks every node but the serving one
 
     def confirm(
-        self, serving: NodeAddress | None, seqs: list[int], digests: list[bytes], timeout_s: float
-    ) -> bool:
+        self,
+        serving: NodeAddress | None,
+        seqs: list[int],
+        digests: list[bytes],
+        timeout_s: float,
+        after_kept: bool = False,
+    ) -> bool | None:
         """Whether a replica other than ``serving`` agrees with the batch (``seqs`` ascending,
         each with the digest after it) within ``timeout_s``; ``DigestMismatchError`` if one
-        disagrees."""
+        disagrees. ``after_kept``: the batch follows a compacted range, which other replicas
+        may have compacted further: any seq both hold is compared (not the count), and None
+        says that the other replica holds none of the batch (nothing to compare yet)."""
         fetcher = self._other(serving)
         if fetcher is None or not seqs:
             return True
         deadline = time.monotonic() + timeout_s
         while True:
-            spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, 1)
-            found = spanned.bounds[-1] if spanned is not None and spanned.bounds else None
-            if found is not None and found[2]:
-                seq, digest, count = found
-                held = seqs.index(seq) + 1 if seq in seqs else 0
-                # a replica whose retention already deleted the batch's start counts fewer
-                # txs; equal digests at the same seq still prove the same history
-                short = spanned is not None and (spanned.lost or spanned.earliest_seq > seqs[0])
-                if not held or digests[held - 1] != digest or (held != count and not short):
-                    raise errors.DigestMismatchError(
-                        "digest_mismatch",
-                        f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq}; "
-                        "the first served a timeline the second replica does not hold",
-                    )
-                return True
+            if after_kept:
+                spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, KEPT_CUTS)
+                if spanned is not None and (spanned.bounds or spanned.verified_seq >= seqs[-1]):
+                    return self._compare(serving, fetcher, spanned.bounds, seqs, digests)
+            else:
+                spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, 1)
+                found = spanned.bounds[-1] if spanned is not None and spanned.bounds else None
+                if found is not None and found[2]:
+                    seq, digest, count = found
+                    held = seqs.index(seq) + 1 if seq in seqs else 0
+                    # a replica whose retention already deleted the batch's start counts fewer
+                    # txs; equal digests at the same seq still prove the same history
+                    short = spanned is not None and (spanned.lost or spanned.earliest_seq > seqs[0])
+                    if not held or digests[held - 1] != digest or (held != count and not short):
+                        raise errors.DigestMismatchError(
+                            "digest_mismatch",
+                            f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq}; "
+                            "the first served a timeline the second replica does not hold",
+                        )
+                    return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(RETRY_S)  # a replica that has not verified the batch yet
@@ -83,14 +95,30 @@ class Anchor:
         spanned = None
         while spanned is None and time.monotonic() < deadline:
             spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, KEPT_CUTS)
+        if spanned is not None:
+            self._compare(serving, fetcher, spanned.bounds, seqs, digests)
+
+    def _compare(
+        self,
+        serving: NodeAddress | None,
+        fetcher: Fetcher,
+        bounds: tuple[tuple[int, bytes, int], ...],
+        seqs: list[int],
+        digests: list[bytes],
+    ) -> bool | None:
+        """Whether ``bounds`` (a second replica's seqs and digests) agree with the batch at a
+        seq both hold (None: they share none); ``DigestMismatchError`` where they differ."""
         held = dict(zip(seqs, digests, strict=True))
-        for seq, digest, _ in spanned.bounds if spanned is not None else ():
+        shared = False
+        for seq, digest, _ in bounds:
             if seq in held and held[seq] != digest:
                 raise errors.DigestMismatchError(
                     "digest_mismatch",
-                    f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq} of a "
-                    "compacted range; the first served a record the second does not hold",
+                    f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq} near "
+                    "a compacted range; the first served a record the second does not hold",
                 )
+            shared = shared or seq in held
+        return True if shared else None
 
     def _other(self, serving: NodeAddress | None) -> Fetcher | None:
         """A fetcher of every node but ``serving`` (None if there is no other)."""

@@ -89,6 +89,7 @@ class Consumer:
         self._confirmed = False  # a second replica agreed with a batch: the chain is anchored
         self._kept_gap = False  # the last rows came from a compacted range: no chain to continue
         self._through = 0  # how far a compacted range was read (past records it dropped)
+        self._loose = False  # anchoring after a compacted range: any seq both replicas hold
         self.group = group
         self.commit_interval_s = commit_interval_ms / 1000
         self.committed_seq = 0
@@ -245,6 +246,7 @@ class Consumer:
             return
         if self._kept_gap:  # after a compacted range: the chain starts anew, anchored again
             chain, self._kept_gap, self._confirmed = reply.prev_digest, False, False
+            self._loose = True
         elif self._buffer:
             chain = self._buffer[-1].digest
         elif self._strict and self.last_digest is not None:
@@ -267,9 +269,12 @@ class Consumer:
             )
         if self.verify and not self._confirmed:
             seqs, digests = [t.seq for t in batch], [t.digest for t in batch]
-            if not self._anchor.confirm(self.node, seqs, digests, self.reply_timeout_s):
+            loose = self._loose  # after a compacted range: another replica may hold none of it
+            agreed = self._anchor.confirm(self.node, seqs, digests, self.reply_timeout_s, loose)
+            if agreed is False:
                 return  # no second replica agreed yet: fetched again on the next poll
-            self._confirmed = True
+            self._confirmed = agreed is True  # None: nothing to compare yet, the next batch is
+            self._loose = not self._confirmed
         self._buffer.extend(batch)
         self._strict = True
 
