@@ -13,6 +13,7 @@ simulator. Appends never wait for it: it reads sealed segments, which nothing wr
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -82,6 +83,7 @@ class Compactor:
         self.runner = runner
         self.dedup_ms = dedup_ms
         self.running: str | None = None  # the stream whose pass runs
+        self.started_at = 0.0  # when it started (monotonic seconds), for the log
         self.turn = 0  # where the round of compacted logs goes on
         self.passes = 0  # installed, since start
         self.dropped = 0  # records the installed passes dropped
@@ -115,7 +117,7 @@ class Compactor:
                 continue
             self.turn = (self.turn + i + 1) % len(names)
             settings = stream_log.settings
-            self.running = name
+            self.running, self.started_at = name, time.monotonic()
             self.runner.start(
                 partial(
                     compaction.build,
@@ -146,11 +148,12 @@ class Compactor:
             self.passes += 1
             self.dropped += built.dropped
             log.info(
-                "compaction: %s: %d records kept, %d dropped, in %d segment(s)",
+                "compaction: %s: %d records kept, %d dropped, in %d segment(s), %.2f s",
                 stream,
                 built.kept,
                 built.dropped,
                 len(built.outputs),
+                time.monotonic() - self.started_at,
             )
         return installed
 
