@@ -67,11 +67,12 @@ def compacted(
 
 
 def run_pass(log: StreamLog, bound: int, wall_ms: int) -> compaction.Built | None:
+    given = list(log.segments)
     built = compaction.build(
-        log.files, log.directory, log.segments, bound, wall_ms - 1000, SETTINGS.segment_bytes
+        log.files, log.directory, given, bound, wall_ms - 1000, SETTINGS.segment_bytes
     )
     if built is not None:
-        assert compaction.install(log.files, log.directory, log.segments, built)
+        assert compaction.install(log.files, log.directory, log.segments, given, built)
     return built
 
 

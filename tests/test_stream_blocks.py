@@ -190,10 +190,8 @@ def test_retention_by_txs_keeps_the_newest_segments(tmp_path: Path) -> None:
     write_in_batches(log, txs, digests, 10)
     before = log.records()
     assert log.retain(0) is not None
-    assert 50 <= log.records() < before
-    dropped = before - log.records()
-    assert log.records() - log.segments[0].records < 50  # one segment fewer would be too few
-    assert dropped > 0
+    assert 50 <= log.records() < before  # at least retention_txs: one segment fewer is too few
+    assert log.records() - log.segments[0].records < 50
 
 
 def blocks_config(tmp_path: Path, block: str, schema: dict | None = None, nodes: int = 4):  # type: ignore[no-untyped-def]

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from waits import until
 
 from relay import Consumer, Producer, RelayError
 from relay.runtime.local_cluster import LocalCluster
@@ -60,6 +62,12 @@ create = false
 pattern = "small.*"
 max_payload_bytes = 100
 retention_txs = 1000
+segment_bytes = 4096
+
+[[stream]]
+pattern = "aging.*"
+retention_ms = 1000
+segment_ms = 1000
 
 [[stream]]
 pattern = "kv.*"
@@ -118,6 +126,7 @@ def test_stream_info_shows_the_settings_in_force(declared3: LocalCluster) -> Non
     settings = json.loads(done.stdout)["settings"]
     assert settings["pattern"] == "small.*" and settings["max_payload_bytes"] == 100
     assert settings["retention_txs"] == 1000 and settings["nodes"] == [1, 2, 3]
+    assert settings["segment_bytes"] == 4096 and settings["cleanup"] == "delete"
     done = relay(declared3, "stream", "info", "users")
     assert done.returncode == 0, done.stderr
     assert "block:         users" in done.stdout
@@ -177,3 +186,32 @@ def test_spark_reads_a_typed_streams_fields_as_columns(declared3: LocalCluster, 
     ]
     plain = df.option("stream", "orders.eu").load()
     assert "id" not in plain.columns and len(plain.columns) == 16
+
+
+def log_txs(cluster: LocalCluster, stream: str) -> list[int]:
+    found = []
+    for spec in cluster.config.nodes:
+        status = cluster.status(spec.id)
+        s = status.stream(stream) if status else None
+        found.append(s.log_txs if s else -1)
+    return found
+
+
+def test_each_stream_is_rolled_and_retained_by_its_own_block(declared3: LocalCluster) -> None:
+    cluster = declared3
+    with Producer(config=cluster.config_path, window=8, batch_max=50) as producer:
+        for i in range(3000):
+            producer.send("small.r", b"%d" % i)
+            producer.send("orders.eu", b"%d" % i)
+        producer.send("aging.a", b"first")
+        producer.flush()
+    trimmed = until(
+        lambda: log_txs(cluster, "small.r"), lambda c: all(0 < n <= 1100 for n in c), 20
+    )
+    assert all(1000 <= n <= 1100 for n in trimmed), trimmed  # retention_txs, whole segments
+    assert all(n >= 3001 for n in log_txs(cluster, "orders.eu"))  # its block keeps everything
+    time.sleep(1.5)  # the work: "aging.a" needs its first segment to be older than 1 s
+    with Producer(config=cluster.config_path) as producer:
+        producer.publish("aging.a", b"second")  # rolls the old segment (segment_ms), sealed
+    aged = until(lambda: log_txs(cluster, "aging.a"), lambda c: all(n == 1 for n in c), 20)
+    assert aged == [1, 1, 1]  # retention_ms took the sealed segment past its age

@@ -3,14 +3,15 @@ keep only the newest transaction of each key, and a tombstone (a key and an empt
 until ``delete_retention_ms`` after its seq's time.
 
 How this works: a pass has two halves. ``build`` reads sealed segments (files nothing writes any
-more) and writes the compacted ones beside them as ``<name>.cleaning``: it may run off the loop.
-It maps each key (its blake3 hash) to its newest seq over every sealed segment up to the bound,
-then copies the records of the segments up to the bound that are still the newest of their key,
-grouping neighbours so that each output holds about ``segment_bytes``. ``install`` runs on the
-loop: if the log still begins with the segments the pass read, each output is synced and renamed
-into place, the directory synced, the inputs removed, and the log's list of segments takes the
-outputs. A crash at any point leaves a valid log: an output is renamed only once whole and
-synced, and recovery removes a ``.cleaning`` file and any file a compacted segment covers.
+more) and writes the compacted ones beside them as ``<name>.cleaning``, synced: it may run off
+the loop, in another process (what it returns is plain data). It maps each key (its blake3 hash)
+to its newest seq over every sealed segment up to the bound, then copies the records of those
+segments that are still the newest of their key, grouping neighbours so that each output holds
+about ``segment_bytes``. ``install`` runs on the loop: if the log still begins with the segments
+the pass read, each output is renamed into place, the directory synced, the inputs removed, and
+the log's list of segments takes the outputs. A crash at any point leaves a valid log: an output
+is renamed only once whole and synced, and recovery removes a ``.cleaning`` file and any file a
+compacted segment covers.
 
 The bound is the caller's: the lowest of the verified mark, the committed position of every
 consumer group of the stream (Transporter's rule: never compact what a reader has not read),
@@ -49,7 +50,7 @@ KEYS_MAX = 1_000_000  # distinct keys one pass maps (about 60 MB); more wait for
 class Built:
     """What ``build`` wrote, for ``install``."""
 
-    inputs: list[Segment]  # the segments replaced, the log's first ones
+    count: int  # the segments it replaces: the first this many it was given
     shapes: list[tuple[Path, int]] = field(default_factory=list)  # their paths and sizes read
     outputs: list[Segment] = field(default_factory=list)  # their paths are the final names
     kept: int = 0  # records kept
@@ -81,7 +82,7 @@ def build(
     inputs = inputs[:mapped]
     if not inputs:
         return None
-    built = Built(inputs, [(s.path, s.size) for s in inputs])
+    built = Built(len(inputs), [(s.path, s.size) for s in inputs])
     group: list[Segment] = []
     kept: list[Kept] = []
     size = 0
@@ -108,12 +109,15 @@ def build(
     return built
 
 
-def install(files: Files, directory: Path, log_segments: list[Segment], built: Built) -> bool:
-    """Put ``built`` in place of its inputs, if the log still begins with them (else its files
-    are removed: retention or a cut changed the log meanwhile); whether it did."""
-    count = len(built.inputs)
-    current = log_segments[:count]
-    same = len(current) == count and all(a is b for a, b in zip(current, built.inputs, strict=True))
+def install(
+    files: Files, directory: Path, log_segments: list[Segment], given: list[Segment], built: Built
+) -> bool:
+    """Put ``built`` in place of the segments it replaces (the first of ``given``, the list
+    ``build`` was given), if the log still begins with them (else its files are removed:
+    retention or a cut changed the log meanwhile); whether it did."""
+    count = built.count
+    inputs, current = given[:count], log_segments[:count]
+    same = len(current) == count and all(a is b for a, b in zip(current, inputs, strict=True))
     if not same or [(s.path, s.size) for s in current] != built.shapes:
         discard(files, built)
         return False
@@ -121,7 +125,7 @@ def install(files: Files, directory: Path, log_segments: list[Segment], built: B
         files.rename(_cleaning(output.path), output.path)
     files.fsync_dir(directory)
     finals = {output.path for output in built.outputs}
-    for segment in built.inputs:
+    for segment in inputs:
         if segment.path not in finals:
             files.unlink(segment.path)
     files.fsync_dir(directory)

@@ -6,16 +6,19 @@ ever sees a file go), then, if none is running, starts the next compacted log in
 a sealed segment the bound lets it take. The bound is the lowest of the log's verified mark,
 the start of the dedup window (a producer's retry must still find the record it repeats), and
 what the caller says of the stream (the lowest committed position of its consumer groups). The
-pass runs on the ``CompactionRunner``: a thread of its own for a node, at once for the
-simulator. Appends never wait for it: it reads sealed segments, which nothing writes.
+pass runs on the ``CompactionRunner``: a process of its own for a node (at a lower priority),
+at once for the simulator. Appends never wait for it: it reads sealed segments, which nothing
+writes.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from functools import partial
 from typing import Protocol
 
@@ -23,9 +26,11 @@ from relay.core.flake import SEQ_MAX, make_seq
 from relay.storage import compaction
 from relay.storage.compaction import Built
 from relay.storage.records import CorruptRecord
+from relay.storage.segment import Segment
 from relay.storage.store import NodeStore
 
 log = logging.getLogger("relay.disk")
+NICE = 10  # a pass's process yields the CPU to the nodes
 
 Build = Callable[[], Built | None]
 
@@ -40,14 +45,18 @@ class CompactionRunner(Protocol):
     def close(self) -> None: ...
 
 
-class ThreadCompactions:
-    """Passes on a thread of their own (the GIL is released while they read and write)."""
+class ProcessCompactions:
+    """Passes in a process of their own, at a lower priority than the node's (``nice`` 10):
+    a pass is CPU in Python, which in the node's process would take the GIL from its loop."""
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-compactor")
+        self._pool: ProcessPoolExecutor | None = None  # started with the first pass
         self._running: Future[Built | None] | None = None
 
     def start(self, build: Build) -> None:
+        if self._pool is None:
+            spawn = multiprocessing.get_context("spawn")  # never a fork of a node's threads
+            self._pool = ProcessPoolExecutor(1, spawn, initializer=os.nice, initargs=(NICE,))
         self._running = self._pool.submit(build)
 
     def done(self) -> tuple[bool, Built | None]:
@@ -57,7 +66,8 @@ class ThreadCompactions:
         return True, running.result()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class InlineCompactions:
@@ -83,6 +93,7 @@ class Compactor:
         self.runner = runner
         self.dedup_ms = dedup_ms
         self.running: str | None = None  # the stream whose pass runs
+        self.given: list[Segment] = []  # the segments it was given
         self.started_at = 0.0  # when it started (monotonic seconds), for the log
         self.turn = 0  # where the round of compacted logs goes on
         self.passes = 0  # installed, since start
@@ -117,7 +128,7 @@ class Compactor:
                 continue
             self.turn = (self.turn + i + 1) % len(names)
             settings = stream_log.settings
-            self.running, self.started_at = name, time.monotonic()
+            self.running, self.started_at, self.given = name, time.monotonic(), sealed
             self.runner.start(
                 partial(
                     compaction.build,
@@ -139,7 +150,7 @@ class Compactor:
             return False
         try:
             installed = compaction.install(
-                stream_log.files, stream_log.directory, stream_log.segments, built
+                stream_log.files, stream_log.directory, stream_log.segments, self.given, built
             )
         except OSError as exc:  # recovery finishes or undoes it at the next start
             log.error("compaction: %s: installing failed: %s", stream, exc)

@@ -40,7 +40,7 @@ from relay.core.params import CoreParams
 from relay.core.reads import cut_span
 from relay.core.routing import QUEUE_SUFFIX
 from relay.core.status import NodeStatus
-from relay.storage.compactor import CompactionRunner, Compactor, ThreadCompactions
+from relay.storage.compactor import CompactionRunner, Compactor, ProcessCompactions
 from relay.storage.records import CorruptRecord
 from relay.storage.recovery import Window
 from relay.storage.store import NodeStore
@@ -78,7 +78,7 @@ class NodeDisk:
         self.store = store
         self.window = window
         self.runner = runner if runner is not None else ThreadRunner()
-        self.compactor = Compactor(store, compactions or ThreadCompactions(), window.dedup_ms)
+        self.compactor = Compactor(store, compactions or ProcessCompactions(), window.dedup_ms)
         self.syncer: Syncer | None = None
         self.written: set[str] = set()  # logs written since the last retention pass
         self.changed: set[str] = set()  # logs written or trimmed since ``take_changed``

@@ -357,9 +357,9 @@ class StreamLog:
     # --- retention ----------------------------------------------------------------------
 
     def retain(self, wall_ms: int) -> int | None:
-        """Delete the oldest sealed segments past ``retention_ms`` of age or beyond
-        ``retention_bytes`` or ``retention_txs``; never the open one, never one holding
-        unverified records. The seq the log now starts after, if it moved."""
+        """Delete the oldest sealed segments past ``retention_ms`` of age, or that the log can
+        spare and still hold ``retention_bytes`` and ``retention_txs``; never the open one,
+        never one holding unverified records. The seq the log now starts after, if it moved."""
         keep_ms, keep_bytes = self.settings.retention_ms, self.settings.retention_bytes
         keep_txs = self.settings.retention_txs
         if not keep_ms and not keep_bytes and not keep_txs:
@@ -368,7 +368,10 @@ class StreamLog:
         dropped = 0
         for segment in self.segments[:-1]:
             old = keep_ms and seq_unix_ms(segment.last_seq) < wall_ms - keep_ms
-            big = (keep_bytes and total > keep_bytes) or (keep_txs and count > keep_txs)
+            # as Kafka's retention.bytes: a segment goes if the rest still hold the bound
+            big = (keep_bytes and total - segment.size >= keep_bytes) or (
+                keep_txs and count - segment.records >= keep_txs
+            )
             if not segment.sealed or segment.last_seq > self.mark or not (old or big):
                 break
             self.files.unlink(segment.path)
