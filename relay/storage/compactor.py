@@ -13,13 +13,18 @@ writes.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import logging
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
 from functools import partial
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Protocol
 
 from relay.core.flake import SEQ_MAX, make_seq
@@ -31,6 +36,7 @@ from relay.storage.store import NodeStore
 
 log = logging.getLogger("relay.disk")
 NICE = 10  # a pass's process yields the CPU to the nodes
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 Build = Callable[[], Built | None]
 
@@ -47,27 +53,74 @@ class CompactionRunner(Protocol):
 
 class ProcessCompactions:
     """Passes in a process of their own, at a lower priority than the node's (``nice`` 10):
-    a pass is CPU in Python, which in the node's process would take the GIL from its loop."""
+    a pass is CPU in Python, which in the node's process would take the GIL from its loop. The
+    process dies with the node (``PR_SET_PDEATHSIG``) and is stopped at ``close``: a pass cut
+    short leaves a ``.cleaning`` file, which recovery removes."""
 
     def __init__(self) -> None:
-        self._pool: ProcessPoolExecutor | None = None  # started with the first pass
-        self._running: Future[Built | None] | None = None
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._busy = False
 
     def start(self, build: Build) -> None:
-        if self._pool is None:
+        if self._process is None or not self._process.is_alive():
+            self.close()
             spawn = multiprocessing.get_context("spawn")  # never a fork of a node's threads
-            self._pool = ProcessPoolExecutor(1, spawn, initializer=os.nice, initargs=(NICE,))
-        self._running = self._pool.submit(build)
+            parent, child = spawn.Pipe()
+            self._process = spawn.Process(
+                target=_serve, args=(child,), name="relay-compactor", daemon=True
+            )
+            self._process.start()
+            child.close()
+            self._conn = parent
+        assert self._conn is not None
+        self._conn.send(build)
+        self._busy = True
 
     def done(self) -> tuple[bool, Built | None]:
-        if self._running is None or not self._running.done():
+        if not self._busy or self._conn is None or not self._conn.poll():
             return False, None
-        running, self._running = self._running, None
-        return True, running.result()
+        self._busy = False
+        try:
+            ok, found = self._conn.recv()
+        except (EOFError, OSError):  # the process died mid-pass
+            self.close()
+            raise OSError("the compaction process stopped") from None
+        if not ok:
+            raise found
+        return True, found
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._process is not None:
+            self._process.terminate()
+            self._process.join(5)
+            self._process = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._busy = False
+
+
+def _serve(conn: Connection) -> None:
+    """The compaction process: each build it is sent, run, and its result or error sent back."""
+    os.nice(NICE)
+    _die_with_parent()
+    while True:
+        try:
+            build = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            conn.send((True, build()))
+        except (OSError, CorruptRecord) as exc:
+            conn.send((False, exc))
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (a node killed with SIGKILL)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class InlineCompactions:
