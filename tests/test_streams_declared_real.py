@@ -52,6 +52,10 @@ pattern = "events"
 schema = "events.json"
 
 [[stream]]
+pattern = "pinned.*"
+nodes = [1, 2, 3]
+
+[[stream]]
 pattern = "orders.eu"
 
 [[stream]]
@@ -76,11 +80,11 @@ cleanup = "compact"
 
 
 @pytest.fixture(scope="module")
-def declared3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def declared4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     folder = tmp_path_factory.mktemp("declared")
     (folder / "users.json").write_text(json.dumps(USERS))
     (folder / "events.json").write_text(json.dumps(EVENTS))
-    with LocalCluster(folder, nodes=3, streams=BLOCKS) as cluster:
+    with LocalCluster(folder, nodes=4, streams=BLOCKS) as cluster:
         cluster.start()
         cluster.wait_serving()
         yield cluster
@@ -92,8 +96,8 @@ def refusal(cluster: LocalCluster, stream: str, payload: bytes, key: str | None 
     return f"{info.value.code}: {info.value.message}"
 
 
-def test_publishes_are_checked_against_their_streams_block(declared3: LocalCluster) -> None:
-    cluster = declared3
+def test_publishes_are_checked_against_their_streams_block(declared4: LocalCluster) -> None:
+    cluster = declared4
     with Producer(config=cluster.config_path) as producer:
         assert producer.publish("users", b'{"id": 1, "name": "ada"}').seq
         assert producer.publish("orders.eu", b"declared by name").seq
@@ -120,23 +124,23 @@ def relay(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]
     )
 
 
-def test_stream_info_shows_the_settings_in_force(declared3: LocalCluster) -> None:
-    done = relay(declared3, "stream", "info", "small.b", "--json")
+def test_stream_info_shows_the_settings_in_force(declared4: LocalCluster) -> None:
+    done = relay(declared4, "stream", "info", "small.b", "--json")
     assert done.returncode == 0, done.stderr
     settings = json.loads(done.stdout)["settings"]
     assert settings["pattern"] == "small.*" and settings["max_payload_bytes"] == 100
-    assert settings["retention_txs"] == 1000 and settings["nodes"] == [1, 2, 3]
+    assert settings["retention_txs"] == 1000 and settings["nodes"] == [1, 2, 3, 4]
     assert settings["segment_bytes"] == 4096 and settings["cleanup"] == "delete"
-    done = relay(declared3, "stream", "info", "users")
+    done = relay(declared4, "stream", "info", "users")
     assert done.returncode == 0, done.stderr
     assert "block:         users" in done.stdout
     assert '"required":["id"]' in done.stdout and "schema_fingerprint:" in done.stdout
 
 
 def test_a_node_refuses_a_breaking_schema_and_takes_an_added_field(
-    declared3: LocalCluster,
+    declared4: LocalCluster,
 ) -> None:
-    cluster = declared3
+    cluster = declared4
     with Producer(config=cluster.config_path) as producer:
         producer.publish("users", b'{"id": 2}')
     cluster.stop(1)
@@ -162,16 +166,16 @@ def test_a_node_refuses_a_breaking_schema_and_takes_an_added_field(
 
 
 @pytest.mark.spark
-def test_spark_reads_a_typed_streams_fields_as_columns(declared3: LocalCluster, spark: Any) -> None:
+def test_spark_reads_a_typed_streams_fields_as_columns(declared4: LocalCluster, spark: Any) -> None:
     entries = [
         {"id": 1, "user": {"name": "ada", "tags": ["a", "b"]}, "key": "k1", "amount": 2.5},
         {"id": 2, "amount": 3, "meta": {"x": [1, 2]}},
         {"id": 3, "amount": None},
     ]
-    with Producer(config=declared3.config_path) as producer:
+    with Producer(config=declared4.config_path) as producer:
         for entry in entries:
             producer.publish("events", json.dumps(entry).encode(), key="row")
-    df = spark.read.format("relay").option("config", str(declared3.config_path))
+    df = spark.read.format("relay").option("config", str(declared4.config_path))
     rows = (
         df.option("stream", "events")
         .load()
@@ -197,21 +201,30 @@ def log_txs(cluster: LocalCluster, stream: str) -> list[int]:
     return found
 
 
-def test_each_stream_is_rolled_and_retained_by_its_own_block(declared3: LocalCluster) -> None:
-    cluster = declared3
+def test_each_stream_is_rolled_and_retained_by_its_own_block(declared4: LocalCluster) -> None:
+    cluster = declared4
     with Producer(config=cluster.config_path, window=8, batch_max=50) as producer:
         for i in range(3000):
             producer.send("small.r", b"%d" % i)
             producer.send("orders.eu", b"%d" % i)
         producer.send("aging.a", b"first")
         producer.flush()
-    trimmed = until(
-        lambda: log_txs(cluster, "small.r"), lambda c: all(0 < n <= 1100 for n in c), 20
-    )
-    assert all(1000 <= n <= 1100 for n in trimmed), trimmed  # retention_txs, whole segments
-    assert all(n >= 3001 for n in log_txs(cluster, "orders.eu"))  # its block keeps everything
+    kept = until(lambda: log_txs(cluster, "small.r"), lambda c: all(n <= 1100 for n in c), 20)
+    assert all(1000 <= n <= 1100 for n in kept), kept  # at least retention_txs, in segments
+    assert all(n >= 3000 for n in log_txs(cluster, "orders.eu"))  # its block keeps everything
     time.sleep(1.5)  # the work: "aging.a" needs its first segment to be older than 1 s
     with Producer(config=cluster.config_path) as producer:
         producer.publish("aging.a", b"second")  # rolls the old segment (segment_ms), sealed
     aged = until(lambda: log_txs(cluster, "aging.a"), lambda c: all(n == 1 for n in c), 20)
-    assert aged == [1, 1, 1]  # retention_ms took the sealed segment past its age
+    assert aged == [1, 1, 1, 1]  # retention_ms took the sealed segment past its age
+
+
+def test_a_block_that_names_its_nodes_sets_the_replicas(declared4: LocalCluster) -> None:
+    cluster = declared4
+    with Producer(config=cluster.config_path, node=4) as producer:  # node 4 redirects
+        ack = producer.publish("pinned.a", b"on 1, 2 and 3")
+    assert ack.node in (1, 2, 3)
+    assert log_txs(cluster, "pinned.a")[3] == -1  # node 4 holds no copy
+    assert all(n == 1 for n in log_txs(cluster, "pinned.a")[:3])
+    done = relay(cluster, "stream", "info", "pinned.a", "--json")
+    assert json.loads(done.stdout)["settings"]["nodes"] == [1, 2, 3]
