@@ -70,16 +70,16 @@ class RelayDataSource(DataSource):
             raise ValueError("relay source: compactedView is for batch reads (spark.read)")
         return RelayStreamReader(options, _typed(schema))
 
-
-def _typed(schema: StructType) -> tuple[StructField, ...]:
-    """The typed columns of the schema a read was planned with (after relay's own)."""
-    return tuple(schema.fields[len(SCHEMA.fields) :])
-
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return RelayWriter(parse_sink_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return RelayStreamWriter(parse_sink_options(self.options, schema))
+
+
+def _typed(schema: StructType) -> tuple[StructField, ...]:
+    """The typed columns of the schema a read was planned with (after relay's own)."""
+    return tuple(schema.fields[len(SCHEMA.fields) :])
 
 
 class RangePartition(InputPartition):

@@ -143,7 +143,7 @@ def test_stream_ls_and_info_show_what_every_node_holds(cluster: LocalCluster) ->
     mine = next(r for r in listed if r["stream"] == "cli.d")
     assert mine["replicas"] == [1, 2, 3] and mine["txs"] == 3 and mine["bytes"] > 0
     info = until(  # every replica verifies the last one within a heartbeat or two
-        lambda: json.loads(cli("stream", "info", "cli.d", "--config", config, "--json")),
+        lambda: json.loads(cli("stream", "info", "cli.d", "--config", config, "--json"))["nodes"],
         lambda found: len({n["verified_seq"] for n in found.values()}) == 1,
         timeout_s=10,
     )

@@ -66,8 +66,10 @@ def stream_info(target: Target, stream: str, as_json: bool) -> None:
     click.echo(f"stream:        {stream}")
     _echo_settings(settings)
     if not copies:
-        click.echo("no node that answered holds it yet")
-        return
+        raise click.ClickException(
+            f"no node that answered holds a stream {stream!r} (the settings above are the ones "
+            "it would take)"
+        )
     best = max(copies.values(), key=lambda s: s.verified_seq)
     firsts = [s.log_first_seq for s in copies.values() if s.log_first_seq]
     click.echo(f"replicas:      {', '.join(str(r) for r in best.replicas)}")

@@ -41,7 +41,7 @@ from relay.storage.stream_log import StorageError
 START_MS = 1_780_000_000_000
 TICK_MS = 10
 SETTLE_MS = 30_000  # how long a healed cluster may take to go quiet
-COMPACTION_WAIT_MS = 20_000  # how long a quiet cluster waits for its compactors to settle
+COMPACTION_WAIT_MS = 45_000  # how long a quiet cluster waits for its compactors to settle
 
 
 @dataclass(slots=True)
@@ -126,7 +126,7 @@ class SimCluster:
             START_MS + self.rng.randint(100, 100 + plan.publish_ms) for _ in range(plan.publishes)
         )
         calm_from = self.calm_from
-        deadline = calm_from + SETTLE_MS
+        deadline = calm_from + SETTLE_MS + (COMPACTION_WAIT_MS if self.compaction else 0)
         while self.now_ms < deadline:
             self.faults.advance(self.now_ms)
             while publish_times and publish_times[0] <= self.now_ms:

@@ -107,8 +107,8 @@ class SimPlan:
 
 WORK_SHARE = 0.3  # of the seeds that run a work group
 COMPACTED_SHARE = 0.3  # of the seeds with a compacted stream
-COMPACTED_DEDUP_MS = 10_000  # their dedup window (longer than any client's retries): a pass
-# never takes what is younger
+COMPACTED_DEDUP_MS = 20_000  # their dedup window (longer than any retry, across clock steps of
+# 10 s): a pass never takes what is younger
 SEGMENT_BYTES = (4096, 16_384, 1 << 20)  # small ones roll, seal and rename often
 
 
