@@ -3,8 +3,10 @@
 How this works: the planner asks a node where to cut (after, upto] into parts and gets, for
 each part, its last seq, the rolling digest there and its tx count. A reader fetches the part
 from any node, re-computes the digest chain from the digest before the part's first tx and
-checks it ends at the planned digest with the planned count. A tx whose payload changed, a
-missing or extra tx, or a node serving another timeline all break that check. Seqs never
+checks it reaches the planned digest at the planned seq (equal digests at a seq prove equal
+histories, so the count is only a hint for fetch sizes: replicas compact on their own). A tx
+whose payload changed, a missing or extra tx, or a node serving another timeline all break
+that check. Seqs never
 change once verified, so the same range planned twice gives the same parts: a replayed
 micro-batch reads exactly what it read before.
 """
@@ -29,13 +31,16 @@ POLL_WAIT_MS = 500
 
 @dataclass(frozen=True, slots=True)
 class SeqRange:
-    """The verified txs in (``after``, ``upto``]: ``count`` of them, the digest at ``upto``."""
+    """The verified txs in (``after``, ``upto``]: ``count`` of them on the planning replica,
+    ``digest`` the rolling digest at ``digest_seq`` (``upto``, or the last tx before it that
+    the planning replica kept where compaction dropped the tx at ``upto``)."""
 
     index: int
     after: int
     upto: int
     count: int
     digest: bytes
+    digest_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,30 +102,45 @@ def plan(
     ranges = []
     start = after
     for index, (seq, digest, count) in enumerate(spanned.bounds):
-        ranges.append(SeqRange(index, start, seq, count, digest))
+        ranges.append(SeqRange(index, start, seq, count, digest, seq))
         start = seq
     if exact and ranges and ranges[-1].upto != upto:
-        raise errors.DigestMismatchError(
-            "digest_mismatch",
-            f"{fetcher.stream!r}: {fetcher.node} holds no verified tx at seq {upto}, the end of "
-            "this batch; the node serves a different timeline",
-        )
+        if not _compacted_away(fetcher, ranges[-1].upto, upto):
+            raise errors.DigestMismatchError(
+                "digest_mismatch",
+                f"{fetcher.stream!r}: {fetcher.node} holds no verified tx at seq {upto}, the "
+                "end of this batch; the node serves a different timeline",
+            )
+        last = ranges[-1]
+        ranges[-1] = SeqRange(last.index, last.after, upto, last.count, last.digest, last.upto)
     return ranges
 
 
+def _compacted_away(fetcher: Fetcher, after: int, upto: int) -> bool:
+    """Whether the node's log is compacted past (``after``, ``upto``] with no tx kept there."""
+    reply = fetcher.fetch(after, 1, 0)
+    return (
+        reply is not None
+        and reply.through_seq >= upto
+        and not [row for row in reply.rows if row.seq <= upto]
+    )
+
+
 def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[Chunk]:
-    """The txs of ``part`` in seq order, each checked against the digest chain; at the end,
-    the chain must reach ``part.digest`` after exactly ``part.count`` txs. Rows of a compacted
-    range each fold from their own prev digest; the replicas compact on their own, so a part
-    that holds some is checked where it ends only if the row there is the one planned."""
-    after, seen, chain, lost, compacted = part.after, 0, b"", False, False
-    last = 0  # the seq of the last row read
+    """The txs of ``part`` in seq order, each checked against the digest chain, which must
+    reach ``part.digest`` at ``part.digest_seq``. Rows of a compacted range each fold from
+    their own prev digest, and the chain after them starts anew; the replicas compact on their
+    own, so a part that holds some is checked at its planned digest only where this replica
+    kept the tx there."""
+    after, seen, chain, lost = part.after, 0, b"", False
+    compacted = anew = False  # read a compacted range; the next plain reply starts a chain
+    planned: bytes | None = None  # the digest read at part.digest_seq
     timeout = options.read_timeout_s
     deadline = time.monotonic() + timeout
     while after < part.upto:
-        want = (
-            options.fetch_rows if lost or compacted else min(options.fetch_rows, part.count - seen)
-        )
+        want = options.fetch_rows
+        if not (lost or compacted) and seen < part.count:
+            want = min(want, part.count - seen)
         reply = fetcher.fetch(after, max(1, want), POLL_WAIT_MS)
         if reply is None:
             _check_deadline(fetcher, deadline, timeout)
@@ -129,9 +149,14 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
             _data_loss(fetcher.stream, options, after, reply.earliest_seq)
             lost = True
         kept = bool(reply.through_seq)
-        if not chain or reply.lost or (compacted and not kept):
-            chain = reply.prev_digest  # after a compacted range the chain starts anew
-        compacted = compacted or kept
+        if kept and (reply.through_seq <= after or (reply.rows and reply.rows[0].seq <= after)):
+            raise errors.ProtocolError(
+                f"{fetcher.stream!r}: {fetcher.node} answered a read after seq {after} with a "
+                f"compacted range through seq {reply.through_seq} that does not start after it"
+            )
+        if not chain or reply.lost or (anew and not kept):
+            chain, anew = reply.prev_digest, False
+        compacted, anew = compacted or kept, anew or kept
         rows = [row for row in reply.rows if row.seq <= part.upto]
         if not rows and not (kept and reply.through_seq > after):
             if reply.verified_seq >= part.upto:
@@ -152,23 +177,21 @@ def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[C
                 )
             verified.append(ok)
             chain = digest
+            planned = digest if seq == part.digest_seq else planned
         seen += len(rows)
-        last = rows[-1].seq if rows else last
-        after = max(after, last, min(reply.through_seq, part.upto))
+        after = max(after, rows[-1].seq if rows else 0, min(reply.through_seq, part.upto))
         deadline = time.monotonic() + timeout
         if rows:
             yield Chunk(rows, verified)
-    if lost:
+    if lost or planned == part.digest or (compacted and planned is None):
         return
-    if compacted and (last != part.upto or chain == part.digest):
-        return  # the row at the planned end (if this replica kept it) is the one planned
-    if seen != part.count or chain != part.digest:
-        raise errors.DigestMismatchError(
-            "digest_mismatch",
-            f"{fetcher.stream!r} ({part.after}, {part.upto}]: {fetcher.node} served {seen} txs "
-            f"whose digest chain ends at {chain.hex()[:16]}; the cluster verified {part.count} "
-            f"txs ending at {part.digest.hex()[:16]}. The read fails, so no sink commits them",
-        )
+    found = planned.hex()[:16] if planned else "no tx"
+    raise errors.DigestMismatchError(
+        "digest_mismatch",
+        f"{fetcher.stream!r} ({part.after}, {part.upto}]: {fetcher.node} served {seen} txs "
+        f"with {found} at seq {part.digest_seq}, where the cluster verified the digest "
+        f"{part.digest.hex()[:16]}. The read fails, so no sink commits them",
+    )
 
 
 def _data_loss(stream: str, options: SourceOptions, after: int, earliest: int) -> None:

@@ -143,11 +143,12 @@ class Planner:
         o = self.options
         anchor = Anchor(stream, list(o.nodes), o.read_timeout_s, o.pair())
         try:
-            for part in planned:
-                if not anchor.confirm(fetcher.node, [part.upto], [part.digest], o.read_timeout_s):
+            for part in planned:  # None: the other replica compacted the tx away
+                seqs, digests = [part.digest_seq], [part.digest]
+                if anchor.confirm(fetcher.node, seqs, digests, o.read_timeout_s) is False:
                     raise ranges.Unreachable(
                         errors.UNAVAILABLE,
-                        f"{stream!r}: no second replica confirmed seq {part.upto} within "
+                        f"{stream!r}: no second replica confirmed seq {part.digest_seq} within "
                         f"{o.read_timeout_s:g} s (a plan is checked against two replicas)",
                     )
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_storage import T0, WINDOW, fresh, write_in_batches
 
 from relay.core.digest import genesis
@@ -15,7 +16,7 @@ from relay.core.messages import Tx, fold_tx
 from relay.storage import compaction, inspect
 from relay.storage.compaction import CLEANING
 from relay.storage.compactor import Compactor, InlineCompactions
-from relay.storage.files import OS_FILES
+from relay.storage.files import OS_FILES, OsFiles
 from relay.storage.recovery import open_log
 from relay.storage.settings import StorageSettings
 from relay.storage.store import NodeStore
@@ -96,6 +97,24 @@ def test_a_pass_keeps_the_newest_record_of_each_key_up_to_the_bound(tmp_path: Pa
     again.log.close()
 
 
+def test_passes_past_the_key_map_bound_each_cover_more_until_all_is_compacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compaction, "KEYS_MAX", 40)  # 210 keys: several passes
+    log, txs, _ = compacted(tmp_path, count=400, keys=10)
+    bound = [s for s in log.segments if s.sealed][-1].head_seq
+    passes = 0
+    while run_pass(log, bound, T0) is not None:
+        passes += 1
+        assert passes < 50, "a pass repeats without covering more of the log"
+    assert passes > 2
+    assert all(s.compacted for s in log.segments if s.head_seq <= bound)
+    newest = {t.key: t for t in txs if t.seq <= bound}
+    got = [t for t in everything(log)[0] if t.seq <= bound]
+    assert got == sorted(newest.values(), key=lambda t: t.seq)
+    log.close()
+
+
 def test_tombstones_stay_until_their_retention_then_go(tmp_path: Path) -> None:
     # 200 updates of 10 keys, the last of k5 (update 195) a tombstone; then 100 of other keys,
     # so that the first 200 are in sealed segments
@@ -138,6 +157,35 @@ def test_an_interrupted_pass_leaves_a_log_recovery_makes_whole(tmp_path: Path) -
     assert view == [t for t in before if t.seq > bound or t in view] and len(view) < len(before)
     assert not [p for p in log.directory.glob("*.seg") if int(p.name[:20]) <= bound]
     assert inspect.verify(log.directory, "s")[1] is None
+    again.log.close()
+
+
+def test_an_install_failing_part_way_leaves_a_log_that_reads_whole(tmp_path: Path) -> None:
+    class RenamesOnce(OsFiles):
+        renames = 0
+
+        def rename(self, source: Path, target: Path) -> None:
+            if source.name.endswith(CLEANING):
+                self.renames += 1
+                if self.renames == 2:
+                    raise OSError(28, "No space left on device")
+            super().rename(source, target)
+
+    log, txs, _ = compacted(tmp_path, count=2000, keys=10)
+    bound = [s for s in log.segments if s.sealed][-1].head_seq
+    given = list(log.segments)
+    built = compaction.build(log.files, log.directory, given, bound, T0 - 1000, 4096)
+    assert built is not None and len(built.outputs) > 2
+    with pytest.raises(OSError):
+        compaction.install(RenamesOnce(), log.directory, log.segments, given, built)
+    assert log.segments[0] is built.outputs[0]  # the one renamed stands for its inputs
+    newest = {t.key: t for t in txs}
+    got = everything(log)[0]
+    assert {t.key: t for t in got} == newest and got[-1] == txs[-1]
+    assert not list(log.directory.glob(f"*{CLEANING}"))
+    log.close()
+    again = open_log(log.directory, "s", SETTINGS, WINDOW, T0)
+    assert not again.problems and everything(again.log)[0] == got
     again.log.close()
 
 

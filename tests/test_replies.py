@@ -56,6 +56,10 @@ def test_every_reply_round_trips() -> None:
     assert error == replies.ErrorReply(8, "unavailable", "no", ())
 
 
+_D = bytes(32)
+_ROW = [5, 1, "p", 9, b"x", b"k", [], _D]
+
+
 @pytest.mark.parametrize(
     ("body", "names"),
     [
@@ -78,6 +82,10 @@ def test_every_reply_round_trips() -> None:
             "[0]: a header is a [name, value] pair",
         ),
         (pack("span", 1, "s", 5, 5, False, [[5, b"d"]]), "span reply: bounds: [0]"),
+        (pack("kept", 1, "s", 9, 1, [_ROW], [], 9), "one prev digest per row"),
+        (pack("kept", 1, "s", 9, 1, [_ROW], [_D], 4), "through_seq is at or past every row"),
+        (pack("kept", 1, "s", 7, 1, [_ROW], [_D], 8), "through_seq is past the verified seq"),
+        (pack("kept", 1, "s", 9, 1, [_ROW, _ROW], [_D, _D], 9), "rows in ascending seq order"),
         (pack("status", 1, {"node": 1}), "status reply: status: status.streams"),
         (pack("status", 1, "x"), "status reply: status: a status must be a map"),
         (

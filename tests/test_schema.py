@@ -3,6 +3,7 @@ fingerprint, and which changes one major version takes."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -78,6 +79,7 @@ def changed(**edits: Any) -> dict[str, Any]:
         (changed(additionalProperties=False), "$ is closed to fields"),
         (changed(properties__id={"type": "integer", "minimum": 5}), "$.id changes its 'minimum'"),
         (changed(properties__items__items={"type": "string"}), "$.items[*] is retyped"),
+        (changed(minProperties=1.0), "$ changes its 'minProperties'"),
     ],
 )
 def test_one_major_version_takes_only_added_optional_fields(
@@ -88,3 +90,30 @@ def test_one_major_version_takes_only_added_optional_fields(
         assert found is None
     else:
         assert found is not None and found.startswith(problem), found
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        ({"type": "object", "$schema": [1]}, "$schema names a draft by its URI"),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/a.json"}}},
+            "a $ref outside the schema",
+        ),
+    ],
+)
+def test_a_schema_that_cannot_be_checked_here_is_refused_at_load(
+    doc: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(document.SchemaError, match=re.escape(problem)):
+        schema(doc)
+
+
+def test_a_ref_within_the_schema_is_followed() -> None:
+    doc = {
+        "type": "object",
+        "$defs": {"n": {"type": "integer"}},
+        "properties": {"a": {"$ref": "#/$defs/n"}},
+    }
+    assert schema(doc).problem(b'{"a": "x"}') == "$.a: 'x' is not of type 'integer'"
+    assert schema(doc).problem(b'{"a": 1}') is None

@@ -1,11 +1,12 @@
 """The simulator's compacted stream: keyed updates and tombstones, each node's real compactor on
 its simulated disk under crashes and power losses, and a checker shown to catch a compaction
-that keeps an older value of a key and one that never drops an expired tombstone."""
+that drops the newest value of a key and one that never drops an expired tombstone."""
 
 from __future__ import annotations
 
 import pytest
 
+from relay.core.flake import SEQ_MAX
 from relay.sim.checker import InvariantViolation
 from relay.sim.cluster import SimCluster, run_seed
 from relay.sim.plan import SimPlan
@@ -38,16 +39,16 @@ def fails_somewhere() -> str:
     raise AssertionError("no seed caught the planted bug")
 
 
-def test_the_checker_catches_a_compaction_that_keeps_an_older_value(
+def test_the_checker_catches_a_compaction_that_drops_the_newest_value(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     newest = compaction._newest
 
-    def oldest(files: object, inputs: list) -> tuple[dict[bytes, int], int]:  # type: ignore[type-arg]
+    def beyond(files: object, inputs: list) -> tuple[dict[bytes, int], int]:  # type: ignore[type-arg]
         found, mapped = newest(files, inputs)  # type: ignore[arg-type]
-        return {k: -1 for k in found}, mapped  # no record is the newest: all dropped
+        return {k: SEQ_MAX for k in found}, mapped  # no record is the newest: all dropped
 
-    monkeypatch.setattr(compaction, "_newest", oldest)
+    monkeypatch.setattr(compaction, "_newest", beyond)
     assert "not its newest value" in fails_somewhere()
 
 

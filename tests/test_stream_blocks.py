@@ -20,6 +20,7 @@ from relay.runtime.templates import cluster_toml
 from relay.storage import records
 from relay.storage.recovery import open_log
 from relay.storage.settings import StorageSettings
+from relay.storage.store import dir_name
 
 SCHEMA = {
     "type": "object",
@@ -178,7 +179,7 @@ def test_a_segment_header_carries_the_schema_and_recovery_takes_only_known_ones(
 def test_a_header_with_anything_but_a_fingerprint_in_its_map_is_corrupt() -> None:
     import msgpack
 
-    for extra in ({"schema": b"short"}, {"index": 3}, [1]):
+    for extra in ({"schema": b"short"}, {"schema": b""}, {}, {"index": 3}, [1]):
         body = msgpack.packb([records.FORMAT, "s", 0, b"\0" * 32, extra])
         with pytest.raises(records.CorruptRecord, match="bad segment header"):
             records.decode_header(body)
@@ -211,6 +212,20 @@ def test_a_start_refuses_a_block_that_would_shrink_replicas_below_three(tmp_path
     shrunk = parse(tomllib.loads(small), tmp_path / "cluster.toml")
     with pytest.raises(declared.DeclaredError, match=r"'stream\[0\].nodes' gives streams 'o.\*' 2"):
         declared.check(shrunk, data)
+
+
+def test_a_renamed_pattern_is_held_against_what_its_streams_had(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "streams" / dir_name("users")).mkdir(parents=True)  # the node holds the stream
+    declared.check(
+        blocks_config(tmp_path, '[[stream]]\npattern = "users"\nschema = "s.json"', SCHEMA), data
+    )
+    retyped = {**SCHEMA, "properties": {**SCHEMA["properties"], "id": {"type": "string"}}}
+    renamed = '[[stream]]\npattern = "user*"\nschema = "s.json"'
+    with pytest.raises(declared.DeclaredError, match=r"streams 'users' have: \$.id is retyped"):
+        declared.check(blocks_config(tmp_path, renamed, retyped), data)
+    with pytest.raises(declared.DeclaredError, match=r"streams 'users' are typed"):
+        declared.check(blocks_config(tmp_path, '[[stream]]\npattern = "u*"'), data)
 
 
 def test_a_schema_may_add_optional_fields_and_break_only_under_a_new_major(tmp_path: Path) -> None:

@@ -87,6 +87,8 @@ def declared4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster
     with LocalCluster(folder, nodes=4, streams=BLOCKS) as cluster:
         cluster.start()
         cluster.wait_serving()
+        with Producer(config=cluster.config_path) as producer:  # each test may rely on it
+            assert producer.publish("users", b'{"id": 1, "name": "ada"}').seq
         yield cluster
 
 
@@ -99,7 +101,6 @@ def refusal(cluster: LocalCluster, stream: str, payload: bytes, key: str | None 
 def test_publishes_are_checked_against_their_streams_block(declared4: LocalCluster) -> None:
     cluster = declared4
     with Producer(config=cluster.config_path) as producer:
-        assert producer.publish("users", b'{"id": 1, "name": "ada"}').seq
         assert producer.publish("orders.eu", b"declared by name").seq
         assert producer.publish("small.a", b"x" * 100).seq
         assert producer.publish("kv.a", b"v", key="k").seq

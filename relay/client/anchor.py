@@ -4,7 +4,7 @@ How this works: a consumer checks that every tx it receives chains from the one 
 digest its first batch starts from is the serving node's word, so a node that rewrote payloads
 and digests consistently (from genesis on, or from any digest it names) would pass that check.
 So another replica is asked for its digest (a ``span``) at a seq of that batch: the two must
-agree there, after the same count of txs. Each replica serves only what a quorum verified and
+agree there. Each replica serves only what a quorum verified and
 equal digests prove equal prefixes, so once a second replica agrees the consumer's own chain is
 the anchor: every later batch, from any node, must continue it. With no other node known there
 is nothing to compare, and the chain alone is checked. Rows of a compacted range do not chain;
@@ -49,9 +49,10 @@ class Anchor:
     ) -> bool | None:
         """Whether a replica other than ``serving`` agrees with the batch (``seqs`` ascending,
         each with the digest after it) within ``timeout_s``; ``DigestMismatchError`` if one
-        disagrees. ``after_kept``: the batch follows a compacted range, which other replicas
-        may have compacted further: any seq both hold is compared (not the count), and None
-        says that the other replica holds none of the batch (nothing to compare yet)."""
+        disagrees; None if it verified the batch but holds none of it (compacted or deleted
+        by retention: nothing to compare yet). ``after_kept``: the batch follows a compacted
+        range, which other replicas may have compacted further: any seq both hold is
+        compared."""
         fetcher = self._other(serving)
         if fetcher is None or not seqs:
             return True
@@ -65,18 +66,18 @@ class Anchor:
                 spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, 1)
                 found = spanned.bounds[-1] if spanned is not None and spanned.bounds else None
                 if found is not None and found[2]:
-                    seq, digest, count = found
-                    held = seqs.index(seq) + 1 if seq in seqs else 0
-                    # a replica whose retention already deleted the batch's start counts fewer
-                    # txs; equal digests at the same seq still prove the same history
-                    short = spanned is not None and (spanned.lost or spanned.earliest_seq > seqs[0])
-                    if not held or digests[held - 1] != digest or (held != count and not short):
+                    seq, digest, _ = found
+                    # equal digests at the same seq prove the same history; the counts may
+                    # differ (a replica whose retention or compaction dropped part of the batch)
+                    if seq not in seqs or digests[seqs.index(seq)] != digest:
                         raise errors.DigestMismatchError(
                             "digest_mismatch",
                             f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq}; "
                             "the first served a timeline the second replica does not hold",
                         )
                     return True
+                if spanned is not None and spanned.verified_seq >= seqs[-1]:
+                    return None  # it verified the batch and holds none of it: the next batch
             if time.monotonic() >= deadline:
                 return False
             time.sleep(RETRY_S)  # a replica that has not verified the batch yet

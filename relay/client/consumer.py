@@ -240,13 +240,12 @@ class Consumer:
                 f"this consumer reached; the earliest held is {reply.earliest_seq}",
             )
         if reply.through_seq:
-            self._take_kept(reply)
+            self._take_kept(after, reply)
             return
         if not reply.rows:
             return
         if self._kept_gap:  # after a compacted range: the chain starts anew, anchored again
-            chain, self._kept_gap, self._confirmed = reply.prev_digest, False, False
-            self._loose = True
+            chain = reply.prev_digest
         elif self._buffer:
             chain = self._buffer[-1].digest
         elif self._strict and self.last_digest is not None:
@@ -277,11 +276,18 @@ class Consumer:
             self._loose = not self._confirmed
         self._buffer.extend(batch)
         self._strict = True
+        self._kept_gap = False
 
-    def _take_kept(self, reply: TxsReply) -> None:
-        """Rows read from a compacted segment: each must fold from its own prev digest to its
-        digest, and where a second replica holds the same seqs it must agree on their digests
-        (docs/design.md, "Compacted streams"). The chain after them is anchored anew."""
+    def _take_kept(self, after: int, reply: TxsReply) -> None:
+        """Rows read from a compacted segment after seq ``after``: each must fold from its own
+        prev digest to its digest, and where a second replica holds the same seqs it must
+        agree on their digests (docs/design.md, "Compacted streams"). The chain after them is
+        anchored anew."""
+        if reply.through_seq <= after or (reply.rows and reply.rows[0].seq <= after):
+            raise errors.ProtocolError(
+                f"{self.stream!r}: {self.node} answered a read after seq {after} with a "
+                f"compacted range through seq {reply.through_seq} that does not start after it"
+            )
         batch = []
         fold = self._folder.fold
         for row, prev in zip(reply.rows, reply.prevs, strict=True):
@@ -299,8 +305,9 @@ class Consumer:
             seqs, digests = [t.seq for t in batch], [t.digest for t in batch]
             self._anchor.confirm_kept(self.node, seqs, digests, self.reply_timeout_s)
         self._buffer.extend(batch)
-        self._kept_gap = True
         self._through = reply.through_seq
+        self._kept_gap = self._loose = True
+        self._confirmed = False
 
     def _begin(self) -> None:
         if self._group_fetcher is not None:

@@ -2,25 +2,28 @@
 check at start that a changed block needs no data migration.
 
 ``<data_dir>/streams.json`` holds every schema the node ever ran a typed stream under (by
-fingerprint: its segment headers name them, and recovery accepts no other) and, per block
-pattern, the replicas its streams had and the schema and major version in force. At start
-each block of the cluster file is held against it: a block whose streams would have fewer
-replicas than before, and fewer than three, is refused, naming ``stream[i].nodes``; a schema
-that changed within its major version in a way that ``relay.schema.evolution`` refuses, or whose
-major version went back, or that was taken away, is refused, naming ``stream[i].schema``. A
-file that passes is written back (atomically) with what is in force now.
+fingerprint: its segment headers name them, and recovery accepts no other) and the replicas, schema
+and major version in force, per block pattern (for streams created under it later) and per stream
+whose log the node holds (so that renaming a pattern skips no check: a stream with no record of its
+own yet is held against its block's). At start each block, and each stream the node holds, is held
+against them: streams that would have fewer replicas than before, and fewer than three, are refused,
+naming ``stream[i].nodes``; a schema that changed within its major version in a way that
+``relay.schema.evolution`` refuses, or whose major version went back, or that was taken away, is
+refused, naming ``stream[i].schema``. A file that passes is written back (atomically) with what is
+in force now.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from relay.config.cluster import REPLICAS_MIN, ClusterConfig
 from relay.config.streams import StreamBlock
 from relay.schema import document, evolution
+from relay.storage.files import OS_FILES
+from relay.storage.store import held_streams
 
 FILE = "streams.json"
 FORMAT = 1
@@ -38,47 +41,74 @@ def check(config: ClusterConfig, data_dir: Path) -> frozenset[bytes]:
     known = _read(path)
     schemas: dict[str, Any] = known["schemas"]
     blocks: dict[str, Any] = known["blocks"]
+    streams: dict[str, Any] = known.get("streams", {})
     where = str(config.path) if config.path else "config"
     routing = config.routing()
-    for block in config.streams.blocks:
+    for block in config.streams.blocks:  # what a stream created under it later will have
         example = "".join("x" if c in "*?[]" else c for c in block.pattern)
         replicas = len(routing.replicas_of(example))
         was = blocks.get(block.pattern, {})
-        before = was.get("replicas", 0)
-        if type(before) is int and replicas < min(before, REPLICAS_MIN):
-            raise DeclaredError(
-                f"{where}: '{block.label}.nodes' gives streams {block.pattern!r} {replicas} "
-                f"replica(s), fewer than the {before} they had and than {REPLICAS_MIN}: a stream "
-                "would lose copies it holds. Keep at least three"
-            )
-        _check_schema(where, block, was, schemas, path)
-        entry: dict[str, Any] = {"replicas": replicas}
-        if block.schema is not None:
-            fingerprint = block.schema.fingerprint.hex()
-            schemas[fingerprint] = block.schema.document
-            entry.update(schema=fingerprint, major=block.schema.major)
-        blocks[block.pattern] = entry
-    _write(path, {"format": FORMAT, "schemas": schemas, "blocks": blocks})
+        _check_replicas(where, block, repr(block.pattern), replicas, was)
+        _check_schema(where, block, repr(block.pattern), was, schemas, path)
+        blocks[block.pattern] = _entry(block, replicas, schemas)
+    for name in held_streams(OS_FILES, data_dir):  # its own record, else its block's last
+        matching = config.streams.block_of(name)
+        replicas = len(routing.replicas_of(name))
+        was = streams.get(name) or (blocks.get(matching.pattern, {}) if matching else {})
+        _check_replicas(where, matching, repr(name), replicas, was)
+        _check_schema(where, matching, repr(name), was, schemas, path)
+        streams[name] = _entry(matching, replicas, schemas)
+    record = {"format": FORMAT, "schemas": schemas, "blocks": blocks, "streams": streams}
+    _write(path, record)
     return frozenset(bytes.fromhex(f) for f in schemas)
 
 
+def _entry(block: StreamBlock | None, replicas: int, schemas: dict[str, Any]) -> dict[str, Any]:
+    """What is in force for streams of ``block`` with ``replicas`` (the schema noted)."""
+    entry: dict[str, Any] = {"replicas": replicas}
+    if block is not None and block.schema is not None:
+        fingerprint = block.schema.fingerprint.hex()
+        schemas[fingerprint] = block.schema.document
+        entry.update(schema=fingerprint, major=block.schema.major)
+    return entry
+
+
+def _check_replicas(
+    where: str, block: StreamBlock | None, streams: str, replicas: int, was: dict[str, Any]
+) -> None:
+    before = was.get("replicas", 0)
+    if type(before) is int and replicas < min(before, REPLICAS_MIN):
+        key = f"'{block.label}.nodes'" if block else "the nodes (no [[stream]] block matches)"
+        raise DeclaredError(
+            f"{where}: {key} gives streams {streams} {replicas} replica(s), fewer than the "
+            f"{before} they had and than {REPLICAS_MIN}: a stream would lose copies it holds. "
+            "Keep at least three"
+        )
+
+
 def _check_schema(
-    where: str, block: StreamBlock, was: dict[str, Any], schemas: dict[str, Any], path: Path
+    where: str,
+    block: StreamBlock | None,
+    streams: str,
+    was: dict[str, Any],
+    schemas: dict[str, Any],
+    path: Path,
 ) -> None:
     before = was.get("schema")
     if not before:
         return
-    key = f"'{block.label}.schema'"
-    if block.schema is None:
+    if block is None or block.schema is None:
+        key = f"'{block.label}.schema'" if block else "the [[stream]] block with its schema"
         raise DeclaredError(
-            f"{where}: {key} is gone, but streams {block.pattern!r} are typed: their entries "
+            f"{where}: {key} is gone, but streams {streams} are typed: their entries "
             "were checked against a schema. A typed stream stays typed"
         )
+    key = f"'{block.label}.schema'"
     if block.schema.fingerprint.hex() == before:
         return
     major = was.get("major", 1)
     if type(major) is not int or before not in schemas:
-        raise DeclaredError(f"{path}: its record of {block.pattern!r} names no schema it holds")
+        raise DeclaredError(f"{path}: its record of streams {streams} names no schema it holds")
     if block.schema.major < major:
         raise DeclaredError(
             f"{where}: '{block.label}.schema_major' {block.schema.major} goes back from {major}"
@@ -86,13 +116,13 @@ def _check_schema(
     if block.schema.major > major:
         return  # a new major version may break the old one: it says so
     try:
-        old = document.parse(schemas[before], major, f"{path}: {block.pattern}")
+        old = document.parse(schemas[before], major, f"{path}: {streams}")
     except document.SchemaError as exc:
         raise DeclaredError(str(exc)) from None
     problem = evolution.change_problem(old, block.schema)
     if problem:
         raise DeclaredError(
-            f"{where}: {key} cannot replace the schema streams {block.pattern!r} have: "
+            f"{where}: {key} cannot replace the schema streams {streams} have: "
             f"{problem}. Within one major version a schema may only add optional fields; "
             f"raise '{block.label}.schema_major' to {major + 1} to break with the old one"
         )
@@ -122,10 +152,13 @@ def _read(path: Path) -> dict[str, Any]:
 def _is_record(found: Any) -> bool:
     if not isinstance(found, dict) or found.get("format") != FORMAT:
         return False
-    schemas, blocks = found.get("schemas"), found.get("blocks")
+    schemas, blocks, streams = found.get("schemas"), found.get("blocks"), found.get("streams", {})
     if not isinstance(schemas, dict) or not isinstance(blocks, dict):
         return False
-    return all(isinstance(b, dict) for b in blocks.values()) and all(map(_is_fingerprint, schemas))
+    if not isinstance(streams, dict):
+        return False
+    entries = [*blocks.values(), *streams.values()]
+    return all(isinstance(e, dict) for e in entries) and all(map(_is_fingerprint, schemas))
 
 
 def _is_fingerprint(text: Any) -> bool:
@@ -133,15 +166,8 @@ def _is_fingerprint(text: Any) -> bool:
 
 
 def _write(path: Path, content: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    OS_FILES.mkdir(path.parent, parents=True)
     temporary = path.with_suffix(".tmp")
-    with temporary.open("wb") as f:
-        f.write(json.dumps(content, sort_keys=True).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    temporary.replace(path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    OS_FILES.write_synced(temporary, json.dumps(content, sort_keys=True).encode())
+    OS_FILES.rename(temporary, path)
+    OS_FILES.fsync_dir(path.parent)

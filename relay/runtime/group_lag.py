@@ -8,7 +8,7 @@ after the committed seq in the stream's memory ring: two bisections per group, s
 cost stays bounded whatever the groups do. A group behind the ring is reported as the ring's
 readable count (a lower bound). Whatever a group stream holds is hostile input: a payload that
 is not a commit is skipped. The lowest committed position of a stream's groups bounds its
-compaction (``lowest_commits``).
+compaction (``compaction_bounds``).
 """
 
 from __future__ import annotations
@@ -35,18 +35,19 @@ def group_lags(core: NodeCore, group_streams: set[str]) -> dict[tuple[str, str],
     return lags
 
 
-def lowest_commits(core: NodeCore, group_streams: set[str]) -> dict[str, int]:
-    """stream -> the lowest committed position of its groups among ``group_streams`` (a
-    group whose commit this node does not hold in memory counts as 0: nothing read)."""
-    lowest: dict[str, int] = {}
+def compaction_bounds(core: NodeCore, group_streams: set[str]) -> dict[str, int]:
+    """stream -> the seq its compaction may reach: what a quorum's logs hold (``readable_seq``:
+    a rewind to a quorum's timeline never reaches below it, and a compacted range cannot be
+    cut back) and the lowest committed position of its groups among ``group_streams`` (a group
+    whose commit this node does not hold in memory counts as 0: nothing read)."""
+    bounds = {name: state.timeline.readable_seq for name, state in core.streams.items()}
     for name in group_streams:
         parsed = parse_group_stream(name)
         if parsed is None or parsed[0] not in core.streams:
             continue
         found = _committed(core, name)
-        seq = found[2] if found is not None else 0
-        lowest[parsed[0]] = min(seq, lowest.get(parsed[0], seq))
-    return lowest
+        bounds[parsed[0]] = min(found[2] if found is not None else 0, bounds[parsed[0]])
+    return bounds
 
 
 def _committed(core: NodeCore, name: str) -> tuple[str, str, int] | None:

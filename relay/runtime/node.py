@@ -37,7 +37,7 @@ from relay.runtime import declared, trust
 from relay.runtime.client_port import ClientPort
 from relay.runtime.faults import FaultHooks, admin_error, admin_reply
 from relay.runtime.gauges import Gauges
-from relay.runtime.group_lag import lowest_commits
+from relay.runtime.group_lag import compaction_bounds
 from relay.runtime.malloc import trim_heap, tune_allocator
 from relay.runtime.mesh_sockets import MeshSockets
 from relay.runtime.metrics import NodeMetrics
@@ -255,8 +255,8 @@ class NodeRuntime:
                     self.gauges.update(self.core, self.disk, open_, waiting, changed)
                     self.queue_gauges.update(self.shell.queues, now.wall_ms)
                     self.shell.pending += self.disk.retain(now.wall_ms)
-                    lowest = lowest_commits(self.core, self.gauges.group_streams)
-                    self.shell.pending += self.disk.compact(now.wall_ms, lowest)
+                    bounds = compaction_bounds(self.core, self.gauges.group_streams)
+                    self.shell.pending += self.disk.compact(now.wall_ms, bounds)
             self._leave()
         finally:
             if self.trace is not None:

@@ -1,10 +1,11 @@
 """A typed stream's schema: a JSON Schema document, its fingerprint, and what it admits.
 
-A schema is an object schema (``"type": "object"``: its properties become a Spark reader's
-columns), checked against its own draft's meta-schema when it is loaded, and read by
-``jsonschema`` (the reference implementation of every draft; no ``$ref`` is fetched from
-anywhere). Its fingerprint is the blake3 hash of its canonical JSON (sorted keys, no spaces):
-two files that say the same thing have one fingerprint, which segment headers carry.
+A schema is an object schema (``"type": "object"``: its properties become a Spark reader's columns),
+checked against its own draft's meta-schema when it is loaded, and read by ``jsonschema`` (the
+reference implementation of every draft) with an empty registry: a ``$ref`` refers within the
+document, and one to anywhere else is refused at load. Its fingerprint is the blake3 hash of its
+canonical JSON (sorted keys, no spaces): two files that say the same thing have one fingerprint,
+which segment headers carry.
 
 A payload is admitted when it is UTF-8 JSON that the schema validates; a refusal names the
 JSON path of the most relevant error (``jsonschema``'s ``best_match``) and what is wrong there.
@@ -20,9 +21,12 @@ from typing import Any
 from blake3 import blake3
 from jsonschema import exceptions, validators
 from jsonschema.protocols import Validator
+from referencing import Registry
+from referencing.exceptions import Unresolvable
 
 SCHEMA_BYTES_MAX = 1 << 20  # a schema file larger than this is refused
 PROBLEM_CHARS_MAX = 300  # a refusal quotes at most this much of the error
+REF_DEPTH_MAX = 200  # a schema nested deeper is refused
 
 
 class SchemaError(ValueError):
@@ -50,6 +54,8 @@ class Schema:
             error = exceptions.best_match(self.validator.iter_errors(doc))
         except RecursionError:
             return "the payload nests too deep to check"
+        except Unresolvable as exc:  # a "#/..." pointer to nothing in the schema
+            return f"the schema's $ref {str(exc)[:PROBLEM_CHARS_MAX]} points to nothing"
         if error is None:
             return None
         return f"{error.json_path}: {error.message[:PROBLEM_CHARS_MAX]}"
@@ -64,6 +70,14 @@ def parse(document: Any, major: int, where: str) -> Schema:
             f'{where}: a stream\'s schema describes an object ("type": "object"), whose '
             "properties are the entries' fields"
         )
+    if not isinstance(document.get("$schema", ""), str):
+        raise SchemaError(f"{where}: $schema names a draft by its URI (a string)")
+    remote = _remote_ref(document)
+    if remote is not None:
+        raise SchemaError(
+            f"{where}: a $ref outside the schema ({remote[:PROBLEM_CHARS_MAX]!r}); a stream's "
+            'schema is one document: refer within it ("#/$defs/...")'
+        )
     kind = validators.validator_for(document, default=validators.Draft202012Validator)
     try:
         kind.check_schema(document)
@@ -73,7 +87,27 @@ def parse(document: Any, major: int, where: str) -> Schema:
             f"{where}: not a valid JSON Schema at {path}: {exc.message[:PROBLEM_CHARS_MAX]}"
         ) from None
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return Schema(document, canonical, major, kind(document))
+    return Schema(document, canonical, major, kind(document, registry=Registry()))
+
+
+def _remote_ref(node: Any, depth: int = 0) -> str | None:
+    """The first ``$ref`` or ``$dynamicRef`` in ``node`` that is not within the document."""
+    if depth > REF_DEPTH_MAX:
+        raise SchemaError(f"the schema nests deeper than {REF_DEPTH_MAX} levels")
+    if isinstance(node, dict):
+        for name, value in node.items():
+            ref = name in ("$ref", "$dynamicRef") and isinstance(value, str)
+            if ref and not value.startswith("#"):
+                return str(value)
+            found = _remote_ref(value, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(node, list):
+        for value in node:
+            found = _remote_ref(value, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def load(path: Path, major: int, where: str) -> Schema:

@@ -7,7 +7,10 @@ object (``properties``), every old property must still be there, each compared i
 property only the new one has must be optional; ``required`` may not grow, and
 ``additionalProperties: false`` may not appear. Anywhere else the two must say the same, less
 annotations (``title``, ``description``...), except that ``type`` may widen to a list that
-holds the old type. Entries stored under the old version stay valid under the new one.
+holds the old type. Entries stored under the old version stay valid under the new one, but
+for one case no schema comparison can see: an entry of an open object (no
+``additionalProperties: false``) that carried a field the old version did not name, with a
+value the new version's field of that name refuses.
 """
 
 from __future__ import annotations
@@ -79,7 +82,9 @@ def _compare_objects(old: dict[str, Any], new: dict[str, Any], path: str) -> str
     rest = {k: v for k, v in old.items() if k not in skip}
     news = {k: v for k, v in new.items() if k not in skip}
     if not _same(rest, news):
-        changed = sorted(k for k in rest.keys() | news.keys() if rest.get(k) != news.get(k))[0]
+        changed = sorted(
+            k for k in rest.keys() | news.keys() if not _same(rest.get(k), news.get(k))
+        )[0]
         return f"{path} changes its {changed!r}"
     return None
 

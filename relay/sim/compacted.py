@@ -20,6 +20,7 @@ are checked from there on.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -27,7 +28,7 @@ from relay.core.flake import make_seq, seq_unix_ms
 from relay.core.messages import Tx, fold_tx
 from relay.core.node import NodeCore
 from relay.core.routing import GROUP_SUFFIX
-from relay.runtime.group_lag import lowest_commits
+from relay.runtime.group_lag import compaction_bounds
 from relay.shell import Shell
 from relay.sim.checker import InvariantChecker, InvariantViolation
 from relay.sim.clients import Publish, SimClients
@@ -51,6 +52,8 @@ class SimCompaction:
         self.sent = 0
         self.next_pass: dict[int, int] = {}  # node -> when its compactor runs next
         self.started: dict[int, int] = {}  # node -> the sim ms its current process started
+        # node -> the bounds its core gave its last passes (what a quorum's logs held, ...)
+        self.bounds: dict[int, deque[int]] = {}
         self.passes = 0
 
     def settled(self, shells: dict[int, Shell], wall_ms: Callable[[int], int]) -> bool:
@@ -85,6 +88,7 @@ class SimCompaction:
     def started_node(self, n: int, now_ms: int) -> None:
         self.started[n] = now_ms
         self.next_pass[n] = now_ms + COMPACT_MS
+        self.bounds[n] = deque(maxlen=PASSES_SINCE + 1)
 
     def tick(self, n: int, now_ms: int, wall_ms: int, shell: Shell, core: NodeCore) -> None:
         """Node ``n``'s compactor, if its time came: a pass installed and started."""
@@ -92,7 +96,9 @@ class SimCompaction:
             return
         self.next_pass[n] = now_ms + COMPACT_MS
         groups = {name for name in core.streams if GROUP_SUFFIX in name}
-        shell.pending += shell.disk.compact(wall_ms, lowest_commits(core, groups))
+        bounds = compaction_bounds(core, groups)
+        self.bounds[n].append(bounds.get(STREAM, 0))
+        shell.pending += shell.disk.compact(wall_ms, bounds)
         self.passes += 1
 
     def check(
@@ -157,7 +163,9 @@ class SimCompaction:
                 )
         # what the passes of the last while could take: sealed segments within their bound
         then = wall_ms - PASSES_SINCE * COMPACT_MS
-        bound = min(log.mark, make_seq(then - COMPACTED_DEDUP_MS, 0))
+        given = self.bounds[n]
+        core_bound = given[0] if len(given) == given.maxlen else 0
+        bound = min(log.mark, make_seq(then - COMPACTED_DEDUP_MS, 0), core_bound)
         heads = [s.head_seq for s in log.segments if s.sealed and s.head_seq <= bound]
         reach = heads[-1] if heads else 0
         for tx in held.values():

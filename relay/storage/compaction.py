@@ -3,26 +3,28 @@ keep only the newest transaction of each key, and a tombstone (a key and an empt
 until ``delete_retention_ms`` after its seq's time.
 
 How this works: a pass has two halves. ``build`` reads sealed segments (files nothing writes any
-more) and writes the compacted ones beside them as ``<name>.cleaning``, synced: it may run off
-the loop, in another process (what it returns is plain data). It maps each key (its blake3 hash)
-to its newest seq over every sealed segment up to the bound, then copies the records of those
-segments that are still the newest of their key, grouping neighbours so that each output holds
-about ``segment_bytes``. ``install`` runs on the loop: if the log still begins with the segments
-the pass read, each output is renamed into place, the directory synced, the inputs removed, and
-the log's list of segments takes the outputs. A crash at any point leaves a valid log: an output
-is renamed only once whole and synced, and recovery removes a ``.cleaning`` file and any file a
-compacted segment covers.
+more) and writes the compacted ones beside them as ``<name>.cleaning``, synced: it may run off the
+loop, in another process (what it returns is plain data). As Kafka's cleaner does, it maps each key
+(its blake3 hash) to its newest seq over the sealed segments from the first one not yet compacted
+(or holding a tombstone past its retention) up to the bound, at most ``KEYS_MAX`` keys, then copies
+the records of every segment up to the last one mapped that no newer record of their key replaces,
+grouping neighbours so that each output holds about ``segment_bytes``. ``install`` runs on the loop:
+if the log still begins with the segments the pass read, each output is renamed into place, the
+directory synced, the inputs removed, and the log's list of segments takes the outputs. A crash at
+any point leaves a valid log: an output is renamed only once whole and synced, and recovery removes
+a ``.cleaning`` file and any file a compacted segment covers.
 
-The bound is the caller's: the lowest of the verified mark, the committed position of every
-consumer group of the stream (Transporter's rule: never compact what a reader has not read),
-and the dedup window's start (a retry must still find its original). A compacted segment keeps
-each record with the digest before it (``KEPT`` frames) and the digest at its end in its
-header, so that the chain of the segments stays whole and each kept record can be checked on
-its own (docs/design.md, "Compacted streams").
+The bound is the caller's: the lowest of the verified mark, what a quorum's logs hold (a rewind
+never reaches below it), the committed position of every consumer group of the stream (Transporter's
+rule: never compact what a reader has not read), and the dedup window's start (a retry must still
+find its original). A compacted segment keeps each record with the digest before it (``KEPT``
+frames) and the digest at its end in its header, so that the chain of the segments stays whole and
+each kept record can be checked on its own (docs/design.md, "Compacted streams").
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,14 +76,18 @@ def build(
         if not segment.sealed or segment.head_seq > bound:
             break
         inputs.append(segment)
-    dirty = [s for s in inputs if not s.compacted]
-    expired = [s for s in inputs if 0 < s.oldest_tombstone_ms < tombstones_before_ms]
-    if not dirty and not expired:
+    first = next(
+        (
+            i
+            for i, s in enumerate(inputs)
+            if not s.compacted or 0 < s.oldest_tombstone_ms < tombstones_before_ms
+        ),
+        None,
+    )
+    if first is None:
         return None
-    newest, mapped = _newest(files, inputs)
-    inputs = inputs[:mapped]
-    if not inputs:
-        return None
+    newest, mapped = _newest(files, inputs[first:])
+    inputs = inputs[: first + mapped]
     built = Built(len(inputs), [(s.path, s.size) for s in inputs])
     group: list[Segment] = []
     kept: list[Kept] = []
@@ -90,7 +96,7 @@ def build(
         for record in _records(files, segment):
             tx = record[0]
             if tx.key is not None:
-                if newest[blake3(tx.key).digest(16)] != tx.seq:
+                if newest.get(blake3(tx.key).digest(16), tx.seq) > tx.seq:
                     built.dropped += 1
                     continue
                 if not tx.payload and seq_unix_ms(tx.seq) < tombstones_before_ms:
@@ -114,27 +120,38 @@ def install(
 ) -> bool:
     """Put ``built`` in place of the segments it replaces (the first of ``given``, the list
     ``build`` was given), if the log still begins with them (else its files are removed:
-    retention or a cut changed the log meanwhile); whether it did."""
+    retention or a cut changed the log meanwhile); whether it did. ``OSError`` part way: the
+    outputs renamed so far stand in the list for the inputs they cover, the rest are removed
+    (recovery removes inputs left behind)."""
     count = built.count
     inputs, current = given[:count], log_segments[:count]
     same = len(current) == count and all(a is b for a, b in zip(current, inputs, strict=True))
     if not same or [(s.path, s.size) for s in current] != built.shapes:
-        discard(files, built)
+        discard(files, built.outputs)
         return False
-    for output in built.outputs:
-        files.rename(_cleaning(output.path), output.path)
+    placed: list[Segment] = []
+    try:
+        for output in built.outputs:
+            files.rename(_cleaning(output.path), output.path)
+            placed.append(output)
+    finally:  # an output renamed may have taken an input's name: the list follows the files
+        if len(placed) < len(built.outputs):
+            with contextlib.suppress(OSError):
+                discard(files, built.outputs[len(placed) :])
+        covered = [s for s in inputs if placed and s.head_seq <= placed[-1].head_seq]
+        log_segments[: len(covered)] = placed
     files.fsync_dir(directory)
-    finals = {output.path for output in built.outputs}
-    for segment in inputs:
+    finals = {output.path for output in placed}
+    for segment in covered:
         if segment.path not in finals:
             files.unlink(segment.path)
     files.fsync_dir(directory)
-    log_segments[:count] = built.outputs
     return True
 
 
-def discard(files: Files, built: Built) -> None:
-    for output in built.outputs:
+def discard(files: Files, outputs: list[Segment]) -> None:
+    """Remove the ``.cleaning`` files of a pass's ``outputs``."""
+    for output in outputs:
         files.unlink(_cleaning(output.path), missing_ok=True)
 
 
@@ -154,7 +171,8 @@ def rewrite(files: Files, directory: Path, segment: Segment, upto: int, digest: 
 
 def _newest(files: Files, inputs: list[Segment]) -> tuple[dict[bytes, int], int]:
     """Each key's newest seq over ``inputs``, and how many of them were mapped (all, unless
-    ``KEYS_MAX`` keys filled the map first: a pass then covers the segments mapped)."""
+    ``KEYS_MAX`` keys filled the map first: a pass then covers the segments mapped; the first
+    is always mapped whole)."""
     newest: dict[bytes, int] = {}
     for i, segment in enumerate(inputs):
         if len(newest) >= KEYS_MAX:

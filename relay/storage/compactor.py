@@ -5,7 +5,8 @@ finished (``compaction.install``: renames and a directory sync, on the loop, so 
 ever sees a file go), then, if none is running, starts the next compacted log in turn that has
 a sealed segment the bound lets it take. The bound is the lowest of the log's verified mark,
 the start of the dedup window (a producer's retry must still find the record it repeats), and
-what the caller says of the stream (the lowest committed position of its consumer groups). The
+what the caller says of the stream (what a quorum's logs hold, and the lowest committed
+position of its consumer groups; a stream it says nothing of is not compacted). The
 pass runs on the ``CompactionRunner``: a process of its own for a node (at a lower priority),
 at once for the simulator. Appends never wait for it: it reads sealed segments, which nothing
 writes.
@@ -27,7 +28,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Protocol
 
-from relay.core.flake import SEQ_MAX, make_seq
+from relay.core.flake import make_seq
 from relay.storage import compaction
 from relay.storage.compaction import Built
 from relay.storage.records import CorruptRecord
@@ -152,9 +153,10 @@ class Compactor:
         self.passes = 0  # installed, since start
         self.dropped = 0  # records the installed passes dropped
 
-    def tick(self, wall_ms: int, lowest_commits: dict[str, int]) -> list[str]:
+    def tick(self, wall_ms: int, bounds: dict[str, int]) -> list[str]:
         """Install a finished pass and start the next; the streams whose log changed.
-        ``lowest_commits``: stream -> its consumer groups' lowest committed position."""
+        ``bounds``: stream -> the seq its compaction may reach (what a quorum's logs hold, and
+        its consumer groups' lowest committed position)."""
         changed: list[str] = []
         if self.running is not None:
             try:
@@ -174,7 +176,7 @@ class Compactor:
             bound = min(
                 stream_log.mark,
                 make_seq(wall_ms - self.dedup_ms, 0),
-                lowest_commits.get(name, SEQ_MAX),
+                bounds.get(name, 0),
             )
             sealed = [s for s in stream_log.segments if s.sealed]
             if not sealed or sealed[0].head_seq > bound:
@@ -199,7 +201,7 @@ class Compactor:
     def _install(self, stream: str, built: Built) -> bool:
         stream_log = self.store.logs.get(stream)
         if stream_log is None:
-            compaction.discard(self.store.files, built)
+            compaction.discard(self.store.files, built.outputs)
             return False
         try:
             installed = compaction.install(
@@ -207,7 +209,8 @@ class Compactor:
             )
         except OSError as exc:  # recovery finishes or undoes it at the next start
             log.error("compaction: %s: installing failed: %s", stream, exc)
-            return False
+            segments = stream_log.segments  # some outputs may have gone in
+            return not segments or segments[0] is not self.given[0]
         if installed:
             self.passes += 1
             self.dropped += built.dropped

@@ -166,12 +166,12 @@ class NodeDisk:
                 events.append(Retained(name, base, stream_log.chained_seq))
         return events
 
-    def compact(self, wall_ms: int, lowest_commits: dict[str, int]) -> list[Event]:
+    def compact(self, wall_ms: int, bounds: dict[str, int]) -> list[Event]:
         """Install a compaction that finished and start the next (``Compactor``);
-        ``lowest_commits``: stream -> the lowest committed position of its consumer groups.
+        ``bounds``: stream -> the seq its compaction may reach (``Compactor.tick``).
         The core hears where a compacted log now chains from."""
         events: list[Event] = []
-        for name in self.compactor.tick(wall_ms, lowest_commits):
+        for name in self.compactor.tick(wall_ms, bounds):
             self.changed.add(name)
             found = self.store.logs[name]
             events.append(Retained(name, found.base_seq, found.chained_seq))

@@ -181,10 +181,11 @@ def decode_header(body: bytes) -> SegmentHeader:
         if len(digest) != DIGEST_BYTES:
             raise ValueError("a digest has 32 bytes")
         extra = f[4] if len(f) == 5 else {}
-        if not isinstance(extra, dict) or set(extra) - {"schema", "end"}:
+        known = isinstance(extra, dict) and not set(extra) - {"schema", "end"}
+        if not known or (len(f) == 5 and not extra):  # a header without either has no map
             raise ValueError("its last field is a map of a schema fingerprint and an end")
         schema = as_bytes(extra.get("schema", b""))
-        if len(schema) not in (0, DIGEST_BYTES):
+        if len(schema) != DIGEST_BYTES and "schema" in extra:
             raise ValueError("a schema fingerprint has 32 bytes")
         end_seq, end_digest = 0, b""
         if "end" in extra:

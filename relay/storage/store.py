@@ -47,6 +47,30 @@ def dir_name(stream: str) -> str:
     return "h." + blake3(stream.encode()).hexdigest()[:40]
 
 
+def stream_of_dir(files: Files, directory: Path) -> str | None:
+    """The stream a directory under ``<data_dir>/streams`` holds (None: not a stream's)."""
+    name = directory.name
+    if name.startswith("s."):
+        stream = unquote(name[2:])
+    elif name.startswith("h.") and files.is_file(directory / "stream"):
+        try:
+            stream = files.read_bytes(directory / "stream").decode()
+        except (OSError, UnicodeDecodeError):
+            return None
+    else:
+        return None
+    return None if stream_name_problem(stream) or dir_name(stream) != name else stream
+
+
+def held_streams(files: Files, data_dir: Path) -> list[str]:
+    """The streams whose logs ``data_dir`` holds."""
+    streams_dir = data_dir / "streams"
+    if not files.exists(streams_dir):
+        return []
+    found = (stream_of_dir(files, d) for d in files.listdir(streams_dir))
+    return sorted(s for s in found if s is not None)
+
+
 APPENDING_LEAST = 16  # append descriptors a node may hold however low its open-file limit
 
 
@@ -97,7 +121,7 @@ class NodeStore:
         share = window.total_bytes // max(1, len(directories))
         window = replace(window, keep_bytes=min(window.keep_bytes, share))
         for directory in directories:
-            stream = self._stream_of(directory)
+            stream = stream_of_dir(self.files, directory)
             if stream is None:
                 problems.append(f"{directory}: not a stream directory; left alone")
                 continue
@@ -112,19 +136,6 @@ class NodeStore:
         # before its last sync ran)
         self.files.sync_all(self.streams_dir)
         return restored, problems
-
-    def _stream_of(self, directory: Path) -> str | None:
-        name = directory.name
-        if name.startswith("s."):
-            stream = unquote(name[2:])
-        elif name.startswith("h.") and self.files.is_file(directory / "stream"):
-            try:
-                stream = self.files.read_bytes(directory / "stream").decode()
-            except (OSError, UnicodeDecodeError):
-                return None
-        else:
-            return None
-        return None if stream_name_problem(stream) or dir_name(stream) != name else stream
 
     def _read_meta(self) -> dict[str, Any]:
         path = self.data_dir / "node.json"

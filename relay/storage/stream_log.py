@@ -309,11 +309,12 @@ class StreamLog:
         if segment.compacted and seq == segment.header.base_seq:  # the log's first: all goes
             self._start_over(seq, digest_at, 0)
             return
-        if segment.compacted:  # a rewind into it: rewritten with its end moved back
-            self._retire()
-            self.segments[-1] = compaction.rewrite(
-                self.files, self.directory, segment, seq, digest_at
-            )
+        if segment.compacted:  # a rewind into it (compaction stays below what a quorum's logs
+            self._retire()  # hold, so only a hostile peer's vouchers get here): rewritten with
+            if seq != segment.head_seq:  # its end moved back
+                self.segments[-1] = compaction.rewrite(
+                    self.files, self.directory, segment, seq, digest_at
+                )
             self.mark = min(self.mark, seq)
             self.synced_mark = min(self.synced_mark, seq)
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import pairwise, repeat
 from operator import itemgetter
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -414,6 +414,10 @@ def _kept(
         raise ProtocolError("kept reply: one prev digest per row")
     if not through_seq or any(row.seq > through_seq for row in rows):
         raise ProtocolError("kept reply: through_seq is at or past every row's seq")
+    if through_seq > verified_seq:
+        raise ProtocolError("kept reply: through_seq is past the verified seq")
+    if any(a.seq >= b.seq for a, b in pairwise(rows)):
+        raise ProtocolError("kept reply: rows in ascending seq order")
     first = prevs[0] if prevs else b""
     return TxsReply(
         req_id, stream, first, verified_seq, earliest_seq, False, rows, prevs, through_seq
