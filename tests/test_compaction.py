@@ -264,3 +264,38 @@ def test_the_compactor_runs_a_pass_per_tick_and_honours_the_group_bound(tmp_path
     assert [t for t in got if t.seq > txs[100].seq] == [t for t in txs if t.seq > txs[100].seq]
     assert len([t for t in got if t.seq <= txs[100].seq]) < len(held)
     store.close()
+
+
+def test_every_record_keeps_its_dense_index_through_compaction_and_restart(
+    tmp_path: Path,
+) -> None:
+    log, txs, _ = compacted(tmp_path, count=400, keys=10)
+    bound = [s for s in log.segments if s.sealed][-2].head_seq
+    run_pass(log, bound, T0)
+    position = {t.seq: i for i, t in enumerate(txs)}
+
+    def indexed(stream_log: StreamLog) -> list[tuple[int, int]]:
+        found, after = [], 0
+        while True:
+            got = stream_log.read(after, 1 << 63, 1000, 1 << 30)
+            if got is None or not got.records:
+                return found
+            indexes = got.indexes or range(got.first_index, got.first_index + len(got.records))
+            found += [(tx.seq, i) for (tx, _), i in zip(got.records, indexes, strict=True)]
+            after = got.records[-1][0].seq
+
+    held = indexed(log)
+    assert held and all(position[seq] == i for seq, i in held)
+    assert len(held) < len(txs)  # compacted: gaps in the index, as in Kafka's offsets
+    for index in (0, 5, 150, 399, 400, 1000):  # where a read from each index starts
+        after = log.seq_before_index(index)
+        first = next((i for seq, i in held if seq > after), None) if after is not None else None
+        assert first is None or first >= index  # the entry there, or the next kept after it
+        assert first is None or not [i for _, i in held if index <= i < first]
+    assert log.head_count == 400
+    log.close()
+    again = open_log(log.directory, "s", SETTINGS, WINDOW, T0)
+    assert not again.problems and indexed(again.log) == held
+    restored = again.restored
+    assert restored.base_count == position[restored.txs[0].seq]  # the ring's first index
+    again.log.close()

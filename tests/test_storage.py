@@ -84,7 +84,10 @@ def test_appends_roll_into_sealed_segments_named_by_seq_and_time(tmp_path: Path)
     assert len(log.segments) > 2 and all(s.sealed for s in log.segments[:-1])
     first = log.segments[0]
     assert first.path.name.startswith(f"{txs[0].seq:020d}-{first.last_seq:020d}_{T0:013d}-")
-    prev, found, _, _ = log.read(txs[49].seq, txs[-1].seq, 1000, 1 << 30) or (b"", [], [], 0)
+    read = log.read(txs[49].seq, txs[-1].seq, 1000, 1 << 30)
+    assert read is not None
+    prev, found = read.prev, read.records
+    assert read.first_index == 50  # the 51st tx of the stream
     assert prev == digests[49]
     assert [tx for tx, _ in found] == txs[50 : 50 + len(found)] and found
     log.close()
@@ -294,7 +297,7 @@ def test_a_cut_inside_a_batch_never_takes_what_is_below_it_off_the_disk(
         chained.append(d)
     log.apply(Persist("s", 1, txs[6].seq, digests[6], False, tuple(other), tuple(chained), 0), T0)
     held = [*zip(txs[:7], digests[:7], strict=True), *zip(other, chained, strict=True)]
-    assert log.read(0, 1 << 63, 100, 1 << 30) == (genesis("s"), held, [], 0)
+    assert log.read(0, 1 << 63, 100, 1 << 30) == (genesis("s"), held, [], 0, 0, ())
     assert log.records() == len(held)  # the cut inside the batch counted its void part
     log.close()
     again = open_log(log.directory, "s", StorageSettings(), WINDOW, T0)

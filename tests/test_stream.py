@@ -180,7 +180,7 @@ def verified_replica(count: int) -> StreamReplica:
 def slice_of(r: StreamReplica, after: int) -> tuple:  # type: ignore[type-arg]
     found = r.sync_slice(after, 1000)
     assert found is not None
-    base_seq, base_digest, txs, digests, _keys = found
+    base_seq, base_digest, txs, digests, _keys, _count = found
     return base_seq, base_digest, txs, digests
 
 

@@ -234,13 +234,17 @@ def test_a_brief_status_request_asks_for_no_streams() -> None:
 
 
 def test_fetch_and_span_requests_carry_only_the_fields_a_node_reads() -> None:
-    fetch = client.decode_request(client.fetch_request(3, "s", 10, 5, 0))
+    fetch = client.decode_request(client.fetch_request(3, "s", 10, 5, 0, None))
     assert fetch == client.FetchFrame(3, "s", 10, 5, 0)
+    by_index = client.decode_request(client.fetch_request(3, "s", 10, 5, 0, -7))
+    assert by_index == client.FetchFrame(3, "s", 0, 5, 0, -7)  # the last 7
     span = client.decode_request(client.span_request(4, "s", 0, 99, 10, 2))
     assert span == client.SpanFrame(4, "s", 0, 99, 10, 2)
-    with pytest.raises(client.BadRequest, match="'fetch' with 8 fields") as info:
+    with pytest.raises(client.BadRequest, match="from_index: expected an integer") as info:
         client.decode_request(client.pack("fetch", 3, "s", 10, 5, 0, True))
     assert info.value.req_id == 3
+    with pytest.raises(client.BadRequest, match="'fetch' with 9 fields"):
+        client.decode_request(client.pack("fetch", 3, "s", 10, 5, 0, 1, 2))
     with pytest.raises(client.BadRequest, match="'span' with 9 fields"):
         client.decode_request(client.pack("span", 4, "s", 0, 99, 10, 2, True))
     with pytest.raises(client.BadRequest, match="more than 9 fields"):

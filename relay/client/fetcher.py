@@ -49,10 +49,14 @@ class Fetcher:
         self.pair = self._pool.pair
         self._req_id = 0
 
-    def fetch(self, after: int, limit: int, wait_ms: int) -> Fetched | None:
-        """Up to ``limit`` verified txs after seq ``after``, waiting up to ``wait_ms`` for some."""
+    def fetch(
+        self, after: int, limit: int, wait_ms: int, from_index: int | None = None
+    ) -> Fetched | None:
+        """Up to ``limit`` verified txs after seq ``after`` (or, ``from_index`` not None, from
+        the entry of that dense index; negative: -N, the last N), waiting up to ``wait_ms``
+        for some."""
         self._req_id += 1
-        request = fetch_request(self._req_id, self.stream, after, limit, wait_ms)
+        request = fetch_request(self._req_id, self.stream, after, limit, wait_ms, from_index)
         reply = self._ask(request, wait_ms)
         if reply is None or isinstance(reply, TxsReply):
             return reply

@@ -140,12 +140,14 @@ class Vouchers:
 
     def __init__(self, quorum: int) -> None:
         self.needed = max(2, quorum - 1)
-        self.by_base: dict[tuple[int, bytes], set[int]] = {}
+        self.by_base: dict[tuple[int, bytes, int], set[int]] = {}
         self.ask_after: int | None = None
 
-    def vouch(self, sender: int, base_seq: int, base_digest: bytes) -> bool:
-        """``sender`` offered this base; True once enough distinct peers did."""
-        key = (base_seq, base_digest)
+    def vouch(self, sender: int, base_seq: int, base_digest: bytes, base_count: int) -> bool:
+        """``sender`` offered this base (and the txs of the stream's history up to it, which
+        no digest covers: the peers must agree on it too); True once enough distinct peers
+        did."""
+        key = (base_seq, base_digest, base_count)
         if key not in self.by_base and len(self.by_base) >= self.KEPT_MAX:
             del self.by_base[next(iter(self.by_base))]
         peers = self.by_base.setdefault(key, set())

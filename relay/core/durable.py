@@ -125,6 +125,7 @@ class LogCursor:
             digests,
             verified,
             self.rewound,
+            timeline.count_at(base),
         )
         self.handed = (base, self.reset, self.rewound)
         self.written_seq, self.written_verified, self.reset = head, verified, False

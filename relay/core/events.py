@@ -37,6 +37,8 @@ class FetchRequested:
     limit: int
     wait_ms: int
     bytes_max: int = FETCH_BYTES_MAX
+    from_index: int | None = None  # instead of after_seq: from the entry of this dense index
+    # (a negative one counts back from the readable end: -N, the last N)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class Restored:
     dedup_keys: tuple[KeyRecord, ...]  # (producer, msg id, seq, digest, content tag)
     log_base: int = 0  # the log holds every seq after this one
     log_chained: int = 0  # and chains from this one on (compaction kept less before it)
+    base_count: int = 0  # txs in the stream's history up to base_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +170,8 @@ class ReadResult:
     lost: bool  # the reader asked for txs already trimmed from the buffer
     prevs: tuple[bytes, ...] = ()  # read from a compacted segment: each tx's own prev digest
     through_seq: int = 0  # and the txs are all it kept after the read's start up to here
+    first_index: int = 0  # the dense index of txs[0] (the rest follow it one by one)
+    indexes: tuple[int, ...] = ()  # read from a compacted segment: each tx's own index
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +185,7 @@ class LogRead:
     limit: int
     verified_seq: int
     bytes_max: int = FETCH_BYTES_MAX
+    from_index: int = -1  # >= 0: from the entry of this dense index, not after after_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +272,7 @@ class Persist:
     digests: tuple[bytes, ...]
     verified_seq: int  # how far a quorum verified: the log may record it
     rewind: bool = False  # the cut reaches below the verified mark (``TimelineRebuild.adopt``)
+    base_count: int = 0  # with ``reset``: txs in the stream's history up to base_seq
 
 
 @dataclass(frozen=True, slots=True)

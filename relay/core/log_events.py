@@ -70,6 +70,7 @@ class LogEvents:
             event.digests,
             event.verified_seq,
             event.dedup_keys,
+            event.base_count,
         )
         state.log_starts_after(event.log_base, event.log_chained)
         self.origin.clock.observe(state.timeline.head_seq)

@@ -255,6 +255,7 @@ class SyncData:
     txs: tuple[Tx, ...]
     digests: tuple[bytes, ...]
     dedup: tuple[KeyRecord, ...]  # the keys of the window before a snapshot's base
+    base_count: int = 0  # txs in the stream's history up to base_seq (the dense index)
 
     channel = Channel.REPAIR
 

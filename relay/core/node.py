@@ -134,7 +134,8 @@ class NodeCore:
             elif isinstance(event, PublishRequested):
                 self.publish_intake.take(out, now, self._gate(wall_ms), event)
             elif isinstance(event, FetchRequested):
-                self._answer(out, event, self._read_of(event), park=True)
+                fetch, answer = self._seek(event)
+                self._answer(out, fetch, answer, park=True)
             elif isinstance(event, Persisted | PersistFailed | Restored | Retained):
                 self.log_events.take(out, event)
             elif isinstance(event, Reserved):
@@ -230,6 +231,18 @@ class NodeCore:
         return self.state.value
 
     # --- fetches ------------------------------------------------------------------------
+
+    def _seek(self, fetch: FetchRequested) -> tuple[FetchRequested, Answer]:
+        """A fetch from a dense index, as a fetch after a seq (``reads.seek``), and its answer."""
+        if fetch.from_index is None:
+            return fetch, self._read_of(fetch)
+        timeline = self._readable(fetch.stream)
+        if not isinstance(timeline, Timeline):
+            return fetch, timeline
+        found = reads.seek(timeline, fetch.stream, fetch)
+        if isinstance(found, LogRead):
+            return fetch, found
+        return found, self._read_of(found)
 
     def _read_of(self, fetch: FetchRequested) -> Answer:
         return self.read(fetch.stream, fetch.after_seq, fetch.limit, fetch.bytes_max)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
+from dataclasses import replace
 from itertools import pairwise
 
 from relay import errors
@@ -104,7 +105,25 @@ def read(
         verified_seq=timeline.readable_seq,
         earliest_seq=timeline.earliest_seq(),
         lost=0 < after_seq < trimmed,
+        first_index=timeline.trimmed_count + start,
     )
+
+
+def seek(timeline: Timeline, stream: str, fetch: FetchRequested) -> FetchRequested | LogRead:
+    """A fetch from a dense index (``fetch.from_index``) as a fetch after the seq before that
+    entry, where the memory ring holds it; below the ring, a ``LogRead`` from the index. A
+    negative index counts back from the readable end (-N: the last N); one past the readable
+    end waits at the end for the next entry."""
+    index = fetch.from_index
+    assert index is not None
+    if index < 0:
+        index = max(0, timeline.count_at(timeline.readable_seq) + index)
+    after = timeline.seek(index)
+    if after is None:
+        limit = min(fetch.limit, FETCH_TXS_MAX)
+        readable, trimmed = timeline.readable_seq, timeline.trimmed_seq
+        return LogRead(stream, 0, trimmed, limit, readable, fetch.bytes_max, index)
+    return replace(fetch, after_seq=after, from_index=None)
 
 
 def span(

@@ -23,7 +23,7 @@ from relay.core.timeline import Timeline
 from relay.core.votes import Votes
 
 DedupKeys = tuple[KeyRecord, ...]
-SyncSlice = tuple[int, bytes, tuple[Tx, ...], tuple[bytes, ...], DedupKeys]
+SyncSlice = tuple[int, bytes, tuple[Tx, ...], tuple[bytes, ...], DedupKeys, int]
 CONTRADICTS = "a sync slice that contradicts this replica's verified timeline"
 
 
@@ -92,14 +92,16 @@ class TimelineRebuild:
         digests: tuple[bytes, ...],
         verified_seq: int,
         dedup_keys: DedupKeys,
+        base_count: int,
     ) -> None:
         """Start from this replica's own log (after a restart): its stable timeline as the
-        disk holds it, verified as far as the log recorded. What is past the verified seq
-        is stable but unverified, and the votes settle it as they would have."""
+        disk holds it, verified as far as the log recorded (``base_count``: the txs of the
+        stream's history up to ``base_seq``). What is past the verified seq is stable but
+        unverified, and the votes settle it as they would have."""
         problem = slice_problem(base_digest, txs, digests)
         assert not problem, problem  # the shell re-checked the chain when it read the log
         timeline = self.timeline
-        timeline.restart_at(base_seq, base_digest)
+        timeline.restart_at(base_seq, base_digest, base_count)
         self.dedup.restore(dedup_keys)
         self.dedup.add_verified(txs, digests)
         if txs:
@@ -111,7 +113,8 @@ class TimelineRebuild:
 
     def sync_slice(self, after_seq: int, limit: int) -> SyncSlice | None:
         """What to answer a sync request after ``after_seq``: (base seq, base digest, txs,
-        digests, dedup keys); a snapshot carries the keys of the window before its base."""
+        digests, dedup keys, base count); a snapshot carries the keys of the window before its
+        base, and every slice the count of txs of the stream's history up to its base."""
         if not self.catchup.synced:
             return None
         found = slice_for(self.timeline, after_seq, limit)
@@ -127,6 +130,7 @@ class TimelineRebuild:
             tuple(timeline.txs[i] for i in indexes),
             tuple(timeline.digests[i] for i in indexes),
             self.dedup.keys_upto(base_seq) if snapshot else (),
+            timeline.count_at(base_seq),
         )
 
     def adopt(
@@ -138,10 +142,12 @@ class TimelineRebuild:
         txs: tuple[Tx, ...],
         digests: tuple[bytes, ...],
         dedup_keys: DedupKeys,
+        base_count: int,
     ) -> SliceOutcome:
         """Take a peer's verified slice; returns what happened. A slice
         extends a verified digest this replica holds; or, where it holds none there, its base
-        is genesis (nothing held is replaced) or vouched for by enough peers (``Vouchers``)."""
+        (with ``base_count``, the txs of the stream's history up to it) is genesis (nothing
+        held is replaced) or vouched for by enough peers (``Vouchers``)."""
         problem = slice_problem(base_digest, txs, digests)
         if problem:
             return SliceRefused(problem)
@@ -152,8 +158,14 @@ class TimelineRebuild:
         reset = not synced or base_seq > anchor or held_base is None
         if reset and synced and base_seq < anchor:
             return SliceRefused("a sync slice older than what this replica holds")
-        from_genesis = not synced and base_seq == 0 and base_digest == timeline.trimmed_digest
-        if reset and not from_genesis and not self.vouchers.vouch(sender, base_seq, base_digest):
+        from_genesis = (
+            not synced
+            and base_seq == 0
+            and base_digest == timeline.trimmed_digest
+            and not base_count
+        )
+        base = (base_seq, base_digest, base_count)
+        if reset and not from_genesis and not self.vouchers.vouch(sender, *base):
             return None  # not adopted until another peer offers the same base
         if not reset:
             if held_base != base_digest:
@@ -168,7 +180,7 @@ class TimelineRebuild:
             if joint_seq != anchor:  # the slice leaves our verified history after joint_seq
                 if joint_seq < timeline.readable_seq:
                     return SliceRefused(CONTRADICTS)
-                if not self.vouchers.vouch(sender, joint_seq, joint):
+                if not self.vouchers.vouch(sender, joint_seq, joint, timeline.count_at(joint_seq)):
                     return None  # not adopted until another peer offers the same
                 self._rewind(joint_seq)
                 anchor = joint_seq
@@ -181,7 +193,7 @@ class TimelineRebuild:
                 self.catchup.apply(CatchupInput.ADOPTED, elapsed_ms)
                 return HeldVerified(held, anchor)
         if reset:
-            requeue = timeline.restart_at(base_seq, base_digest)
+            requeue = timeline.restart_at(base_seq, base_digest, base_count)
             self.log.restart(base_seq)
             requeue += self.dedup.truncate(base_seq)
             self.dedup.restore(dedup_keys)

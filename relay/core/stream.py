@@ -416,7 +416,14 @@ class StreamReplica:
         """Adopt a peer's slice: (what happened, the next ask when more is to come)."""
         base, base_digest = data.base_seq, data.base_digest
         outcome = self.adopt(
-            elapsed_ms, data.sender, base, base_digest, data.txs, data.digests, data.dedup
+            elapsed_ms,
+            data.sender,
+            base,
+            base_digest,
+            data.txs,
+            data.digests,
+            data.dedup,
+            data.base_count,
         )
         progress = isinstance(outcome, SliceAdopted | HeldVerified)
         ahead = self.votes.verified_ahead_of(self.verified_seq, self.peers)
@@ -435,10 +442,13 @@ class StreamReplica:
         digests: tuple[bytes, ...],
         verified_seq: int,
         dedup_keys: DedupKeys,
+        base_count: int = 0,
     ) -> None:
         """Start from this replica's own log (``TimelineRebuild.restore``); its first ack
         is paced (``StreamSet.restored``)."""
-        self.rebuild.restore(base_seq, base_digest, txs, digests, verified_seq, dedup_keys)
+        self.rebuild.restore(
+            base_seq, base_digest, txs, digests, verified_seq, dedup_keys, base_count
+        )
 
     def adopt(
         self,
@@ -449,10 +459,11 @@ class StreamReplica:
         txs: tuple[Tx, ...],
         digests: tuple[bytes, ...],
         dedup_keys: DedupKeys,
+        base_count: int = 0,
     ) -> SliceOutcome:
         """Take a peer's verified slice (``TimelineRebuild.adopt``)."""
         outcome = self.rebuild.adopt(
-            elapsed_ms, sender, base_seq, base_digest, txs, digests, dedup_keys
+            elapsed_ms, sender, base_seq, base_digest, txs, digests, dedup_keys, base_count
         )
         if outcome is not None and not isinstance(outcome, SliceRefused):
             self._ack_owed = True

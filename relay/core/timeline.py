@@ -42,6 +42,7 @@ class Timeline:
         "readable_seq",
         "ring",
         "seqs",
+        "trimmed_count",
         "trimmed_digest",
         "trimmed_seq",
         "txs",
@@ -64,6 +65,7 @@ class Timeline:
         self.readable_seq = 0  # at most verified_seq: what readers and acks may see
         self.trimmed_seq = 0  # seq of the last entry dropped from the head, 0 if none
         self.trimmed_digest = genesis(stream)  # digest at trimmed_seq
+        self.trimmed_count = 0  # txs in the stream's history up to trimmed_seq
 
     @property
     def head_seq(self) -> int:
@@ -72,6 +74,21 @@ class Timeline:
     @property
     def head_digest(self) -> bytes:
         return self.digests[-1] if self.digests else self.trimmed_digest
+
+    def count_at(self, seq: int) -> int:
+        """Txs in the stream's history up to ``seq`` (at or above ``trimmed_seq``): the dense
+        index of the entry after it."""
+        return self.trimmed_count + bisect_right(self.seqs, seq)
+
+    def seek(self, index: int) -> int | None:
+        """The seq after which the entry of dense index ``index`` comes, if the ring holds it
+        (an index past the readable entries: the readable seq); None below the ring."""
+        at = index - self.trimmed_count
+        if at < 0:
+            return None
+        if at >= bisect_right(self.seqs, self.readable_seq):
+            return self.readable_seq
+        return self.seqs[at - 1] if at else self.trimmed_seq
 
     def extend(self, txs: list[Tx], digests: list[bytes]) -> None:
         """Append txs already in ascending seq order above the head, with their digests."""
@@ -152,14 +169,16 @@ class Timeline:
         self._count(-txs_bytes(dropped))
         return dropped
 
-    def restart_at(self, base_seq: int, base_digest: bytes) -> list[Tx]:
-        """Empty the timeline and continue from ``base_seq``/``base_digest`` (a snapshot's
-        base, verified by the peers); the txs it held."""
+    def restart_at(self, base_seq: int, base_digest: bytes, base_count: int) -> list[Tx]:
+        """Empty the timeline and continue from ``base_seq``/``base_digest``, the
+        ``base_count``-th tx of the stream (a snapshot's base, verified by the peers); the txs
+        it held."""
         dropped = self.txs
         self.seqs, self.digests, self.txs = [], [], []
         self._count(-self.bytes)
         self.trimmed_seq = base_seq
         self.trimmed_digest = base_digest
+        self.trimmed_count = base_count
         self.verified_seq = base_seq
         self.readable_seq = min(self.readable_seq, base_seq)
         return dropped
@@ -195,6 +214,7 @@ class Timeline:
         self._count(-freed)
         self.trimmed_seq = self.seqs[cut - 1]
         self.trimmed_digest = self.digests[cut - 1]
+        self.trimmed_count += cut
         del self.seqs[:cut]
         del self.digests[:cut]
         del self.txs[:cut]

@@ -163,7 +163,14 @@ class ClientPort:
                 most = self.memory.fetch_bytes(len(self.connections.by_fd), QUEUED_MAX)
                 events.append(
                     FetchRequested(
-                        client, f.req_id, f.stream, f.after_seq, f.limit, f.wait_ms, most
+                        client,
+                        f.req_id,
+                        f.stream,
+                        f.after_seq,
+                        f.limit,
+                        f.wait_ms,
+                        most,
+                        f.from_index,
                     )
                 )
             elif isinstance(request, SpanFrame):

@@ -244,13 +244,21 @@ class InvariantChecker:
             raise InvariantViolation(f"conflicts: {key} acknowledged with two contents at {seq}")
         self.acked[key] = (seq, digest, item)
 
-    def check_delivery(self, consumer: int, stream: str, seq: int, digest: bytes) -> None:
-        """A consumer got ``seq``: it must be the next entry of the one timeline after what
-        it got before (no gap, no duplicate, one order)."""
+    def check_delivery(
+        self, consumer: int, stream: str, seq: int, digest: bytes, index: int
+    ) -> None:
+        """A consumer got ``seq`` as the entry of dense index ``index``: it must be the next
+        entry of the one timeline after what it got before (no gap, no duplicate, one order),
+        at that position of it."""
         ref = self.references.get(stream)
         if ref is None:
             raise InvariantViolation(f"consumer {consumer} got {seq} of unverified {stream!r}")
         pos = ref.index_of(seq, digest, f"consumer {consumer}'s delivery")
+        if index != pos:
+            raise InvariantViolation(
+                f"dense index: consumer {consumer} got seq {seq} of {stream!r} as entry {index}; "
+                f"it is entry {pos} of the one timeline"
+            )
         last = self.consumer_positions.get(consumer, -1)
         if last >= 0 and pos != last + 1:
             raise InvariantViolation(

@@ -64,6 +64,12 @@ class SimConsumer:
     delivered: list[int] = field(default_factory=list)
     waiting: bool = False  # a fetch is out
     retry_at_ms: int = 0
+    from_index: int | None = None  # its first fetch starts at this dense index (negative:
+    # the last N), until a reply places it
+
+    def __post_init__(self) -> None:
+        if self.index % 3 == 0:  # a third of them start by index, some from the end
+            self.from_index = -(self.index + 2) if self.index % 2 else self.index + 1
 
 
 class SimClients:
@@ -204,6 +210,7 @@ class SimClients:
             consumer.after_seq,
             self.rng.randint(1, 50),
             self.rng.choice([0, 100, 500]),
+            from_index=consumer.from_index,
         )
         self.outgoing.setdefault(consumer.node, []).append(event)
 
@@ -214,7 +221,7 @@ class SimClients:
 
     def _on_read(self, now_ms: int, consumer: SimConsumer, body: ReadResult) -> None:
         if body.lost:  # trimmed from every buffer: start again from the earliest held
-            consumer.after_seq, consumer.digest = 0, b""
+            consumer.after_seq, consumer.digest, consumer.from_index = 0, b"", None
             self.checker.consumer_skipped(consumer.index)
             self._move(now_ms, consumer, 0, consumer.node)
             return
@@ -224,13 +231,16 @@ class SimClients:
                 f"consumer {consumer.index}: node {consumer.node} answered after seq "
                 f"{consumer.after_seq} with a chain that does not continue its own"
             )
-        for tx, expected in zip(body.txs, body.digests, strict=True):
+        if body.txs:
+            consumer.from_index = None  # placed: it goes on after the seqs it got
+        for i, (tx, expected) in enumerate(zip(body.txs, body.digests, strict=True)):
             digest = fold_tx(digest, tx)
             if digest != expected or tx.seq <= consumer.after_seq:
                 raise InvariantViolation(
                     f"consumer {consumer.index}: seq {tx.seq} does not chain or ascend"
                 )
-            self.checker.check_delivery(consumer.index, consumer.stream, tx.seq, digest)
+            index = body.indexes[i] if body.indexes else body.first_index + i
+            self.checker.check_delivery(consumer.index, consumer.stream, tx.seq, digest, index)
             consumer.delivered.append(tx.seq)
             consumer.after_seq, consumer.digest = tx.seq, digest
         consumer.waiting = False

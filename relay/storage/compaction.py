@@ -160,8 +160,12 @@ def rewrite(files: Files, directory: Path, segment: Segment, upto: int, digest: 
     above it dropped, its end moved there. Written whole, synced and renamed into place."""
     header = segment.header
     kept = [r for r in _records(files, segment) if r[0].seq <= upto]
-    end = SegmentHeader(header.stream, header.base_seq, header.base_digest, header.schema)
-    output = _write_segment(files, directory, end, upto, digest, kept)
+    if not kept or kept[-1][0].seq != upto:  # the count at a seq it dropped is not known
+        raise ValueError(f"{segment.path}: a cut at seq {upto}, which it does not hold")
+    base = SegmentHeader(
+        header.stream, header.base_seq, header.base_digest, header.schema, 0, b"", header.base_count
+    )
+    output = _write_segment(files, directory, base, upto, digest, kept[-1][3] + 1, kept)
     files.rename(_cleaning(output.path), output.path)
     if output.path != segment.path:
         files.unlink(segment.path)
@@ -177,29 +181,43 @@ def _newest(files: Files, inputs: list[Segment]) -> tuple[dict[bytes, int], int]
     for i, segment in enumerate(inputs):
         if len(newest) >= KEYS_MAX:
             return newest, i
-        for tx, _, _ in _records(files, segment):
+        for tx, _, _, _ in _records(files, segment):
             if tx.key is not None:
                 newest[blake3(tx.key).digest(16)] = tx.seq
     return newest, len(inputs)
 
 
 def _records(files: Files, segment: Segment) -> Iterator[Kept]:
-    """Every record of a sealed segment with the digest before it."""
+    """Every record of a sealed segment with the digest before it and its index."""
     chain = segment.header.base_digest
+    index = segment.header.base_count
     with files.view(segment.path, segment.data_start) as data:
         if data is None:
             return
         for entry in entries(data, segment.data_start):
-            prevs = entry.prevs if entry.kind == KEPT else None
+            kept = entry.kind == KEPT
             for i, (tx, digest) in enumerate(entry.records):
-                yield tx, prevs[i] if prevs is not None else chain, digest
+                if kept:
+                    yield tx, entry.prevs[i], digest, entry.indexes[i]
+                else:
+                    yield tx, chain, digest, index
+                    index += 1
                 chain = digest
 
 
 def _write(files: Files, directory: Path, group: list[Segment], kept: list[Kept]) -> Segment:
     first, last = group[0].header, group[-1]
-    header = SegmentHeader(first.stream, first.base_seq, first.base_digest, last.header.schema)
-    return _write_segment(files, directory, header, last.head_seq, last.head_digest, kept)
+    header = SegmentHeader(
+        first.stream,
+        first.base_seq,
+        first.base_digest,
+        last.header.schema,
+        0,
+        b"",
+        first.base_count,
+    )
+    end = (last.head_seq, last.head_digest, last.head_count)
+    return _write_segment(files, directory, header, *end, kept)
 
 
 def _write_segment(
@@ -208,12 +226,20 @@ def _write_segment(
     base: SegmentHeader,
     end_seq: int,
     end_digest: bytes,
+    end_count: int,
     kept: list[Kept],
 ) -> Segment:
     """A compacted segment of ``kept`` written and synced as ``<final name>.cleaning``; the
     segment as it will be once renamed to its final name."""
     header = SegmentHeader(
-        base.stream, base.base_seq, base.base_digest, base.schema, end_seq, end_digest
+        base.stream,
+        base.base_seq,
+        base.base_digest,
+        base.schema,
+        end_seq,
+        end_digest,
+        base.base_count,
+        end_count,
     )
     segment = Segment(directory / "-", header)
     segment.path = directory / segment.compacted_name()
@@ -239,8 +265,8 @@ def _write_segment(
     finally:
         files.close(fd)
     for records, at in noted:
-        segment.noted([(tx, digest) for tx, _, digest in records], at)
-        segment.note_tombstones(tx for tx, _, _ in records)
+        segment.noted([(tx, digest) for tx, _, digest, _ in records], at, records[0][3])
+        segment.note_tombstones(tx for tx, _, _, _ in records)
     segment.size = offset
     segment.last_seq, segment.last_digest = end_seq, end_digest
     return segment

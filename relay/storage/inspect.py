@@ -68,7 +68,7 @@ def segments(directory: Path) -> list[SegmentInfo]:
         first = last = count = 0
         try:
             _, frames = scan(OS_FILES, path)
-            for kind, _, _, batch, _, _ in frames:
+            for kind, _, _, batch, _, _, _ in frames:
                 if kind in (TXS, KEPT):
                     first, last = first or batch[0][0].seq, batch[-1][0].seq
                     count += len(batch)
@@ -102,7 +102,7 @@ def verify(directory: Path, stream: str) -> tuple[int, str | None]:
             if chain is not None and (header.base_seq, header.base_digest) != (last, chain):
                 return checked, f"{path}: does not continue the segment before it"
             chain, last = header.base_digest, header.base_seq
-            for _, offset, _, batch, _, prevs in frames:
+            for _, offset, _, batch, _, prevs, _ in frames:
                 for i, (item, digest) in enumerate(batch):
                     prev = prevs[i] if prevs else chain  # a kept record folds from its own
                     if item.seq <= last or fold_tx(prev, item) != digest:
@@ -125,7 +125,7 @@ def records(directory: Path, after_seq: int, upto_seq: int) -> Iterator[tuple[Tx
     ``CorruptRecord``."""
     for path in ordered(directory):
         _, frames = scan(OS_FILES, path)
-        for _, _, _, batch, _, _ in frames:
+        for _, _, _, batch, _, _, _ in frames:
             for item, digest in batch:
                 if item.seq > upto_seq:
                     return

@@ -214,19 +214,34 @@ class NodeDisk:
         return replace(status, streams=tuple(streams))
 
     def read(self, q: LogRead) -> ReadResult | Rejected:
-        """A consumer's read from the log, re-checked record by record."""
-        found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit, q.bytes_max)
-        if isinstance(found, Rejected):
-            return found
+        """A consumer's read from the log (after ``q.after_seq``, or from the entry of dense
+        index ``q.from_index``), re-checked record by record."""
         log_ = self.store.logs.get(q.stream)
         earliest = log_.first_seq() if log_ else 0
+        after: int | None = q.after_seq
+        if q.from_index >= 0:
+            after = log_.seq_before_index(q.from_index) if log_ else None
+        found = None
+        if after is not None:
+            found = self._records(q.stream, after, q.upto_seq, q.limit, q.bytes_max)
+        if isinstance(found, Rejected):
+            return found
         if found is None:
             return ReadResult(q.stream, (), (), b"", q.verified_seq, earliest, True)
-        prev, records, prevs, through = found
-        txs = tuple(tx for tx, _ in records)
-        digests = tuple(d for _, d in records)
+        txs = tuple(tx for tx, _ in found.records)
+        digests = tuple(d for _, d in found.records)
         return ReadResult(
-            q.stream, txs, digests, prev, q.verified_seq, earliest, False, tuple(prevs), through
+            q.stream,
+            txs,
+            digests,
+            found.prev,
+            q.verified_seq,
+            earliest,
+            False,
+            tuple(found.prevs),
+            found.through,
+            found.first_index,
+            found.indexes,
         )
 
     def span(self, q: LogSpan, ring_entries: RingEntries) -> SpanResult | Rejected:
@@ -262,10 +277,12 @@ class NodeDisk:
         found = self._records(q.stream, q.after_seq, q.upto_seq, q.limit, ANSWER_BYTES_MAX)
         if found is None or isinstance(found, Rejected) or not found.records or found.prevs:
             return None  # a compacted range does not chain: a peer cannot fold it
-        prev, records, _, _ = found
-        txs = tuple(tx for tx, _ in records)
-        digests = tuple(d for _, d in records)
-        return SyncData(q.stream, node_id, q.requester, q.after_seq, prev, txs, digests, ())
+        txs = tuple(tx for tx, _ in found.records)
+        digests = tuple(d for _, d in found.records)
+        count = found.first_index  # the first's index: the count up to after_seq
+        return SyncData(
+            q.stream, node_id, q.requester, q.after_seq, found.prev, txs, digests, (), count
+        )
 
     def _records(
         self, stream: str, after_seq: int, upto_seq: int, limit: int, bytes_max: int

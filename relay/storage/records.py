@@ -4,9 +4,11 @@ Every frame is ``length u32 | crc32 u32 | kind u8 | body`` (big-endian; the CRC 
 body), so a torn write or a flipped byte is found where it is. Kinds:
 
 - ``HEADER`` (first frame of every segment): msgpack ``[format, stream, base_seq, base_digest]``
-  and, for a typed stream, a map ``{"schema": fingerprint}`` after them; the segment continues a
-  timeline whose digest at ``base_seq`` is ``base_digest``, and holds entries of the schema
-  with that fingerprint (``relay.schema``).
+  and a map after them when it has any of ``"count"`` (how many txs the stream's history holds
+  up to ``base_seq``: the dense index of the segment's first record; absent: 0) and
+  ``"schema"`` (for a typed stream, a fingerprint); the segment continues a timeline whose
+  digest at ``base_seq`` is ``base_digest``, and holds entries of the schema with that
+  fingerprint (``relay.schema``).
 - ``TXS``: a batch of records, msgpack ``[[[seq, prev, origin, epoch, producer_id, msg_id,
   payload, key, headers], digest], ...]``: each the record of docs/design.md with its
   replication fields and its rolling digest. One frame per write (as Kafka's record batches):
@@ -17,9 +19,10 @@ body), so a torn write or a flipped byte is found where it is. Kinds:
   up an unverified tail that ends inside the batch; the batch itself is never rewritten, so
   nothing at or below ``seq`` is ever taken off the disk).
 - ``KEPT``: the records a compaction kept (``compaction.py``), msgpack ``[[[seq, ...], prev,
-  digest], ...]``: each with the digest before it as well as after it, since the record before
-  it may be gone. Only a compacted segment holds them, and nothing else but its header, whose
-  map says where the segment's timeline ends (``"end": [seq, digest]``) whatever it kept.
+  digest, index], ...]``: each with the digest before it as well as after it, since the record
+  before it may be gone, and its dense index. Only a compacted segment holds them, and nothing
+  else but its header, whose map says where the segment's timeline ends (``"end": [seq,
+  digest, count]``) whatever it kept.
 
 Everything read back is checked as hostile input: a bad frame raises ``CorruptRecord`` naming
 what is wrong; nothing here trusts a length or a type it has not checked.
@@ -54,9 +57,10 @@ BATCH_BYTES = 192 << 10  # a batch frame holds about this much (or one larger re
 RECORD_OVERHEAD = 96  # a record's bytes besides its payload, key, producer id and headers
 
 Record = tuple[Tx, bytes]  # a tx and the stream's digest after it
-Kept = tuple[Tx, bytes, bytes]  # a compacted segment's record: the tx, the digests before and after
+Kept = tuple[Tx, bytes, bytes, int]  # a compacted segment's record: the tx, the digests
+# before and after it, its index (how many txs the stream's history holds before it)
 _BATCH = msgspec.msgpack.Decoder(list[tuple[TxRow, bytes]])
-_KEPT = msgspec.msgpack.Decoder(list[tuple[TxRow, bytes, bytes]])
+_KEPT = msgspec.msgpack.Decoder(list[tuple[TxRow, bytes, bytes, int]])
 _encode = msgspec.msgpack.Encoder().encode
 
 
@@ -72,6 +76,8 @@ class SegmentHeader:
     schema: bytes = b""  # the fingerprint of the schema its entries were checked against
     end_seq: int = 0  # a compacted segment's: where its timeline ends, and the digest there
     end_digest: bytes = b""
+    base_count: int = 0  # txs in the stream's history up to base_seq (the first's index)
+    end_count: int = 0  # a compacted segment's: txs in the stream's history up to end_seq
 
     @property
     def compacted(self) -> bool:
@@ -91,8 +97,10 @@ def frame_parts(kind: int, body: bytes) -> tuple[bytes, bytes]:
 def header_frame(header: SegmentHeader) -> bytes:
     fields: list[Any] = [FORMAT, header.stream, header.base_seq, header.base_digest]
     extra: dict[str, Any] = {"schema": header.schema} if header.schema else {}
+    if header.base_count:
+        extra["count"] = header.base_count
     if header.compacted:
-        extra["end"] = [header.end_seq, header.end_digest]
+        extra["end"] = [header.end_seq, header.end_digest, header.end_count]
     if extra:
         fields.append(extra)
     return frame(HEADER, msgpack.packb(fields))
@@ -130,16 +138,18 @@ def decode_kept(body: bytes) -> list[Kept]:
     (checked here: a record that does not is corrupt)."""
     try:
         rows = _KEPT.decode(body)
-        txs = checked_txs([row for row, _, _ in rows])
+        txs = checked_txs([row for row, _, _, _ in rows])
     except (msgspec.DecodeError, ValueError) as exc:
         raise CorruptRecord(f"bad kept batch: {exc}") from None
     if not rows:
         raise CorruptRecord("an empty kept batch")
-    found = []
-    for tx, (_, prev, digest) in zip(txs, rows, strict=True):
+    found: list[Kept] = []
+    for tx, (_, prev, digest, index) in zip(txs, rows, strict=True):
         if len(prev) != DIGEST_BYTES or fold_tx(prev, tx) != digest:
             raise CorruptRecord(f"bad kept batch: the record at seq {tx.seq} does not fold")
-        found.append((tx, prev, digest))
+        if index < (found[-1][3] + 1 if found else 0):
+            raise CorruptRecord(f"bad kept batch: the record at seq {tx.seq} has index {index}")
+        found.append((tx, prev, digest, index))
     return found
 
 
@@ -181,21 +191,35 @@ def decode_header(body: bytes) -> SegmentHeader:
         if len(digest) != DIGEST_BYTES:
             raise ValueError("a digest has 32 bytes")
         extra = f[4] if len(f) == 5 else {}
-        known = isinstance(extra, dict) and not set(extra) - {"schema", "end"}
-        if not known or (len(f) == 5 and not extra):  # a header without either has no map
-            raise ValueError("its last field is a map of a schema fingerprint and an end")
+        known = isinstance(extra, dict) and not set(extra) - {"schema", "end", "count"}
+        if not known or (len(f) == 5 and not extra):  # a header without any has no map
+            raise ValueError("its last field is a map of a count, a schema and an end")
         schema = as_bytes(extra.get("schema", b""))
         if len(schema) != DIGEST_BYTES and "schema" in extra:
             raise ValueError("a schema fingerprint has 32 bytes")
-        end_seq, end_digest = 0, b""
+        base_count = as_int(extra.get("count", 0))
+        if "count" in extra and not base_count:
+            raise ValueError("a count is a positive integer (absent when 0)")
+        end_seq, end_digest, end_count = 0, b"", 0
         if "end" in extra:
             end = extra["end"]
-            if not isinstance(end, list) or len(end) != 2:
-                raise ValueError("an end is [seq, digest]")
-            end_seq, end_digest = as_int(end[0]), as_bytes(end[1])
+            if not isinstance(end, list) or len(end) != 3:
+                raise ValueError("an end is [seq, digest, count]")
+            end_seq, end_digest, end_count = as_int(end[0]), as_bytes(end[1]), as_int(end[2])
             if end_seq <= as_int(f[2]) or len(end_digest) != DIGEST_BYTES:
                 raise ValueError("an end is a seq above the base and its 32-byte digest")
-        return SegmentHeader(as_str(f[1]), as_int(f[2]), digest, schema, end_seq, end_digest)
+            if end_count <= base_count:
+                raise ValueError("an end's count is above the base's")
+        return SegmentHeader(
+            as_str(f[1]),
+            as_int(f[2]),
+            digest,
+            schema,
+            end_seq,
+            end_digest,
+            base_count,
+            end_count,
+        )
     except ValueError as exc:
         raise CorruptRecord(f"bad segment header: {exc}") from None
 

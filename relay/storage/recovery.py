@@ -144,20 +144,21 @@ def _check(
         why = f"written under schema {header.schema.hex()[:16]}, no version of this stream's"
         raise _Cut(f"{path}: {why}; cut here", path, 0, None)
     head = before[-1] if before else None
-    if head is not None and (header.base_seq, header.base_digest) != (
+    if head is not None and (header.base_seq, header.base_digest, header.base_count) != (
         head.head_seq,
         head.head_digest,
+        head.head_count,
     ):
         raise _Cut(f"{path}: does not continue the segment before it; cut here", path, 0, None)
     segment = Segment(path, header)
-    tail.start(header.base_seq, header.base_digest)
+    tail.start(header.base_seq, header.base_digest, header.base_count)
     if header.compacted:
         return _check_compacted(path, segment, frames, tail)
     chain, last = header.base_digest, header.base_seq
     offset = segment.data_start
     segment.size = offset
     try:
-        for kind, offset, end, batch, mark, _ in frames:
+        for kind, offset, end, batch, mark, _, _ in frames:
             if kind == KEPT:
                 raise CorruptRecord(f"a compacted batch in a segment that is not, at {offset}")
             if kind == TXS:
@@ -183,24 +184,26 @@ def _check_compacted(path: Path, segment: Segment, frames: Iterator[Entry], tail
     folds from its own prev digest: ``decode_kept``); its timeline ends where its header says.
     What it holds is served from the log: the core's window starts after it."""
     header = segment.header
-    last = header.base_seq
+    last, index = header.base_seq, header.base_count  # index: the lowest the next may have
     offset = segment.size = segment.data_start
     try:
-        for kind, offset, end, batch, _, _ in frames:
+        for kind, offset, end, batch, _, _, indexes in frames:
             if kind != KEPT:
                 raise CorruptRecord(f"a frame of kind {kind} in a compacted segment at {offset}")
             if batch[0][0].seq <= last or batch[-1][0].seq > header.end_seq:
                 raise CorruptRecord(f"kept records out of order or range at offset {offset}")
             if any(a[0].seq >= b[0].seq for a, b in pairwise(batch)):
                 raise CorruptRecord(f"kept records out of order at offset {offset}")
-            last = batch[-1][0].seq
-            segment.noted(batch, offset)
+            if indexes[0] < index or indexes[-1] >= header.end_count:
+                raise CorruptRecord(f"kept records' indexes out of range at offset {offset}")
+            last, index = batch[-1][0].seq, indexes[-1] + 1
+            segment.noted(batch, offset, indexes[0])
             segment.note_tombstones(tx for tx, _ in batch)
             segment.size = end
     except CorruptRecord as exc:
         raise _Cut(f"{path}: {exc}; cut here", path, 0, None) from None
     segment.last_seq, segment.last_digest = header.end_seq, header.end_digest
-    tail.start_over(header.end_seq, header.end_digest)
+    tail.start_over(header.end_seq, header.end_digest, header.end_count)
     return segment
 
 
@@ -234,23 +237,24 @@ class _Tail:
         self.unverified: list[tuple[Tx, bytes]] = []
         self.keep = keep
         self.keep_bytes = keep_bytes
-        self.base: tuple[int, bytes] | None = None  # the last record that fell out
+        self.base: tuple[int, bytes, int] | None = None  # the last record that fell out, and
+        # how many txs the stream's history holds up to it
         self.keys: deque[KeyRecord] = deque(maxlen=keys_max)
         self.mark_seq = 0  # the highest verified mark read
 
-    def start(self, base_seq: int, base_digest: bytes) -> None:
+    def start(self, base_seq: int, base_digest: bytes, base_count: int) -> None:
         """A segment begins; the first one says where the log starts."""
         if self.base is None:  # the log starts at a verified seq (genesis or a snapshot's)
-            self.base = (base_seq, base_digest)
+            self.base = (base_seq, base_digest, base_count)
             self.mark_seq = base_seq
 
-    def start_over(self, seq: int, digest: bytes) -> None:
+    def start_over(self, seq: int, digest: bytes, count: int) -> None:
         """Everything up to ``seq`` is verified and served from the log alone (a compacted
         segment ends there): the window starts after it."""
         self.verified.clear()
         self.unverified.clear()
         self.verified_bytes = 0
-        self.base = (seq, digest)
+        self.base = (seq, digest, count)
         self.mark_seq = max(self.mark_seq, seq)
 
     def add(self, records: list[tuple[Tx, bytes]]) -> None:
@@ -271,13 +275,13 @@ class _Tail:
         while len(self.verified) > self.keep or self.verified_bytes > self.keep_bytes:
             tx, digest = self.verified.popleft()
             self.verified_bytes -= tx_bytes(tx)
-            self.base = (tx.seq, digest)
+            self.base = (tx.seq, digest, self.base[2] + 1 if self.base else 1)
             if tx.producer_id:
                 self.keys.append((tx.producer_id, tx.msg_id, tx.seq, digest, content_tag(tx)))
 
     def restored(self, stream: str, log: StreamLog, dedup_ms: int) -> Restored:
         records = [*self.verified, *self.unverified]
-        base_seq, base_digest = self.base or (0, genesis(stream))
+        base_seq, base_digest, base_count = self.base or (0, genesis(stream), 0)
         head = records[-1][0].seq if records else base_seq
         horizon = seq_unix_ms(head) - dedup_ms
         keys = tuple(k for k in self.keys if seq_unix_ms(k[2]) >= horizon)
@@ -291,4 +295,5 @@ class _Tail:
             keys,
             log.base_seq,  # below the records kept in memory, readers are served from the log
             log.chained_seq,
+            base_count,
         )

@@ -5,8 +5,10 @@ How this works: the active segment is named by the seq its timeline continues fr
 reader finds the file for a seq or a time from the names alone. A compacted segment
 (``compaction.py``) is ``<base>-<end>.kept``: the timeline after ``base`` up to ``end``, less
 what the compaction dropped. While a segment is written or
-scanned it keeps a sparse index, one ``(seq, offset)`` every ``INDEX_BYTES`` of records, so a
-read seeks near its start and parses forward.
+scanned it keeps a sparse index, one ``(seq, offset, index)`` every ``INDEX_BYTES`` of records
+(the frame's first seq and its stream index), so a read seeks near its start, by seq or by
+index, and parses forward. A plain segment's records are dense: the n-th holds the index
+``base_count + n`` of its header; a compacted one's carry their own.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class Segment:
     size: int = 0
     records: int = 0  # txs it holds (cut frames applied)
     created_ms: int = 0  # wall time it was opened for writing (segment_ms rolls on it)
-    index: list[tuple[int, int]] = field(default_factory=list)  # (seq, frame offset)
+    index: list[tuple[int, int, int]] = field(default_factory=list)  # (seq, offset, index)
     indexed_at: int = -INDEX_BYTES  # offset of the last indexed frame
     oldest_tombstone_ms: int = 0  # a compacted segment's: its oldest tombstone's time (0: none)
 
@@ -113,14 +115,24 @@ class Segment:
         first, last = self.first_seq, self.last_seq
         return f"{first:020d}-{last:020d}_{seq_unix_ms(first):013d}-{seq_unix_ms(last):013d}.seg"
 
-    def noted(self, records: list[Record], offset: int) -> None:
-        """A batch frame of ``records`` at ``offset`` was written or scanned."""
+    @property
+    def head_count(self) -> int:
+        """Txs in the stream's history up to ``head_seq`` (the next record's index)."""
+        if self.compacted:
+            return self.header.end_count
+        return self.header.base_count + self.records
+
+    def noted(self, records: list[Record], offset: int, first_index: int = -1) -> None:
+        """A batch frame of ``records`` at ``offset`` was written or scanned (``first_index``:
+        a kept frame's first record's index; a plain one's follows the records before it)."""
+        if first_index < 0:
+            first_index = self.header.base_count + self.records
         if not self.first_seq:
             self.first_seq = records[0][0].seq
         self.last_seq, self.last_digest = records[-1][0].seq, records[-1][1]
         self.records += len(records)
         if offset - self.indexed_at >= INDEX_BYTES:
-            self.index.append((records[0][0].seq, offset))
+            self.index.append((records[0][0].seq, offset, first_index))
             self.indexed_at = offset
 
     def note_tombstones(self, txs: Iterable[Tx]) -> None:
@@ -134,8 +146,23 @@ class Segment:
     def offset_before(self, seq: int) -> int:
         """An offset at or before the frame holding the first tx above ``seq`` (a frame
         start): the index names each indexed frame by its first seq."""
-        i = bisect_right(self.index, (seq, 1 << 62))
+        i = bisect_right(self.index, (seq, 1 << 62, 0))
         return self.index[i - 1][1] if i and self.index[i - 1][0] <= seq else self.data_start
+
+    def seek(self, seq: int) -> tuple[int, int]:
+        """``offset_before(seq)``, and the index of the first record from there."""
+        i = bisect_right(self.index, (seq, 1 << 62, 0))
+        if i and self.index[i - 1][0] <= seq:
+            return self.index[i - 1][1], self.index[i - 1][2]
+        return self.data_start, self.header.base_count
+
+    def seek_index(self, index: int) -> tuple[int, int]:
+        """An offset at or before the frame holding the record of stream index ``index``,
+        and the index of the first record from there."""
+        i = bisect_right([at for _, _, at in self.index], index)
+        if i:
+            return self.index[i - 1][1], self.index[i - 1][2]
+        return self.data_start, self.header.base_count
 
     @property
     def data_start(self) -> int:
@@ -143,7 +170,7 @@ class Segment:
 
     def forget_after(self, offset: int) -> None:
         """The file was cut at ``offset``: index entries past it go."""
-        self.index = [(s, o) for s, o in self.index if o < offset]
+        self.index = [entry for entry in self.index if entry[1] < offset]
         self.indexed_at = self.index[-1][1] if self.index else -INDEX_BYTES
         self.size = offset
 
@@ -173,6 +200,7 @@ class Entry(NamedTuple):
     records: list[Record]  # (tx, digest) of a batch, TXS or KEPT
     mark: int  # a mark's seq
     prevs: list[bytes]  # a KEPT batch's: the digest before each record
+    indexes: list[int]  # and each record's index
 
 
 def scan(files: Files, path: Path) -> tuple[SegmentHeader, Iterator[Entry]]:
@@ -197,13 +225,14 @@ def entries(data: bytes | mmap.mmap, offset: int) -> Iterator[Entry]:
         try:
             if kind == TXS:
                 end, batch = _cuts_applied(data, end, decode_txs(body))
-                entry = Entry(kind, offset, end, batch, 0, [])
+                entry = Entry(kind, offset, end, batch, 0, [], [])
             elif kind == KEPT:
                 kept = decode_kept(body)
-                batch = [(tx, digest) for tx, _, digest in kept]
-                entry = Entry(kind, offset, end, batch, 0, [prev for _, prev, _ in kept])
+                batch = [(tx, digest) for tx, _, digest, _ in kept]
+                prevs, indexes = [r[1] for r in kept], [r[3] for r in kept]
+                entry = Entry(kind, offset, end, batch, 0, prevs, indexes)
             elif kind == MARK:
-                entry = Entry(kind, offset, end, [], decode_seq(body), [])
+                entry = Entry(kind, offset, end, [], decode_seq(body), [], [])
             elif kind == CUT:
                 raise CorruptRecord("a cut frame that follows no batch")
             else:

@@ -39,14 +39,18 @@ from relay.storage.settings import StorageSettings
 
 
 class LogSlice(NamedTuple):
-    """Records read from the log, after the digest ``prev``: chained from it, or (read from a
-    compacted segment, ``through`` > 0) each from its own digest in ``prevs``: every record the
-    segment kept after the read's start and up to ``through`` (there may be none)."""
+    """Records read from the log, after the digest ``prev``: chained from it, the first of
+    index ``first_index`` and the rest after it, or (read from a compacted segment,
+    ``through`` > 0) each from its own digest in ``prevs``, of its own index in ``indexes``:
+    every record the segment kept after the read's start and up to ``through`` (there may be
+    none)."""
 
     prev: bytes
     records: list[tuple[Tx, bytes]]
     prevs: list[bytes]  # empty when the records chain from ``prev``
     through: int = 0
+    first_index: int = 0
+    indexes: tuple[int, ...] = ()
 
 
 class StorageError(RuntimeError):
@@ -113,6 +117,16 @@ class StreamLog:
     def head_digest(self) -> bytes:
         return self.segments[-1].head_digest if self.segments else b""
 
+    @property
+    def head_count(self) -> int:
+        """Txs in the stream's history up to ``head_seq``."""
+        return self.segments[-1].head_count if self.segments else 0
+
+    @property
+    def base_count(self) -> int:
+        """Txs in the stream's history up to ``base_seq`` (the first record's index)."""
+        return self.segments[0].header.base_count if self.segments else 0
+
     def bytes_on_disk(self) -> int:
         return sum(s.size for s in self.segments)
 
@@ -128,7 +142,7 @@ class StreamLog:
         try:
             self._reopen()
             if p.reset or not self.segments:
-                self._start_over(p.base_seq, p.base_digest, wall_ms)
+                self._start_over(p.base_seq, p.base_digest, wall_ms, p.base_count)
             elif p.base_seq < self.mark and not p.rewind:
                 raise StorageError(
                     f"{self.stream}: a write from seq {p.base_seq} would cut records verified "
@@ -269,8 +283,10 @@ class StreamLog:
         if not last.sealed and last.first_seq and (full or old):
             self._seal(last)
         if self.segments[-1].sealed:
-            schema = self.settings.schema
-            header = SegmentHeader(self.stream, self.head_seq, self.head_digest, schema)
+            schema, count = self.settings.schema, self.head_count
+            header = SegmentHeader(
+                self.stream, self.head_seq, self.head_digest, schema, base_count=count
+            )
             segment, self.fd = create(self.files, self.directory, header, wall_ms)
             self.segments.append(segment)
             self.unsynced.directory = True
@@ -284,12 +300,14 @@ class StreamLog:
         segment.path = sealed
         self.unsynced.directory = True
 
-    def _start_over(self, base_seq: int, base_digest: bytes, wall_ms: int) -> None:
-        """Drop the whole log; it continues from ``base_seq`` (a peer's snapshot)."""
+    def _start_over(self, base_seq: int, base_digest: bytes, wall_ms: int, count: int) -> None:
+        """Drop the whole log; it continues from ``base_seq``, the ``count``-th tx of the
+        stream (a peer's snapshot)."""
         self._retire()
         for segment in self.segments:
             self.files.unlink(segment.path, missing_ok=True)
-        header = SegmentHeader(self.stream, base_seq, base_digest, self.settings.schema)
+        schema = self.settings.schema
+        header = SegmentHeader(self.stream, base_seq, base_digest, schema, base_count=count)
         segment, self.fd = create(self.files, self.directory, header, wall_ms)
         self.segments = [segment]
         self.mark = self.synced_mark = base_seq
@@ -307,14 +325,17 @@ class StreamLog:
             self.unsynced.directory = True
         segment = self.segments[-1]
         if segment.compacted and seq == segment.header.base_seq:  # the log's first: all goes
-            self._start_over(seq, digest_at, 0)
+            self._start_over(seq, digest_at, 0, segment.header.base_count)
             return
         if segment.compacted:  # a rewind into it (compaction stays below what a quorum's logs
             self._retire()  # hold, so only a hostile peer's vouchers get here): rewritten with
             if seq != segment.head_seq:  # its end moved back
-                self.segments[-1] = compaction.rewrite(
-                    self.files, self.directory, segment, seq, digest_at
-                )
+                try:
+                    self.segments[-1] = compaction.rewrite(
+                        self.files, self.directory, segment, seq, digest_at
+                    )
+                except ValueError as exc:
+                    raise StorageError(f"{self.stream}: {exc}") from None
             self.mark = min(self.mark, seq)
             self.synced_mark = min(self.synced_mark, seq)
             return
@@ -322,7 +343,7 @@ class StreamLog:
         cut, last, digest = start, 0, b""
         inside = False  # the cut lands inside a batch: a cut frame after it voids the rest
         removed = voided = 0  # records above ``seq``, read to the end to count them (a
-        for kind, _, end, found, _, _ in self._frames(segment, start):  # short tail): in frames
+        for kind, _, end, found, _, _, _ in self._frames(segment, start):  # short tail): frames
             if kind == MARK:  # the truncation takes, and in a batch the cut frame voids
                 continue
             kept = [r for r in found if r[0].seq <= seq] if not (inside or removed) else []
@@ -401,17 +422,18 @@ class StreamLog:
         chain = segment.header.base_digest
         records: list[tuple[Tx, bytes]] = []
         size = 0
-        start = segment.offset_before(after_seq)
-        for kind, offset, _, batch, _, _ in self._frames(segment, start):
+        start, index = segment.seek(after_seq)  # index: the first record's, once found
+        for kind, offset, _, batch, _, _, _ in self._frames(segment, start):
             if kind == MARK:
                 continue
             for item, digest in batch:
                 if item.seq <= after_seq:
                     chain = digest  # the anchor: checked against what follows it
+                    index += 1
                     continue
                 size += tx_bytes(item)
                 if item.seq > upto_seq or len(records) >= limit or (size > bytes_max and records):
-                    return LogSlice(chain, records, [])
+                    return LogSlice(chain, records, [], first_index=index)
                 expected = fold_tx(records[-1][1] if records else chain, item)
                 if expected != digest:
                     raise CorruptRecord(
@@ -419,26 +441,48 @@ class StreamLog:
                         f"{offset} does not chain"
                     )
                 records.append((item, digest))
-        return LogSlice(chain, records, [])
+        return LogSlice(chain, records, [], first_index=index)
 
     def _read_kept(
         self, segment: Segment, after_seq: int, upto_seq: int, limit: int, bytes_max: int
     ) -> LogSlice:
         records: list[tuple[Tx, bytes]] = []
         prevs: list[bytes] = []
+        indexes: list[int] = []
         size = 0
-        for _, _, _, batch, _, own in self._frames(segment, segment.offset_before(after_seq)):
-            for (item, digest), prev in zip(batch, own, strict=True):
+        for _, _, _, batch, _, own, at in self._frames(segment, segment.offset_before(after_seq)):
+            for (item, digest), prev, index in zip(batch, own, at, strict=True):
                 if item.seq <= after_seq:
                     continue
                 size += tx_bytes(item)
                 if item.seq > upto_seq or len(records) >= limit or (size > bytes_max and records):
                     through = records[-1][0].seq if records else upto_seq
-                    return LogSlice(prevs[0] if prevs else b"", records, prevs, through)
+                    first = prevs[0] if prevs else b""
+                    return LogSlice(first, records, prevs, through, indexes=tuple(indexes))
                 records.append((item, digest))
                 prevs.append(prev)
+                indexes.append(index)
         through = min(upto_seq, segment.head_seq)
-        return LogSlice(prevs[0] if prevs else segment.head_digest, records, prevs, through)
+        first = prevs[0] if prevs else segment.head_digest
+        return LogSlice(first, records, prevs, through, indexes=tuple(indexes))
+
+    def seq_before_index(self, index: int) -> int | None:
+        """The seq after which the record of stream index ``index`` comes (where a read from
+        it starts): the seq of the record before it, or of the nearest one kept before it in a
+        compacted segment; the head for an index past it; None below the log's first."""
+        if index < self.base_count:
+            return None
+        segment = next((s for s in self.segments if s.head_count > index), None)
+        if segment is None:
+            return self.head_seq
+        before = segment.header.base_seq
+        start, at = segment.seek_index(index)
+        for _, _, _, batch, _, _, own in self._frames(segment, start):
+            for i, (item, _) in enumerate(batch):
+                if (own[i] if own else at) >= index:
+                    return before
+                before, at = item.seq, at + 1
+        return before
 
     def _frames(self, segment: Segment, offset: int) -> Iterator[Entry]:
         with self.files.view(segment.path, offset) as data:

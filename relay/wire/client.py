@@ -35,7 +35,7 @@ from relay.queue.ops import (
 from relay.wire.fields import U64, HeaderRows, array_len, as_int, as_str
 from relay.wire.mesh import MalformedFrame
 
-VERSION = 3  # every frame's first field: either side refuses a frame of another version
+VERSION = 4  # every frame's first field: either side refuses a frame of another version
 REQUEST_BYTES_MAX = 64 << 20
 PEEK_MAX = 100  # ready jobs a ``qinfo`` may list
 
@@ -55,6 +55,8 @@ class FetchFrame:
     after_seq: int
     limit: int
     wait_ms: int
+    from_index: int | None = None  # instead of after_seq: from the entry of this dense index
+    # (negative: -N, the last N readable entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +178,10 @@ def decode_request(body: bytes) -> Request:
     try:
         if kind == "pub" and len(f) == 6:
             return PublishFrame(req_id, as_str(f[3]), as_str(f[4]), _items(f[5]))
-        if kind == "fetch" and len(f) == 7:
-            return FetchFrame(req_id, as_str(f[3]), as_int(f[4]), as_int(f[5]), as_int(f[6]))
+        if kind == "fetch" and len(f) in (7, 8):
+            index = _signed(f[7]) if len(f) == 8 else None
+            after, limit, wait = as_int(f[4]), as_int(f[5]), as_int(f[6])
+            return FetchFrame(req_id, as_str(f[3]), after, limit, wait, index)
         if kind == "span" and len(f) == 8:
             after, upto, max_txs, parts = (as_int(v) for v in f[4:8])
             if parts < 1:
@@ -256,8 +260,20 @@ def publish_request(
     return pack("pub", req_id, stream, producer_id, items)
 
 
-def fetch_request(req_id: int, stream: str, after_seq: int, limit: int, wait_ms: int) -> bytes:
-    return pack("fetch", req_id, stream, after_seq, limit, wait_ms)
+def fetch_request(
+    req_id: int, stream: str, after_seq: int, limit: int, wait_ms: int, from_index: int | None
+) -> bytes:
+    """A fetch after ``after_seq``, or (``from_index`` not None) from the entry of that dense
+    index (negative: -N, the last N)."""
+    if from_index is None:
+        return pack("fetch", req_id, stream, after_seq, limit, wait_ms)
+    return pack("fetch", req_id, stream, 0, limit, wait_ms, from_index)
+
+
+def _signed(v: Any) -> int:
+    if type(v) is not int or not -(1 << 62) <= v < 1 << 62:
+        raise ValueError(f"from_index: expected an integer, got {v!r:.40}")
+    return v
 
 
 def span_request(

@@ -42,7 +42,7 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 7  # every body's first field: a frame of another version is malformed, dropped
+VERSION = 8  # every body's first field: a frame of another version is malformed, dropped
 FRAME_BYTES_MAX = 64 << 20
 BUNDLE_MAX = 32  # messages in one bundle frame
 BUNDLE_BYTES_MAX = 1 << 20  # a bundle takes messages while its bodies stay below this
@@ -167,6 +167,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.txs,
             m.digests,
             m.dedup,
+            m.base_count,
         ]
         return topic(Channel.REPAIR, m.stream), _encode(body)
     body = [
@@ -285,7 +286,8 @@ def decode(body: bytes) -> MeshMessage:
             _, _, stream, requester, after = _shape(f, 5)
             return SyncRequest(as_str(stream), as_int(requester), as_int(after))
         if kind == _SYNC_DATA:
-            _, _, stream, sender, requester, base, base_digest, rows, digests, dedup = _shape(f, 10)
+            shaped = _shape(f, 11)
+            _, _, stream, sender, requester, base, base_digest, rows, digests, dedup, count = shaped
             txs = _txs(rows)
             found = tuple(as_bytes(d) for d in as_list(digests))
             if len(found) != len(txs):
@@ -303,6 +305,7 @@ def decode(body: bytes) -> MeshMessage:
                 txs,
                 found,
                 keys,
+                as_int(count),
             )
         if kind == _REPAIR_DATA:
             _, _, stream, sender, origin, epoch, rows, after, complete = _shape(f, 9)

@@ -79,6 +79,8 @@ class TxsReply:
     rows: tuple[TxRow, ...]
     prevs: tuple[bytes, ...] = ()  # a ``kept`` reply's: the digest before each row
     through_seq: int = 0  # and the rows are all its compacted range holds up to this seq
+    first_index: int = 0  # the dense index of the first row (the rest follow one by one)
+    indexes: tuple[int, ...] = ()  # a ``kept`` reply's: each row's own index
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,21 +183,30 @@ def encode_txs(req_id: int, result: ReadResult) -> bytes:
         [tx.seq, tx.origin, tx.producer_id, tx.msg_id, tx.payload, tx.key, tx.headers, digest]
         for tx, digest in zip(result.txs, result.digests, strict=True)
     ]
-    if result.through_seq:
-        r = result
-        prevs = list(r.prevs)
+    r = result
+    if r.through_seq:
+        prevs, indexes = list(r.prevs), list(r.indexes)
         return pack(
-            "kept", req_id, r.stream, r.verified_seq, r.earliest_seq, rows, prevs, r.through_seq
+            "kept",
+            req_id,
+            r.stream,
+            r.verified_seq,
+            r.earliest_seq,
+            rows,
+            prevs,
+            r.through_seq,
+            indexes,
         )
     return pack(
         "txs",
         req_id,
-        result.stream,
-        result.prev_digest,
-        result.verified_seq,
-        result.earliest_seq,
-        result.lost,
+        r.stream,
+        r.prev_digest,
+        r.verified_seq,
+        r.earliest_seq,
+        r.lost,
         rows,
+        r.first_index,
     )
 
 
@@ -293,7 +304,7 @@ def decode_reply(body: bytes) -> Reply:
     return reply
 
 
-_TXS_PREFIX = b"\x99" + bytes((VERSION,)) + b"\xa3txs"  # [v, "txs", 7 fields more]
+_TXS_PREFIX = b"\x9a" + bytes((VERSION,)) + b"\xa3txs"  # [v, "txs", 8 fields more]
 _TXS_REPLY = msgspec.msgpack.Decoder(
     tuple[
         int,
@@ -305,6 +316,7 @@ _TXS_REPLY = msgspec.msgpack.Decoder(
         U64,
         bool,
         tuple[tuple[U64, NodeId, str, U64, bytes, bytes | None, HeaderRows, bytes], ...],
+        U64,
     ]
 )  # fmt: skip  (the ranges are checked while decoding)
 
@@ -330,11 +342,11 @@ def _txs_reply(body: bytes) -> TxsReply | None:
     """A ``txs`` reply read by a typed decoder, its values checked; None if it is not well
     formed (the field readers then read it again and say what is wrong)."""
     try:
-        _, _, req_id, stream, prev, verified, earliest, lost, rows = _TXS_REPLY.decode(body)
+        _, _, req_id, stream, prev, verified, earliest, lost, rows, first = _TXS_REPLY.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
     txs = tuple(map(_new_row, repeat(TxRow), rows))
-    return TxsReply(req_id, stream, prev, verified, earliest, lost, txs)
+    return TxsReply(req_id, stream, prev, verified, earliest, lost, txs, first_index=first)
 
 
 def rows_of(read: Callable[[list[Any]], T], width: int) -> Callable[[Any], tuple[T, ...]]:
@@ -409,9 +421,12 @@ def _kept(
     rows: tuple[TxRow, ...],
     prevs: tuple[bytes, ...],
     through_seq: int,
+    indexes: tuple[int, ...],
 ) -> TxsReply:
-    if len(prevs) != len(rows):
-        raise ProtocolError("kept reply: one prev digest per row")
+    if len(prevs) != len(rows) or len(indexes) != len(rows):
+        raise ProtocolError("kept reply: one prev digest and one index per row")
+    if any(a >= b for a, b in pairwise(indexes)):
+        raise ProtocolError("kept reply: indexes in ascending order")
     if not through_seq or any(row.seq > through_seq for row in rows):
         raise ProtocolError("kept reply: through_seq is at or past every row's seq")
     if through_seq > verified_seq:
@@ -420,8 +435,22 @@ def _kept(
         raise ProtocolError("kept reply: rows in ascending seq order")
     first = prevs[0] if prevs else b""
     return TxsReply(
-        req_id, stream, first, verified_seq, earliest_seq, False, rows, prevs, through_seq
+        req_id,
+        stream,
+        first,
+        verified_seq,
+        earliest_seq,
+        False,
+        rows,
+        prevs,
+        through_seq,
+        indexes[0] if indexes else 0,
+        indexes,
     )
+
+
+def _indexes(v: Any) -> tuple[int, ...]:
+    return tuple(as_int(i) for i in as_list(v))
 
 
 def _digests(v: Any) -> tuple[bytes, ...]:
@@ -459,6 +488,7 @@ SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
             ("earliest_seq", as_int),
             ("lost", _flag),
             ("rows", rows_of(_tx_row, 8)),
+            ("first_index", as_int),
         ),
     ),
     "kept": (
@@ -470,6 +500,7 @@ SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
             ("rows", rows_of(_tx_row, 8)),
             ("prevs", _digests),
             ("through_seq", as_int),
+            ("indexes", _indexes),
         ),
     ),
     "span": (
