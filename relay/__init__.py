@@ -15,7 +15,7 @@ from relay.errors import DataLossError, DigestMismatchError, NoQuorumError, Rela
 from relay.gc_tuning import tune_gc
 
 if TYPE_CHECKING:
-    from relay.client.consumer import Consumer, Transaction
+    from relay.client.consumer import Consumer, Index, Transaction
     from relay.client.futures import Ack, PublishFuture
     from relay.client.producer import Producer
     from relay.client.worker import Job, Worker
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Consumer": "relay.client.consumer",
     "Transaction": "relay.client.consumer",
+    "Index": "relay.client.consumer",
     "Ack": "relay.client.futures",
     "Producer": "relay.client.producer",
     "PublishFuture": "relay.client.futures",
@@ -35,6 +36,7 @@ __all__ = [
     "Consumer",
     "DataLossError",
     "DigestMismatchError",
+    "Index",
     "Job",
     "NoQuorumError",
     "Producer",

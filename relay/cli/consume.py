@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from relay.cli.formats import FormatError, formatter
 from relay.cli.options import Target, cluster_target
+
+if TYPE_CHECKING:
+    from relay.client.consumer import Start
 
 SKEW_MS = 1000  # how far a node's clock may trail this one's, for --to in the past
 FORMAT_HELP = (
@@ -32,7 +35,14 @@ FORMAT_HELP = (
     help="earliest, latest, a seq, or a time (ISO 8601, e.g. 2026-11-22T10:00:00Z) to start at.",
 )
 @click.option("--since", help="Start this long ago: 30s, 10m, 2h, 1d (like kcat -o s@).")
-@click.option("--last", type=click.IntRange(min=1), help="Start at the last N verified txs.")
+@click.option(
+    "--from-index",
+    type=click.IntRange(min=0),
+    help="Start at the entry of this dense index (0: the stream's first, as a Kafka offset).",
+)
+@click.option(
+    "--last", type=click.IntRange(min=1), help="Start at the last N verified txs (one request)."
+)
 @click.option("--to", "end", help="Stop after this seq or time (ISO 8601): kcat -o e@.")
 @click.option("--count", type=int, help="Stop after this many transactions.")
 @click.option("-e", "--exit-at-end", is_flag=True, help="Stop at the verified head (like kcat -e).")
@@ -61,6 +71,7 @@ def consume(
     node_id: int | None,
     start: str,
     since: str | None,
+    from_index: int | None,
     last: int | None,
     end: str | None,
     count: int | None,
@@ -92,7 +103,7 @@ def consume(
                     out.write(write(tx))
             out.flush()
             return
-        begin = _start_of(target, stream, node_id, start, since, last)
+        begin = _start_of(start, since, last, from_index)
         with Consumer(stream, **target.client_args, node=node_id, start=begin, group=group) as c:
             quiet_since = time.monotonic()
             while count is None or seen < count:
@@ -141,22 +152,15 @@ def _past(seq: int, point: int | datetime) -> bool:
     return seq > point
 
 
-def _start_of(
-    target: Target,
-    stream: str,
-    node_id: int | None,
-    start: str,
-    since: str | None,
-    last: int | None,
-) -> str | int | datetime:
-    """Where reading begins: ``--last`` wins over ``--since``, which wins over ``--from``."""
-    if last is not None:
-        from relay.client.fetcher import Fetcher
-        from relay.client.tail import start_of_last
+def _start_of(start: str, since: str | None, last: int | None, from_index: int | None) -> Start:
+    """Where reading begins: ``--last`` wins over ``--from-index``, then ``--since``, then
+    ``--from``."""
+    from relay.client.consumer import Index
 
-        order = target.addresses(node_id)
-        with closing(Fetcher(stream, order, pair=target.identity())) as fetcher:
-            return start_of_last(fetcher, last)
+    if last is not None:
+        return Index(-last)
+    if from_index is not None:
+        return Index(from_index)
     if since is not None:
         unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(since[-1:])
         if unit is None or not since[:-1].isdigit():

@@ -1,12 +1,12 @@
 """How ``relay consume`` writes a transaction: raw bytes, JSON, base64 or a kcat-like template.
 
-``raw`` writes the payload's bytes and nothing else, so one binary message round-trips byte
-for byte. ``json`` writes one object per line; text that is not UTF-8 goes as base64 under a
-``*_b64`` name instead, and seqs are strings unless asked otherwise (flake seqs are above
-2^53, which JavaScript and jq would round). A template names fields with ``%`` (as kcat's
-``-f``): ``%s`` seq, ``%v`` value (the payload), ``%k`` key, ``%h`` headers as
-``name=value,...``, ``%t`` stream, ``%T`` timestamp in ms, ``%o`` origin node, ``%d`` digest
-(hex), ``%S`` payload size, ``%%`` a percent sign; ``\\n``, ``\\t`` and ``\\\\`` as escapes.
+``raw`` writes the payload's bytes and nothing else, so one binary message round-trips byte for
+byte. ``json`` writes one object per line; text that is not UTF-8 goes as base64 under a
+``*_b64`` name instead, and seqs are strings unless asked otherwise (flake seqs are above 2^53,
+which JavaScript and jq would round). A template names fields with ``%`` (as kcat's ``-f``):
+``%s`` seq, ``%v`` value (the payload), ``%k`` key, ``%h`` headers as ``name=value,...``, ``%t``
+stream, ``%T`` timestamp in ms, ``%o`` origin node, ``%d`` digest (hex), ``%S`` payload size,
+``%i`` dense index, ``%%`` a percent sign; ``\\n``, ``\\t`` and ``\\\\`` as escapes.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ class Row(Protocol):
     def headers(self) -> Headers: ...
     @property
     def timestamp_ms(self) -> int: ...
+    @property
+    def index(self) -> int: ...
 
 
 Formatter = Callable[[Row], bytes]
@@ -65,6 +67,7 @@ def as_json(row: Row, seq_numbers: bool = False) -> dict[str, object]:
     out: dict[str, object] = {
         "stream": row.stream,
         "seq": seq,
+        "index": row.index,
         "origin": row.origin,
         "timestamp_ms": row.timestamp_ms,
         "digest": row.digest.hex(),
@@ -103,6 +106,7 @@ def _template(spec: str) -> Formatter:
         "o": lambda r: str(r.origin).encode(),
         "d": lambda r: r.digest.hex().encode(),
         "S": lambda r: str(len(r.payload)).encode(),
+        "i": lambda r: str(r.index).encode(),
         "%": lambda r: b"%",
     }
     pieces: list[bytes | Callable[[Row], bytes]] = []

@@ -5,7 +5,10 @@ checks every batch against the rolling digest (each tx must chain from the one b
 what it yields is provably the quorum's timeline. If its node stops answering, is fenced or
 does not replicate the stream, it moves on (following redirects) and resumes after the last
 seq it yielded: no gap, no duplicate. Its first batch is confirmed by a second replica
-(``anchor.py``) before it is yielded, so the chain it continues is the quorum's.
+(``anchor.py``) before it is yielded, so the chain it continues is the quorum's. Every
+transaction carries its dense index (0 for the stream's first, as a Kafka offset; compaction
+leaves gaps); ``start=Index(n)`` starts at one (``Index(-n)``: the last n) in one request, and
+``stop_after`` and ``until`` end the reading after a count of transactions or at a time.
 """
 
 from __future__ import annotations
@@ -28,7 +31,16 @@ from relay.core.digest import Folder, Headers
 from relay.core.flake import SEQ_MAX, make_seq, seq_unix_ms
 from relay.wire.replies import TxsReply
 
-Start = str | int | datetime
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """Where a consumer starts: the entry of this dense index (0: the stream's first); a
+    negative one counts back from the verified end (-10: the last 10)."""
+
+    at: int
+
+
+Start = str | int | datetime | Index
 ACKS_PER_RECORD = 20_000  # batch item indexes per ack record (under 1 MiB however scattered)
 
 
@@ -43,6 +55,7 @@ class Transaction:
     msg_id: int
     key: bytes | None = None
     headers: Headers = ()
+    index: int = -1  # the dense index: how many txs the stream's history holds before it
 
     @property
     def timestamp_ms(self) -> int:
@@ -64,11 +77,15 @@ class Consumer:
         group: str | None = None,
         commit_interval_ms: int = 5000,
         client_key: str | Path | None = None,
+        stop_after: int | None = None,
+        until: datetime | None = None,
     ) -> None:
         """``group``: resume after the group's committed position in this stream (``start``
         applies when it has none), and commit what ``poll`` returned every
         ``commit_interval_ms`` (0: only on ``commit()``) and on ``close``. ``client_key``: a
-        .key_secret file for a cluster that admits only listed clients."""
+        .key_secret file for a cluster that admits only listed clients. ``stop_after``: end
+        after this many transactions; ``until``: end before the first one stamped at or after
+        this time (``ended`` says so; iterating stops)."""
         self.stream = stream
         self.batch_max = batch_max
         self.wait_ms = wait_ms
@@ -101,11 +118,16 @@ class Consumer:
         self._committer: Producer | None = None
         self._acks: dict[str, set[int]] = {}  # batch -> item indexes acked, not yet sent
         self._processed: tuple[int, bytes] | None = None  # (seq, digest) the caller finished
+        self._from_index: int | None = None  # the first fetch's dense index (``Index``)
+        self.stop_after = stop_after
+        self.until_ms = None if until is None else int(until.timestamp() * 1000)
+        self.returned = 0  # transactions poll returned
+        self.ended = False  # stop_after or until reached: poll returns nothing more
 
     # --- the API ------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Transaction]:
-        while True:  # one at a time: a loop left early has processed exactly what it took
+        while not self.ended:  # one at a time: a loop left early processed what it took
             yield from self.poll(timeout_s=None, max_txs=1)
 
     def poll(self, timeout_s: float | None = 1.0, max_txs: int | None = None) -> list[Transaction]:
@@ -116,16 +138,25 @@ class Consumer:
             self._processed = (self.position, self.last_digest)
         if self.commit_interval_s and time.monotonic() >= self._commit_at:
             self.commit()
-        while not self._buffer:
+        while not self._buffer and not self.ended:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return []
             wait = self.wait_ms if remaining is None else min(self.wait_ms, int(remaining * 1000))
             self._fetch(max(0, wait))
         take = len(self._buffer) if max_txs is None else min(max_txs, len(self._buffer))
+        if self.stop_after is not None:
+            take = min(take, self.stop_after - self.returned)
         out = [self._buffer.popleft() for _ in range(take)]
-        self.position = out[-1].seq
-        self.last_digest = out[-1].digest
+        if self.until_ms is not None:
+            kept = [tx for tx in out if tx.timestamp_ms < self.until_ms]
+            self.ended = len(kept) < len(out)
+            out = kept
+        self.returned += len(out)
+        self.ended = self.ended or self.returned == self.stop_after
+        if out:
+            self.position = out[-1].seq
+            self.last_digest = out[-1].digest
         return out
 
     def take(self, count: int, timeout_s: float) -> list[Transaction]:
@@ -226,17 +257,20 @@ class Consumer:
             self._begin()
             return
         after = max(self._buffer[-1].seq if self._buffer else self.position, self._through)
-        reply = self._fetcher.fetch(after, self.batch_max, wait_ms)
+        reply = self._fetcher.fetch(after, self.batch_max, wait_ms, self._from_index)
         if reply is None:
             return
+        if reply.rows or reply.through_seq:
+            self._from_index = None  # placed: it goes on after the seqs (or range) it got
         self.verified_head = reply.verified_seq
         if reply.lost and isinstance(self._start, datetime) and not self._strict:
             self.position = self._through = 0  # a time before what is retained: the oldest
             return
         if reply.lost:
+            where = f"seq {after}" if self._from_index is None else f"index {self._from_index}"
             raise errors.DataLossError(
                 "data_loss",
-                f"{self.stream!r}: the txs after seq {after} were trimmed from every buffer "
+                f"{self.stream!r}: the txs after {where} were trimmed from every buffer "
                 f"this consumer reached; the earliest held is {reply.earliest_seq}",
             )
         if reply.through_seq:
@@ -254,6 +288,7 @@ class Consumer:
             chain = reply.prev_digest
         batch = []
         fold = self._folder.fold
+        index = reply.first_index
         for seq, origin, pid, mid, payload, key, headers, digest in reply.rows:
             if self.verify and fold(chain, seq, origin, pid, mid, payload, key, headers) != digest:
                 raise errors.DigestMismatchError(
@@ -264,8 +299,11 @@ class Consumer:
                 )
             chain = digest
             batch.append(
-                Transaction(self.stream, seq, origin, payload, digest, pid, mid, key, headers)
+                Transaction(
+                    self.stream, seq, origin, payload, digest, pid, mid, key, headers, index
+                )
             )
+            index += 1
         if self.verify and not self._confirmed:
             seqs, digests = [t.seq for t in batch], [t.digest for t in batch]
             loose = self._loose  # after a compacted range: another replica may hold none of it
@@ -290,7 +328,7 @@ class Consumer:
             )
         batch = []
         fold = self._folder.fold
-        for row, prev in zip(reply.rows, reply.prevs, strict=True):
+        for row, prev, index in zip(reply.rows, reply.prevs, reply.indexes, strict=True):
             seq, origin, pid, mid, payload, key, headers, digest = row
             if self.verify and fold(prev, seq, origin, pid, mid, payload, key, headers) != digest:
                 raise errors.DigestMismatchError(
@@ -299,7 +337,9 @@ class Consumer:
                     "fold from the digest it names before it",
                 )
             batch.append(
-                Transaction(self.stream, seq, origin, payload, digest, pid, mid, key, headers)
+                Transaction(
+                    self.stream, seq, origin, payload, digest, pid, mid, key, headers, index
+                )
             )
         if self.verify:
             seqs, digests = [t.seq for t in batch], [t.digest for t in batch]
@@ -324,7 +364,9 @@ class Consumer:
                 self._started = True
                 return
         start = self._start
-        if start == "earliest":
+        if isinstance(start, Index):
+            self._from_index = start.at
+        elif start == "earliest":
             self.position = 0
         elif start == "latest":
             reply = self._fetcher.fetch(0, 0, 0)
@@ -337,5 +379,7 @@ class Consumer:
         elif isinstance(start, int) and start >= 0:
             self.position = max(0, start - 1)  # a seq to start at, inclusive
         else:
-            raise ValueError(f"start must be 'earliest', 'latest', a seq or a datetime: {start!r}")
+            raise ValueError(
+                f"start must be 'earliest', 'latest', a seq, a datetime or an Index: {start!r}"
+            )
         self._started = True
