@@ -68,6 +68,7 @@ requests = st.one_of(
         st.integers(0, 2**63),
         st.integers(0, 5000),
         st.integers(0, 60_000),
+        st.one_of(st.none(), st.integers(-(2**62), 2**62 - 1)),
     ),
     st.builds(
         client.span_request,
