@@ -67,10 +67,6 @@ class SimConsumer:
     from_index: int | None = None  # its first fetch starts at this dense index (negative:
     # the last N), until a reply places it
 
-    def __post_init__(self) -> None:
-        if self.index % 3 == 0:  # a third of them start by index, some from the end
-            self.from_index = -(self.index + 2) if self.index % 2 else self.index + 1
-
 
 class SimClients:
     def __init__(
@@ -92,6 +88,8 @@ class SimClients:
         self.consumers = [
             SimConsumer(i, rng.choice(streams), rng.choice(nodes)) for i in range(consumers)
         ]
+        for consumer in self.consumers[::3]:  # a third start at the last entries, by index
+            consumer.from_index = -(consumer.index + 2)
         self.msg_ids: dict[str, int] = {}
         self.req_ids = 0
         self.acked = 0
