@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from test_compaction_real import BLOCKS
 from waits import until
 
 from relay import Consumer, Index, Producer
@@ -20,14 +21,6 @@ from relay.core.flake import seq_unix_ms
 from relay.runtime.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
-
-BLOCKS = """
-[[stream]]
-pattern = "kv.*"
-cleanup = "compact"
-segment_bytes = 4096
-delete_retention_ms = 1000
-"""
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 
 from relay import errors
@@ -41,6 +42,17 @@ class Index:
 
 
 Start = str | int | datetime | Index
+
+
+class Anchoring(Enum):
+    """How far a consumer's chain is confirmed by a second replica (``anchor.py``)."""
+
+    FIRST = "first"  # nothing confirmed yet: the next batch is compared at its end
+    LOOSE = "loose"  # after a compacted range, which the other may have compacted further
+    # (or one it held none of): the next batch is compared at any seq both hold
+    DONE = "done"  # a second replica agreed: every later batch continues this chain
+
+
 ACKS_PER_RECORD = 20_000  # batch item indexes per ack record (under 1 MiB however scattered)
 
 
@@ -103,10 +115,9 @@ class Consumer:
         self._start = start
         self._started = False
         self._strict = False
-        self._confirmed = False  # a second replica agreed with a batch: the chain is anchored
+        self._anchoring = Anchoring.FIRST
         self._kept_gap = False  # the last rows came from a compacted range: no chain to continue
         self._through = 0  # how far a compacted range was read (past records it dropped)
-        self._loose = False  # anchoring after a compacted range: any seq both replicas hold
         self.group = group
         self.commit_interval_s = commit_interval_ms / 1000
         self.committed_seq = 0
@@ -304,14 +315,14 @@ class Consumer:
                 )
             )
             index += 1
-        if self.verify and not self._confirmed:
+        if self.verify and self._anchoring is not Anchoring.DONE:
             seqs, digests = [t.seq for t in batch], [t.digest for t in batch]
-            loose = self._loose  # after a compacted range: another replica may hold none of it
+            loose = self._anchoring is Anchoring.LOOSE
             agreed = self._anchor.confirm(self.node, seqs, digests, self.reply_timeout_s, loose)
             if agreed is False:
                 return  # no second replica agreed yet: fetched again on the next poll
-            self._confirmed = agreed is True  # None: nothing to compare yet, the next batch is
-            self._loose = not self._confirmed
+            # None: the other holds none of the batch; the next one is compared, at any seq
+            self._anchoring = Anchoring.DONE if agreed else Anchoring.LOOSE
         self._buffer.extend(batch)
         self._strict = True
         self._kept_gap = False
@@ -346,8 +357,8 @@ class Consumer:
             self._anchor.confirm_kept(self.node, seqs, digests, self.reply_timeout_s)
         self._buffer.extend(batch)
         self._through = reply.through_seq
-        self._kept_gap = self._loose = True
-        self._confirmed = False
+        self._kept_gap = True
+        self._anchoring = Anchoring.LOOSE
 
     def _begin(self) -> None:
         if self._group_fetcher is not None:
