@@ -146,15 +146,20 @@ def _no_double_delivery(deliveries: list[dict[str, Any]]) -> Verdict:
     return v
 
 
-def _one_order(deliveries: list[dict[str, Any]], timelines: dict[str, Any]) -> Verdict:
-    v = Verdict("one-order")
-    by_consumer: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def by_consumer(deliveries: list[dict[str, Any]], v: Verdict) -> dict[str, list[dict[str, Any]]]:
+    """Each consumer's deliveries in order; one that stopped with an error fails ``v``."""
+    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for d in deliveries:
         if "error" in d:
             v.fail(f"consumer {d['consumer']} stopped: {d['error']}")
         else:
-            by_consumer[d["consumer"]].append(d)
-    for consumer, got in sorted(by_consumer.items()):
+            found[d["consumer"]].append(d)
+    return found
+
+
+def _one_order(deliveries: list[dict[str, Any]], timelines: dict[str, Any]) -> Verdict:
+    v = Verdict("one-order")
+    for consumer, got in sorted(by_consumer(deliveries, v).items()):
         v.checked += 1
         timeline = timelines.get(got[0]["stream"], {}).get("timeline", [])
         for i, d in enumerate(got):

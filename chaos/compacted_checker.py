@@ -13,10 +13,9 @@ compacted range:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from chaos.checker import Verdict
+from chaos.checker import Verdict, by_consumer
 
 
 def acknowledged_not_lost(ops: list[dict[str, Any]], timelines: dict[str, Any]) -> Verdict:
@@ -41,13 +40,7 @@ def acknowledged_not_lost(ops: list[dict[str, Any]], timelines: dict[str, Any]) 
 
 def one_order(deliveries: list[dict[str, Any]], timelines: dict[str, Any]) -> Verdict:
     v = Verdict("one-order")
-    by_consumer: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for d in deliveries:
-        if "error" in d:
-            v.fail(f"consumer {d['consumer']} stopped: {d['error']}")
-        else:
-            by_consumer[d["consumer"]].append(d)
-    for consumer, got in sorted(by_consumer.items()):
+    for consumer, got in sorted(by_consumer(deliveries, v).items()):
         v.checked += 1
         timeline = timelines.get(got[0]["stream"], {}).get("timeline", [])
         digests = {row[0]: row[1] for row in timeline}

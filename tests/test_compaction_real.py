@@ -6,12 +6,11 @@ holds compaction back."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from relay_cli import relay
 from waits import until
 
 from relay import Consumer, Producer
@@ -83,13 +82,7 @@ def test_each_node_compacts_and_a_reader_gets_the_newest_of_each_key(
                 break
             got = consumer.poll(timeout_s=1)
     assert {k: v for k, v in table.items() if v} == newest
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "relay", "consume", "--config", str(cluster.config_path),
-            "--stream", "kv.a", "--compacted-view", "--json",
-        ],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = relay(cluster, "consume", "--stream", "kv.a", "--compacted-view", "--json")
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert {r["key"].encode(): r["payload"].encode() for r in rows} == newest

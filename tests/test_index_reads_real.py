@@ -6,13 +6,12 @@ log, after a restart and on a compacted stream (whose indexes have gaps), and
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from relay_cli import relay
 from test_compaction_real import BLOCKS
 from waits import until
 
@@ -109,11 +108,7 @@ def test_relay_consume_reads_from_an_index_and_the_last_n(indexed3: LocalCluster
     publish(indexed3, "cli", 30)
 
     def consume(*args: str) -> list[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "relay", "consume", "--stream", "cli", *args,
-             "--format", "%i %v\\n", "--config", str(indexed3.config_path)],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        done = relay(indexed3, "consume", "--stream", "cli", *args, "--format", "%i %v\\n")
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()
 

@@ -6,27 +6,18 @@ into the dead-letter stream and is sent back with ``retry-dead``, and the queue'
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from relay_cli import relay
 from waits import until
 
 from relay.runtime.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
-
-
-def relay(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relay", *args, "--config", str(cluster.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def ok(cluster: LocalCluster, *args: str) -> str:

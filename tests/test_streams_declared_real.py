@@ -6,13 +6,12 @@ and still reads the entries written under the old version."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from relay_cli import relay
 from waits import until
 
 from relay import Consumer, Producer, RelayError
@@ -114,15 +113,6 @@ def test_publishes_are_checked_against_their_streams_block(declared4: LocalClust
     with Consumer("users", config=cluster.config_path, start="earliest") as consumer:
         got = consumer.take(1, timeout_s=10)
     assert [t.payload for t in got] == [b'{"id": 1, "name": "ada"}']  # nothing refused stored
-
-
-def relay(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relay", *args, "--config", str(cluster.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_stream_info_shows_the_settings_in_force(declared4: LocalCluster) -> None:
