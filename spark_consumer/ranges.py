@@ -117,13 +117,17 @@ def plan(
 
 
 def _compacted_away(fetcher: Fetcher, after: int, upto: int) -> bool:
-    """Whether the node's log is compacted past (``after``, ``upto``] with no tx kept there."""
-    reply = fetcher.fetch(after, 1, 0)
-    return (
-        reply is not None
-        and reply.through_seq >= upto
-        and not [row for row in reply.rows if row.seq <= upto]
-    )
+    """Whether the node's log is compacted past (``after``, ``upto``] with no tx kept there
+    (a read stops at each compacted segment's end: one per segment)."""
+    while True:
+        reply = fetcher.fetch(after, 1, 0)
+        if reply is None or reply.through_seq <= after:
+            return False
+        if [row for row in reply.rows if row.seq <= upto]:
+            return False
+        if reply.through_seq >= upto:
+            return True
+        after = reply.through_seq
 
 
 def read(fetcher: Fetcher, part: SeqRange, options: SourceOptions) -> Iterator[Chunk]:

@@ -299,3 +299,24 @@ def test_every_record_keeps_its_dense_index_through_compaction_and_restart(
     restored = again.restored
     assert restored.base_count == position[restored.txs[0].seq]  # the ring's first index
     again.log.close()
+
+
+def test_a_read_by_index_starts_at_that_entry_wherever_the_sparse_index_lands(
+    tmp_path: Path,
+) -> None:
+    log = fresh(tmp_path, StorageSettings(segment_bytes=1 << 30))
+    txs, digests, digest = [], [], genesis("s")
+    for i in range(10):  # 70 KB each: every frame is in the sparse index
+        tx = Tx(make_seq(T0 + i, 1), 0, 1, 7, "p", i + 1, b"x" * 70_000)
+        digest = fold_tx(digest, tx)
+        txs.append(tx)
+        digests.append(digest)
+    write_in_batches(log, txs, digests, 1)
+    assert len(log.segments) == 1 and len(log.segments[0].index) > 5
+    for index in range(10):
+        after = log.seq_before_index(index)
+        assert after == (txs[index - 1].seq if index else 0), index
+        found = log.read(after, 1 << 63, 1, 1 << 30)
+        assert found is not None and found.records[0][0] == txs[index]
+        assert found.first_index == index
+    log.close()

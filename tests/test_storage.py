@@ -255,10 +255,11 @@ def test_a_data_dir_of_another_node_is_refused(tmp_path: Path) -> None:
     (tmp_path / "d" / "node.json").write_text("{not json")
     with pytest.raises(StorageError, match="unreadable"):
         NodeStore(tmp_path / "d", "east", 1, StorageSettings()).open(WINDOW, T0)
-    old = {"format": 1, "cluster": "east", "node_id": 1, "epoch": 5, "reserved": 0}
-    (tmp_path / "d" / "node.json").write_text(json.dumps(old))
-    with pytest.raises(StorageError, match="logs of format 1"):  # refused, not quarantined
-        NodeStore(tmp_path / "d", "east", 1, StorageSettings()).open(WINDOW, T0)
+    for format_ in (1, 2):
+        old = {"format": format_, "cluster": "east", "node_id": 1, "epoch": 5, "reserved": 0}
+        (tmp_path / "d" / "node.json").write_text(json.dumps(old))
+        with pytest.raises(StorageError, match=f"logs of format {format_}"):  # not quarantined
+            NodeStore(tmp_path / "d", "east", 1, StorageSettings()).open(WINDOW, T0)
 
 
 def test_stream_directories_are_readable_and_unique() -> None:

@@ -19,7 +19,7 @@ import time
 from relay import errors
 from relay.auth.keys import KeyPair
 from relay.client.directory import NodeAddress
-from relay.client.fetcher import Fetcher
+from relay.client.fetcher import Fetcher, Spanned
 
 RETRY_S = 0.05  # a second replica that has not verified the batch yet is asked again
 KEPT_CUTS = 16  # the seqs a second replica names in a compacted range, to compare digests at
@@ -48,39 +48,44 @@ class Anchor:
         after_kept: bool = False,
     ) -> bool | None:
         """Whether a replica other than ``serving`` agrees with the batch (``seqs`` ascending,
-        each with the digest after it) within ``timeout_s``; ``DigestMismatchError`` if one
-        disagrees; None if it verified the batch but holds none of it (compacted or deleted
-        by retention: nothing to compare yet). ``after_kept``: the batch follows a compacted
-        range, which other replicas may have compacted further: any seq both hold is
-        compared."""
+        each with the digest after it, a plain range of the serving node's log) within
+        ``timeout_s``: every seq it names in the batch's range must be one of the batch's,
+        with the same digest (``DigestMismatchError`` if not). None if it verified past the
+        batch but deleted (retention) or compacted away all of that range: nothing to compare,
+        the next batch is compared instead. ``after_kept``: the batch follows a compacted
+        range, which the other may have compacted further: it names up to ``KEPT_CUTS`` seqs
+        (else its last)."""
         fetcher = self._other(serving)
         if fetcher is None or not seqs:
             return True
+        cuts = KEPT_CUTS if after_kept else 1
         deadline = time.monotonic() + timeout_s
         while True:
-            if after_kept:
-                spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, KEPT_CUTS)
-                if spanned is not None and (spanned.bounds or spanned.verified_seq >= seqs[-1]):
-                    return self._compare(serving, fetcher, spanned.bounds, seqs, digests)
-            else:
-                spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, 1)
-                found = spanned.bounds[-1] if spanned is not None and spanned.bounds else None
-                if found is not None and found[2]:
-                    seq, digest, _ = found
-                    # equal digests at the same seq prove the same history; the counts may
-                    # differ (a replica whose retention or compaction dropped part of the batch)
-                    if seq not in seqs or digests[seqs.index(seq)] != digest:
-                        raise errors.DigestMismatchError(
-                            "digest_mismatch",
-                            f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq}; "
-                            "the first served a timeline the second replica does not hold",
-                        )
-                    return True
-                if spanned is not None and spanned.verified_seq >= seqs[-1]:
-                    return None  # it verified the batch and holds none of it: the next batch
+            spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, cuts)
+            if spanned is not None and spanned.bounds:
+                self._compare(serving, fetcher, spanned.bounds, seqs, digests, strict=True)
+                return True
+            if spanned is not None and spanned.verified_seq >= seqs[-1]:
+                if self._none_held(fetcher, spanned, seqs[0] - 1, seqs[-1]):
+                    return None
+                raise errors.DigestMismatchError(
+                    "digest_mismatch",
+                    f"{self.stream!r}: {fetcher.node} verified past seq {seqs[-1]} and holds "
+                    f"none of the seqs {serving} served after seq {seqs[0] - 1}; the first "
+                    "served a timeline the second replica does not hold",
+                )
             if time.monotonic() >= deadline:
                 return False
             time.sleep(RETRY_S)  # a replica that has not verified the batch yet
+
+    @staticmethod
+    def _none_held(fetcher: Fetcher, spanned: Spanned, after: int, upto: int) -> bool:
+        """Whether the replica holds nothing in (``after``, ``upto``] because its retention
+        deleted that range or its compaction kept nothing there."""
+        if spanned.lost or spanned.earliest_seq > upto:
+            return True
+        reply = fetcher.fetch(after, 1, 0)
+        return reply is not None and reply.through_seq >= upto and not reply.rows
 
     def confirm_kept(
         self, serving: NodeAddress | None, seqs: list[int], digests: list[bytes], timeout_s: float
@@ -97,7 +102,7 @@ class Anchor:
         while spanned is None and time.monotonic() < deadline:
             spanned = fetcher.span(seqs[0] - 1, seqs[-1], 0, KEPT_CUTS)
         if spanned is not None:
-            self._compare(serving, fetcher, spanned.bounds, seqs, digests)
+            self._compare(serving, fetcher, spanned.bounds, seqs, digests, strict=False)
 
     def _compare(
         self,
@@ -106,20 +111,19 @@ class Anchor:
         bounds: tuple[tuple[int, bytes, int], ...],
         seqs: list[int],
         digests: list[bytes],
-    ) -> bool | None:
-        """Whether ``bounds`` (a second replica's seqs and digests) agree with the batch at a
-        seq both hold (None: they share none); ``DigestMismatchError`` where they differ."""
+        strict: bool,
+    ) -> None:
+        """``DigestMismatchError`` where ``bounds`` (a second replica's seqs and digests) and
+        the batch differ at a seq both hold, or (``strict``: the batch is all the serving node
+        holds in its range) where the second holds a seq the batch does not."""
         held = dict(zip(seqs, digests, strict=True))
-        shared = False
         for seq, digest, _ in bounds:
-            if seq in held and held[seq] != digest:
+            if (seq in held and held[seq] != digest) or (strict and seq not in held):
                 raise errors.DigestMismatchError(
                     "digest_mismatch",
-                    f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq} near "
-                    "a compacted range; the first served a record the second does not hold",
+                    f"{self.stream!r}: {serving} and {fetcher.node} disagree at seq {seq}; "
+                    "the first served a timeline the second replica does not hold",
                 )
-            shared = shared or seq in held
-        return True if shared else None
 
     def _other(self, serving: NodeAddress | None) -> Fetcher | None:
         """A fetcher of every node but ``serving`` (None if there is no other)."""

@@ -130,10 +130,12 @@ class Consumer:
         self._acks: dict[str, set[int]] = {}  # batch -> item indexes acked, not yet sent
         self._processed: tuple[int, bytes] | None = None  # (seq, digest) the caller finished
         self._from_index: int | None = None  # the first fetch's dense index (``Index``)
+        if stop_after is not None and stop_after < 0:
+            raise ValueError(f"stop_after is a count of transactions, not {stop_after}")
         self.stop_after = stop_after
         self.until_ms = None if until is None else int(until.timestamp() * 1000)
         self.returned = 0  # transactions poll returned
-        self.ended = False  # stop_after or until reached: poll returns nothing more
+        self.ended = stop_after == 0  # stop_after or until reached: poll returns no more
 
     # --- the API ------------------------------------------------------------------------
 
@@ -155,6 +157,9 @@ class Consumer:
                 return []
             wait = self.wait_ms if remaining is None else min(self.wait_ms, int(remaining * 1000))
             self._fetch(max(0, wait))
+            head = self.verified_head
+            if self.until_ms is not None and head and self.at_end():
+                self.ended = seq_unix_ms(head) >= self.until_ms  # all before it is taken
         take = len(self._buffer) if max_txs is None else min(max_txs, len(self._buffer))
         if self.stop_after is not None:
             take = min(take, self.stop_after - self.returned)
@@ -271,8 +276,6 @@ class Consumer:
         reply = self._fetcher.fetch(after, self.batch_max, wait_ms, self._from_index)
         if reply is None:
             return
-        if reply.rows or reply.through_seq:
-            self._from_index = None  # placed: it goes on after the seqs (or range) it got
         self.verified_head = reply.verified_seq
         if reply.lost and isinstance(self._start, datetime) and not self._strict:
             self.position = self._through = 0  # a time before what is retained: the oldest
@@ -326,6 +329,7 @@ class Consumer:
         self._buffer.extend(batch)
         self._strict = True
         self._kept_gap = False
+        self._from_index = None  # placed: it goes on after the seqs it took
 
     def _take_kept(self, after: int, reply: TxsReply) -> None:
         """Rows read from a compacted segment after seq ``after``: each must fold from its own
@@ -357,6 +361,7 @@ class Consumer:
             self._anchor.confirm_kept(self.node, seqs, digests, self.reply_timeout_s)
         self._buffer.extend(batch)
         self._through = reply.through_seq
+        self._from_index = None
         self._kept_gap = True
         self._anchoring = Anchoring.LOOSE
 

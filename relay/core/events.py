@@ -186,6 +186,7 @@ class LogRead:
     verified_seq: int
     bytes_max: int = FETCH_BYTES_MAX
     from_index: int = -1  # >= 0: from the entry of this dense index, not after after_seq
+    from_held: bool = False  # and an index below the log's first entry starts at that entry
 
 
 @dataclass(frozen=True, slots=True)

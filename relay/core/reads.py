@@ -112,17 +112,18 @@ def read(
 def seek(timeline: Timeline, stream: str, fetch: FetchRequested) -> FetchRequested | LogRead:
     """A fetch from a dense index (``fetch.from_index``) as a fetch after the seq before that
     entry, where the memory ring holds it; below the ring, a ``LogRead`` from the index. A
-    negative index counts back from the readable end (-N: the last N); one past the readable
-    end waits at the end for the next entry."""
+    negative index counts back from the readable end (-N: the last N, or all that is held if
+    fewer are); one past the readable end waits at the end for the next entry."""
     index = fetch.from_index
     assert index is not None
-    if index < 0:
+    last = index < 0  # the last N: as many as are held
+    if last:
         index = max(0, timeline.count_at(timeline.readable_seq) + index)
     after = timeline.seek(index)
     if after is None:
         limit = min(fetch.limit, FETCH_TXS_MAX)
         readable, trimmed = timeline.readable_seq, timeline.trimmed_seq
-        return LogRead(stream, 0, trimmed, limit, readable, fetch.bytes_max, index)
+        return LogRead(stream, 0, trimmed, limit, readable, fetch.bytes_max, index, last)
     return replace(fetch, after_seq=after, from_index=None)
 
 

@@ -219,8 +219,16 @@ class NodeDisk:
         log_ = self.store.logs.get(q.stream)
         earliest = log_.first_seq() if log_ else 0
         after: int | None = q.after_seq
-        if q.from_index >= 0:
-            after = log_.seq_before_index(q.from_index) if log_ else None
+        if q.from_index >= 0 and log_ is not None:
+            index = max(q.from_index, log_.base_count) if q.from_held else q.from_index
+            try:
+                after = log_.seq_before_index(index)
+            except (CorruptRecord, OSError) as exc:
+                log.error("storage: %s: a read found the log damaged: %s", q.stream, exc)
+                why = "this replica's log is damaged there; read from another replica"
+                return Rejected(errors.UNAVAILABLE, why)
+        elif q.from_index >= 0:
+            after = None
         found = None
         if after is not None:
             found = self._records(q.stream, after, q.upto_seq, q.limit, q.bytes_max)

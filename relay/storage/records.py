@@ -46,7 +46,7 @@ from relay.core.digest import DIGEST_BYTES
 from relay.core.messages import Tx, fold_tx, payload_of, plain, producer_id_of
 from relay.wire.fields import TxRow, as_bytes, as_int, as_str, checked_txs
 
-FORMAT = 2  # 2: records in batches
+FORMAT = 3  # 3: a header may count the history before it, kept records their index
 FRAME = Struct(">IIB")  # length of kind + body, crc32 of kind + body, kind
 MARK_BODY = Struct(">Q")
 HEADER, TXS, MARK, CUT, KEPT = 1, 2, 3, 4, 5

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import mmap
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,9 +157,10 @@ class Segment:
         return self.data_start, self.header.base_count
 
     def seek_index(self, index: int) -> tuple[int, int]:
-        """An offset at or before the frame holding the record of stream index ``index``,
-        and the index of the first record from there."""
-        i = bisect_right([at for _, _, at in self.index], index)
+        """The offset of a frame whose first record comes before the record of stream index
+        ``index`` (so that a scan from there meets the record before it), and that first
+        record's index."""
+        i = bisect_left([at for _, _, at in self.index], index)
         if i:
             return self.index[i - 1][1], self.index[i - 1][2]
         return self.data_start, self.header.base_count

@@ -35,7 +35,8 @@ from relay.storage.recovery import Window, open_log
 from relay.storage.settings import StorageSettings
 from relay.storage.stream_log import StorageError, StreamLog
 
-FORMAT = 2  # 2: segments hold records in batch frames (records.FORMAT 2)
+FORMAT = 3  # 3: segment headers count the history before them, kept records their index
+# (2: without; 1: one frame per record)
 NAME_BYTES_MAX = 180  # longer (quoted) stream names get a hashed directory name
 
 
@@ -148,11 +149,14 @@ class NodeStore:
             ok = ok and all(type(meta.get(k)) is int for k in ("node_id", "epoch", "reserved"))
         except (OSError, ValueError) as exc:
             raise StorageError(f"{path}: unreadable ({exc})") from None
-        if ok is False and isinstance(meta, dict) and meta.get("format") == 1:
+        older = {1: "one frame per record", 2: "no dense index in its segments"}
+        found = meta.get("format") if isinstance(meta, dict) else None
+        if ok is False and found in older:
             raise StorageError(
-                f"data_dir {self.data_dir} holds logs of format 1 (one frame per record), and "
-                f"this relay reads format {FORMAT} (batch frames); start this node on an empty "
-                "data_dir (its peers fill it again) or run the relay that wrote it"
+                f"data_dir {self.data_dir} holds logs of format {found} ({older[found]}), and "
+                f"this relay reads format {FORMAT} (segments that count the stream's history); "
+                "start this node on an empty data_dir (its peers fill it again) or run the relay "
+                "that wrote it"
             )
         if not ok:
             raise StorageError(f"{path}: not a relay node file of format {FORMAT}")

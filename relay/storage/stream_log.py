@@ -327,9 +327,11 @@ class StreamLog:
         if segment.compacted and seq == segment.header.base_seq:  # the log's first: all goes
             self._start_over(seq, digest_at, 0, segment.header.base_count)
             return
-        if segment.compacted:  # a rewind into it (compaction stays below what a quorum's logs
-            self._retire()  # hold, so only a hostile peer's vouchers get here): rewritten with
-            if seq != segment.head_seq:  # its end moved back
+        if segment.compacted:  # a rewind into it (compaction stays below the readable seq,
+            # which no rewind reaches while a quorum's logs hold it: so only after a power loss
+            # of every node under fsync other than "always", or a hostile peer's vouchers):
+            self._retire()  # rewritten with its end moved back, to a record it kept
+            if seq != segment.head_seq:
                 try:
                     self.segments[-1] = compaction.rewrite(
                         self.files, self.directory, segment, seq, digest_at
