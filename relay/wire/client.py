@@ -261,7 +261,12 @@ def publish_request(
 
 
 def fetch_request(
-    req_id: int, stream: str, after_seq: int, limit: int, wait_ms: int, from_index: int | None
+    req_id: int,
+    stream: str,
+    after_seq: int,
+    limit: int,
+    wait_ms: int,
+    from_index: int | None = None,
 ) -> bytes:
     """A fetch after ``after_seq``, or (``from_index`` not None) from the entry of that dense
     index (negative: -N, the last N)."""
