@@ -61,7 +61,7 @@ def test_a_key_file_whose_halves_do_not_belong_together_is_refused(tmp_path: Pat
 
 def raw_config(**cluster: Any) -> dict[str, Any]:
     made = keys.ClusterKeys(
-        {i: keys.generate().public for i in (1, 2, 3)}, keys.generate().public, ""
+        {i: keys.generate().public for i in (1, 2, 3)}, keys.generate().public, "", "ab" * 32
     )
     raw = tomllib.loads(cluster_toml(3, keys=made).replace('[""]', "[]"))
     raw["cluster"].update(cluster)

@@ -14,6 +14,8 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
+from relay.auth import tokens
+
 KEY_FILE_BYTES_MAX = 64 << 10
 
 
@@ -92,14 +94,23 @@ class ClusterKeys:
     nodes: dict[int, str]
     client: str
     admin: str
+    client_token_sha256: str  # the hash of the HTTP API's token in client.token
 
 
 def write_cluster(folder: Path, node_ids: list[int]) -> ClusterKeys:
-    """A pair for every node, one for clients and one for the operator, in ``folder``
-    (a pair already there is kept)."""
+    """A pair for every node, one for clients and one for the operator, and a bearer token for
+    the HTTP API's clients (``client.token``), in ``folder`` (what is already there is kept)."""
 
     def pair(name: str) -> str:
         path = secret_file(folder, name)
         return (read(path) if path.exists() else write(folder, name)).public
 
-    return ClusterKeys({i: pair(f"node-{i}") for i in node_ids}, pair("client"), pair("admin"))
+    token_file = folder / "client.token"
+    if not token_file.exists():
+        tokens.write(token_file, tokens.new_token())
+    return ClusterKeys(
+        {i: pair(f"node-{i}") for i in node_ids},
+        pair("client"),
+        pair("admin"),
+        tokens.token_hash(tokens.read(token_file)),
+    )

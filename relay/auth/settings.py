@@ -3,7 +3,8 @@
 ``security = "curve"`` (the default) encrypts and authenticates every socket with CurveZMQ:
 each node lists its public key in the shared file and keeps its secret key in
 ``<keys_dir>/node-<id>.key_secret``. ``client_auth = "keys"`` admits only the clients whose
-public keys ``client_keys`` lists; the admin port admits only ``admin_keys``.
+public keys ``client_keys`` lists, and the HTTP API only the bearer tokens whose hashes
+``client_tokens`` lists (``relay.auth.tokens``); the admin port admits only ``admin_keys``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ Z85_ALPHABET = frozenset(
     "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 )
 ALLOWLIST_MAX = 10_000
+HEX = frozenset("0123456789abcdef")
+TOKENS_MAX = 10_000
 
 
 class SettingsError(ValueError):
@@ -31,6 +34,7 @@ class AuthSettings:
     client_auth: str = "none"
     client_keys: tuple[str, ...] = ()
     admin_keys: tuple[str, ...] = ()
+    client_tokens: tuple[str, ...] = ()  # hashes of bearer tokens for HTTP that may do everything
 
     @property
     def curve(self) -> bool:
@@ -55,6 +59,23 @@ def public_key(where: str, key: str, value: object) -> str:
     return value
 
 
+def is_token_hash(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= HEX
+
+
+def token_hashes(where: str, key: str, value: object) -> tuple[str, ...]:
+    """``value`` if it is a list of token hashes; ``SettingsError`` naming ``key`` if not."""
+    if not isinstance(value, list) or len(value) > TOKENS_MAX:
+        raise SettingsError(f"{where}: '{key}' must be a list of at most {TOKENS_MAX} token hashes")
+    for i, item in enumerate(value):
+        if not is_token_hash(item):
+            raise SettingsError(
+                f"{where}: '{key}[{i}]' must be the 64 lower-case hex digits of a token's "
+                f"SHA-256 (`relay keys token` makes a token and prints it), got {item!r:.60}"
+            )
+    return tuple(value)
+
+
 def parse(where: str, cluster: dict[str, Any]) -> AuthSettings:
     """The security settings among ``[cluster]``'s keys; ``SettingsError`` names a bad one."""
     defaults = AuthSettings()
@@ -75,10 +96,12 @@ def parse(where: str, cluster: dict[str, Any]) -> AuthSettings:
                 f"{where}: 'cluster.{key}' must be a list of at most {ALLOWLIST_MAX} public keys"
             )
         lists[key] = tuple(public_key(where, f"cluster.{key}[{i}]", k) for i, k in enumerate(value))
+    tokens = token_hashes(where, "cluster.client_tokens", cluster.get("client_tokens", []))
     settings = AuthSettings(
         security=cluster.get("security", defaults.security),
         keys_dir=keys_dir,
         client_auth=cluster.get("client_auth", defaults.client_auth),
+        client_tokens=tokens,
         **lists,
     )
     if settings.client_auth == "keys" and not settings.curve:

@@ -14,35 +14,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from typing import Protocol
 
-from relay.core.digest import Headers
-
-JSON_SAFE_MAX = (1 << 53) - 1
-
-
-class Row(Protocol):
-    """What a format reads of a transaction (``relay.Transaction``)."""
-
-    @property
-    def stream(self) -> str: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def origin(self) -> int: ...
-    @property
-    def payload(self) -> bytes: ...
-    @property
-    def digest(self) -> bytes: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def headers(self) -> Headers: ...
-    @property
-    def timestamp_ms(self) -> int: ...
-    @property
-    def index(self) -> int: ...
-
+from relay.client.tx_json import Row, as_json
 
 Formatter = Callable[[Row], bytes]
 
@@ -60,31 +33,6 @@ def formatter(spec: str, seq_numbers: bool = False) -> Formatter:
     if spec == "json":
         return lambda row: (json.dumps(as_json(row, seq_numbers)) + "\n").encode()
     return _template(spec)
-
-
-def as_json(row: Row, seq_numbers: bool = False) -> dict[str, object]:
-    seq: int | str = row.seq if seq_numbers or row.seq <= JSON_SAFE_MAX else str(row.seq)
-    out: dict[str, object] = {
-        "stream": row.stream,
-        "seq": seq,
-        "index": row.index,
-        "origin": row.origin,
-        "timestamp_ms": row.timestamp_ms,
-        "digest": row.digest.hex(),
-    }
-    if row.key is not None:
-        out.update(_text_field("key", row.key))
-    out["headers"] = [{"name": name, **_text_field("value", v)} for name, v in row.headers]
-    out.update(_text_field("payload", row.payload))
-    return out
-
-
-def _text_field(name: str, data: bytes) -> dict[str, str]:
-    """``{name: text}`` if ``data`` is UTF-8, else ``{name_b64: base64}``."""
-    try:
-        return {name: data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {f"{name}_b64": base64.b64encode(data).decode()}
 
 
 _ESCAPES: dict[str, Callable[[Row], bytes]] = {

@@ -50,16 +50,35 @@ def keys_gen(folder: str, name: str) -> None:
 def keys_metrics_token(out: str) -> None:
     """Make a bearer token for /metrics and print the metrics_token_sha256 line for
     [cluster]."""
-    import os
-    import secrets
+    click.echo(f'metrics_token_sha256 = "{_new_token_file(Path(out))}"')
 
-    from relay.runtime.metrics_server import token_hash
 
-    token = secrets.token_urlsafe(32)
+@keys_group.command("token")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the token (owner-only), e.g. keys/alice.token.",
+)
+def keys_token(out: str) -> None:
+    """Make a bearer token for the HTTP API and print its hash, for cluster.client_tokens (it
+    may do everything) or a [[client]] table's tokens (what that table allows)."""
+    token_sha256 = _new_token_file(Path(out))
+    click.echo(f'"{token_sha256}"')
+    click.echo(
+        f"add it to [cluster] client_tokens, or to a [[client]] table's tokens; send the "
+        f"token in {out} as 'Authorization: Bearer <token>'",
+        err=True,
+    )
+
+
+def _new_token_file(path: Path) -> str:
+    """Write a new token to ``path`` and return its hash."""
+    from relay.auth import tokens
+
+    token = tokens.new_token()
     try:
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as exc:
-        raise click.ClickException(f"{out}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "w") as file:
-        file.write(token + "\n")
-    click.echo(f'metrics_token_sha256 = "{token_hash(token)}"')
+        tokens.write(path, token)
+    except tokens.TokenFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    return tokens.token_hash(token)

@@ -4,15 +4,15 @@ shows it. Every node that answers is asked; a stream's figures are its replicas'
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from relay.cli.options import Target, cluster_target
+from relay.client.stream_views import held_by_node, seq_time, stream_json
 
 if TYPE_CHECKING:
-    from relay.core.status import NodeStatus, StreamStatus
+    from relay.core.status import NodeStatus
 
 
 @click.group("stream")
@@ -26,7 +26,7 @@ def stream_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per stream.")
 def stream_ls(target: Target, show_all: bool, as_json: bool) -> None:
     """Every stream the answering nodes hold: replicas, txs, bytes, verified head."""
-    held = _held(_answering(target))
+    held = held_by_node(_answering(target))
     names = sorted(n for n in held if show_all or "__" not in n)
     if not as_json:
         click.echo(f"{'stream':<32} {'replicas':<10} {'txs':>10} {'bytes':>12} {'last':<24}")
@@ -40,7 +40,7 @@ def stream_ls(target: Target, show_all: bool, as_json: bool) -> None:
             row = {"stream": name, "replicas": list(best.replicas), "txs": txs, "bytes": size}
             click.echo(json.dumps({**row, "last_seq": str(best.verified_seq)}))
         else:
-            last = _time(best.verified_seq)
+            last = seq_time(best.verified_seq)
             click.echo(f"{name:<32} {replicas:<10} {txs:>10} {size:>12} {last:<24}")
 
 
@@ -58,9 +58,9 @@ def stream_info(target: Target, stream: str, as_json: bool) -> None:
         settings = stream_settings(target.addresses(), stream, target.identity())
     except RelayError as exc:
         raise click.ClickException(str(exc)) from None
-    copies = _held(_answering(target)).get(stream, {})
+    copies = held_by_node(_answering(target)).get(stream, {})
     if as_json:
-        nodes = {str(n): _as_json(s) for n, s in sorted(copies.items())}
+        nodes = {str(n): stream_json(s) for n, s in sorted(copies.items())}
         click.echo(json.dumps({"settings": settings, "nodes": nodes}, indent=2))
         return
     click.echo(f"stream:        {stream}")
@@ -76,8 +76,8 @@ def stream_info(target: Target, stream: str, as_json: bool) -> None:
     click.echo(f"transactions:  {max(s.log_txs for s in copies.values())}")
     click.echo(f"bytes:         {max(s.log_bytes for s in copies.values())}")
     if firsts:
-        click.echo(f"first:         seq {min(firsts)} at {_time(min(firsts))}")
-    click.echo(f"last verified: seq {best.verified_seq} at {_time(best.verified_seq)}")
+        click.echo(f"first:         seq {min(firsts)} at {seq_time(min(firsts))}")
+    click.echo(f"last verified: seq {best.verified_seq} at {seq_time(best.verified_seq)}")
     click.echo("")
     click.echo(f"{'node':<5} {'verified seq':>20} {'head seq':>20} {'unverified':>10} {'txs':>10}")
     for node, s in sorted(copies.items()):
@@ -106,39 +106,3 @@ def _answering(target: Target) -> list[NodeStatus]:
     if not found:
         raise click.ClickException("no node answered")
     return found
-
-
-def _held(statuses: list[NodeStatus]) -> dict[str, dict[int, StreamStatus]]:
-    """stream -> node -> that node's figures."""
-    held: dict[str, dict[int, StreamStatus]] = {}
-    for status in statuses:
-        for s in status.streams:
-            held.setdefault(s.name, {})[status.node] = s
-    return held
-
-
-def _time(seq: int) -> str:
-    from relay.core.flake import seq_unix_ms
-
-    if not seq:
-        return "-"
-    try:
-        when = datetime.fromtimestamp(seq_unix_ms(seq) / 1000, UTC)
-    except (OverflowError, ValueError, OSError):  # a node reported a seq out of any range
-        return f"(seq {seq})"
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _as_json(s: StreamStatus) -> dict[str, object]:
-    return {
-        "replicas": list(s.replicas),
-        "verified_seq": str(s.verified_seq),
-        "verified_time": _time(s.verified_seq),
-        "head_seq": str(s.head_seq),
-        "unverified_txs": s.unverified_txs,
-        "first_seq": str(s.log_first_seq),
-        "first_time": _time(s.log_first_seq),
-        "txs": s.log_txs,
-        "bytes": s.log_bytes,
-        "catchup": s.catchup,
-    }

@@ -1,13 +1,13 @@
-"""The cluster config file (TOML): one ``[cluster]`` table and one ``[[node]]`` table per node.
+"""The cluster config file (TOML): one ``[cluster]`` table and one ``[[node]]`` table per node
+(``relay.config.nodes``), ``[[stream]]`` blocks and ``[[client]]`` tables.
 
 Loading refuses a bad file with a ``ConfigError`` whose message names the key at fault.
 """
 
 from __future__ import annotations
 
-import socket
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +15,13 @@ from relay.auth import grants, keys, local_keys
 from relay.auth import settings as auth
 from relay.auth.grants import Grant
 from relay.auth.settings import AuthSettings
-from relay.config import client_bounds, memory_budget
+from relay.config import client_bounds, http_bounds, memory_budget
 from relay.config import streams as stream_blocks
 from relay.config.client_bounds import ClientBounds
+from relay.config.http_bounds import HttpBounds
 from relay.config.memory_budget import MemoryBudget
+from relay.config.nodes import NodeError, NodeSpec, check_keys, check_unique, parse_node
 from relay.config.streams import StreamBlocks
-from relay.core.flake import NODE_ID_MAX
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.routing import Routing, Subscription
 from relay.queue import bounds as queue_bounds
@@ -48,32 +49,6 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeSpec:
-    id: int
-    host: str
-    mesh_port: int
-    client_port: int
-    metrics_port: int
-    streams: tuple[str, ...]
-    data_dir: str | None = None  # default: <run_dir>/data/node-<id>
-    public_key: str | None = None  # Z85 CURVE key; required unless cluster.security = "none"
-    bind_host: str | None = None  # the interface to listen on; default: host
-    metrics_host: str | None = None  # the interface /metrics listens on; default: bind_host
-
-    @property
-    def listen_host(self) -> str:
-        return self.bind_host or self.host
-
-    @property
-    def client_address(self) -> str:
-        return f"tcp://{self.host}:{self.client_port}"
-
-    @property
-    def mesh_address(self) -> str:
-        return f"tcp://{self.host}:{self.mesh_port}"
-
-
-@dataclass(frozen=True, slots=True)
 class ClusterConfig:
     name: str
     path: Path | None
@@ -86,9 +61,11 @@ class ClusterConfig:
     clients: ClientBounds = field(default_factory=ClientBounds)
     memory: MemoryBudget = field(default_factory=lambda: MemoryBudget(1 << 30))
     queues: QueueBounds = field(default_factory=QueueBounds)
+    http: HttpBounds = field(default_factory=HttpBounds)
     metrics_streams_max: int = METRICS_STREAMS_MAX
     metrics_token_sha256: str = ""  # a scrape of /metrics must carry the token (hex SHA-256)
     grants: dict[str, Grant] = field(default_factory=dict)  # client key -> what it may do
+    token_grants: dict[str, Grant] = field(default_factory=dict)  # token hash -> what it may do
     streams: StreamBlocks = field(default_factory=StreamBlocks)
 
     def node(self, node_id: int) -> NodeSpec:
@@ -136,10 +113,9 @@ _CLUSTER_KEYS = (
     | storage.KEYS
     | auth.KEYS
     | client_bounds.KEYS
+    | http_bounds.KEYS
     | queue_bounds.KEYS
 )
-_NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
-_NODE_OPTIONAL = {"data_dir", "public_key", "bind_host", "metrics_host"}
 
 
 def load(path: str | Path) -> ClusterConfig:
@@ -179,12 +155,12 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     try:
         stored = storage.parse(where, cluster)
         listed = grants.parse(where, raw.get("client"))
-        if listed:  # a key with a table of its own is admitted
-            cluster = {**cluster, "client_keys": [*cluster.get("client_keys", []), *listed]}
+        if listed.by_key:  # a key with a table of its own is admitted
+            cluster = {**cluster, "client_keys": [*cluster.get("client_keys", []), *listed.by_key]}
         security = auth.parse(where, cluster)
     except (storage.SettingsError, auth.SettingsError) as exc:
         raise ConfigError(str(exc)) from None
-    if listed and security.client_auth != "keys":
+    if (listed.by_key or listed.by_token) and security.client_auth != "keys":
         raise ConfigError(
             f'{where}: [[client]] tables need cluster.client_auth = "keys": without it a node '
             "cannot tell its clients apart"
@@ -212,6 +188,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         bounds = client_bounds.parse(where, cluster, params["payload_bytes_max"])
         memory = memory_budget.parse(where, cluster, bounds.request_bytes_max)
         queues = queue_bounds.parse(where, cluster, memory.total)
+        http = http_bounds.parse(where, cluster)
     except ValueError as exc:  # each parser's SettingsError too: the message names the key
         raise ConfigError(str(exc)) from None
     name = cluster.get("name", "relay")
@@ -241,9 +218,12 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     nodes = raw.get("node")
     if not isinstance(nodes, list) or not nodes:
         raise ConfigError(f"{where}: at least one [[node]] table is required")
-    specs = tuple(_node(where, i, n) for i, n in enumerate(nodes))
-    _check_unique(where, specs)
-    specs = _check_keys(where, specs, security)
+    try:
+        specs = tuple(parse_node(where, i, n) for i, n in enumerate(nodes))
+        check_unique(where, specs)
+        specs = check_keys(where, specs, security)
+    except NodeError as exc:
+        raise ConfigError(str(exc)) from None
     base = path.parent if path else Path.cwd()
     try:
         declared = stream_blocks.parse(
@@ -270,9 +250,11 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
         clients=bounds,
         memory=memory,
         queues=queues,
+        http=http,
         metrics_streams_max=series,
         metrics_token_sha256=token,
-        grants=listed,
+        grants=listed.by_key,
+        token_grants=listed.by_token,
         streams=declared,
     )
     if params["quorum"] > len(specs):
@@ -295,116 +277,6 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> ClusterConfig:
     return config
 
 
-def _node(where: str, i: int, n: Any) -> NodeSpec:
-    label = f"node[{i}]"
-    if not isinstance(n, dict):
-        raise ConfigError(f"{where}: {label} must be a table")
-    for key in n:
-        if key not in _NODE_KEYS | _NODE_OPTIONAL:
-            raise ConfigError(
-                f"{where}: unknown key '{label}.{key}'; known keys: "
-                + ", ".join(sorted(_NODE_KEYS | _NODE_OPTIONAL))
-            )
-    for key in ("data_dir", "bind_host", "metrics_host"):
-        value = n.get(key)
-        if value is not None and (type(value) is not str or not value):
-            raise ConfigError(f"{where}: '{label}.{key}' must be a non-empty string")
-    public_key = n.get("public_key")
-    if public_key is not None:
-        try:
-            auth.public_key(where, f"{label}.public_key", public_key)
-        except auth.SettingsError as exc:
-            raise ConfigError(str(exc)) from None
-    for key in _NODE_KEYS:
-        if key not in n:
-            raise ConfigError(f"{where}: '{label}.{key}' is missing")
-    node_id = n["id"]
-    if type(node_id) is not int or not 1 <= node_id <= NODE_ID_MAX:
-        raise ConfigError(
-            f"{where}: '{label}.id' must be an integer in 1..{NODE_ID_MAX}, got {node_id!r}"
-        )
-    if type(n["host"]) is not str or not n["host"]:
-        raise ConfigError(f"{where}: '{label}.host' must be a non-empty string")
-    for key in ("mesh_port", "client_port", "metrics_port"):
-        port = n[key]
-        if type(port) is not int or not 1 <= port <= 65535:
-            raise ConfigError(
-                f"{where}: '{label}.{key}' must be a port number in 1..65535, got {port!r}"
-            )
-    streams = n["streams"]
-    if (
-        not isinstance(streams, list)
-        or not streams
-        or not all(isinstance(s, str) and s for s in streams)
-    ):
-        raise ConfigError(
-            f"{where}: '{label}.streams' must be a non-empty list of glob "
-            f'patterns such as ["*"] or ["orders.*"], got {streams!r}'
-        )
-    return NodeSpec(
-        node_id,
-        n["host"],
-        n["mesh_port"],
-        n["client_port"],
-        n["metrics_port"],
-        tuple(streams),
-        n.get("data_dir"),
-        public_key,
-        n.get("bind_host"),
-        n.get("metrics_host"),
-    )
-
-
-def _check_unique(where: str, specs: tuple[NodeSpec, ...]) -> None:
-    ids: dict[int, int] = {}
-    ports: dict[tuple[str, int], str] = {}
-    for i, spec in enumerate(specs):
-        if spec.id in ids:
-            raise ConfigError(
-                f"{where}: 'node[{i}].id' {spec.id} is also the id of "
-                f"node[{ids[spec.id]}]; node ids must be unique"
-            )
-        ids[spec.id] = i
-        addresses = _resolve(where, f"node[{i}].host", spec.host)
-        for key in ("mesh_port", "client_port", "metrics_port"):
-            port = getattr(spec, key)
-            for address in addresses:
-                owner = ports.get((address, port)) or next(
-                    (o for (a, p), o in ports.items() if p == port and WILDCARDS & {a, address}),
-                    None,
-                )
-                if owner:
-                    raise ConfigError(
-                        f"{where}: 'node[{i}].{key}' {port} on {spec.host} ({address}) is "
-                        f"already {owner}; every port must be unique per address"
-                    )
-                ports[(address, port)] = f"node[{i}].{key}"
-
-
-def _check_keys(
-    where: str, specs: tuple[NodeSpec, ...], security: AuthSettings
-) -> tuple[NodeSpec, ...]:
-    """With CURVE every node names its own public key; without, keys are ignored."""
-    if not security.curve:
-        return tuple(replace(spec, public_key=None) for spec in specs)
-    owners: dict[str, int] = {}
-    for i, spec in enumerate(specs):
-        if spec.public_key is None:
-            raise ConfigError(
-                f"{where}: 'node[{i}].public_key' is missing: with cluster.security = \"curve\" "
-                "(the default) every node lists its public key. Make a node's pair with "
-                f"`relay keys gen --dir <keys_dir> --name node-{spec.id}` and list the key it "
-                'prints, or set security = "none" to run unencrypted'
-            )
-        other = owners.setdefault(spec.public_key, spec.id)
-        if other != spec.id:
-            raise ConfigError(
-                f"{where}: nodes {other} and {spec.id} have the same public_key; every node "
-                "needs its own key pair"
-            )
-    return specs
-
-
 def _check_dir(where: str, key: str, path: Path) -> None:
     """A directory that exists, or can be made: no file stands where one of its parents is."""
     for part in (path, *path.parents):
@@ -412,21 +284,6 @@ def _check_dir(where: str, key: str, path: Path) -> None:
             if not part.is_dir():
                 raise ConfigError(f"{where}: {key} {path} cannot be made: {part} is a file")
             return
-
-
-WILDCARDS = frozenset({"0.0.0.0", "::"})
-
-
-def _resolve(where: str, key: str, host: str) -> frozenset[str]:
-    """The addresses ``host`` names (so that localhost and 127.0.0.1 are one address)."""
-    try:
-        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        why = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
-        raise ConfigError(
-            f"{where}: '{key}' {host!r} does not resolve to an address ({why})"
-        ) from None
-    return frozenset(str(info[4][0]) for info in found)
 
 
 def _check_replication(where: str, config: ClusterConfig) -> None:

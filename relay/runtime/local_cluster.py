@@ -76,19 +76,20 @@ def write_config(
     hosts: Mapping[int, str] | None = None,
     streams: str = "",
 ) -> Path:
-    """A config for ``nodes`` nodes on free ports (3 per node), written into ``folder``, with
+    """A config for ``nodes`` nodes on free ports (4 per node), written into ``folder``, with
     CURVE keys in ``folder/keys`` (unless ``overrides`` say ``security = "none"``); each node
     on 127.0.0.1 or on its address in ``hosts``; ``streams``: ``[[stream]]`` blocks (TOML)."""
-    ports = free_ports(3 * nodes)
+    ports = free_ports(4 * nodes)
     keys = write_cluster(folder / "keys", list(range(1, nodes + 1)))
     text = cluster_toml(nodes, "127.0.0.1", 0, name=f"test{nodes}", keys=keys)
     for i in range(1, nodes + 1):
         if hosts:  # the node tables come in id order: the first loopback host left is node i's
             text = text.replace('host = "127.0.0.1"', f'host = "{hosts[i]}"', 1)
-        mesh, client, metrics = ports[3 * (i - 1) : 3 * i]
+        mesh, client, metrics, http = ports[4 * (i - 1) : 4 * i]
         text = text.replace(f"mesh_port = {i}\n", f"mesh_port = {mesh}\n", 1)
         text = text.replace(f"client_port = {100 + i}\n", f"client_port = {client}\n", 1)
         text = text.replace(f"metrics_port = {200 + i}\n", f"metrics_port = {metrics}\n", 1)
+        text = text.replace(f"http_port = {400 + i}\n", f"http_port = {http}\n", 1)
     for key, value in (overrides or {}).items():
         lines = [
             f"{key} = {json.dumps(value)}" if line.split("=")[0].strip() == key else line
@@ -127,7 +128,8 @@ class LocalCluster:
             chosen = frozenset(
                 port
                 for n in self.config.nodes
-                for port in (n.mesh_port, n.client_port, n.metrics_port)
+                for port in (n.mesh_port, n.client_port, n.metrics_port, n.http_port)
+                if port is not None
             )
             for spec, port in zip(self.config.nodes, free_ports(nodes, chosen), strict=True):
                 self.admin_ports[spec.id] = port

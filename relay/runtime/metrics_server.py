@@ -10,7 +10,6 @@ in a daemon thread, one thread per request, as ``start_http_server`` does.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import socket
 import threading
@@ -20,6 +19,8 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from relay.auth.tokens import token_hash
 
 App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -31,10 +32,6 @@ class _Server(ThreadingMixIn, WSGIServer):
 class _Quiet(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged."""
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def guarded(app: App, token_sha256: str) -> App:

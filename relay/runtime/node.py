@@ -33,6 +33,8 @@ from relay.core.events import (
 from relay.core.node import NodeCore
 from relay.core.timer import Now
 from relay.gc_tuning import tune_gc
+from relay.http.link import ENDPOINT as HTTP_LINK
+from relay.http.server import HttpServer
 from relay.runtime import declared, trust
 from relay.runtime.client_port import ClientPort
 from relay.runtime.faults import FaultHooks, admin_error, admin_reply
@@ -133,6 +135,7 @@ class NodeRuntime:
         )
         self.shell.pending = list(restored)  # the first turn's events
         self.admin = self.ctx.socket(zmq.REP) if admin_port is not None else None
+        self.http: HttpServer | None = None  # with an http_port: the HTTP API and console
         if pair is not None:
             serve(self.clients.sock, pair, CLIENT_DOMAIN)
             if self.admin is not None:
@@ -148,6 +151,10 @@ class NodeRuntime:
                 self._bind(
                     None, self.spec.metrics_port, "metrics_port", self.spec.metrics_host or ""
                 )
+            if self.spec.http_port is not None:
+                self.clients.sock.bind(HTTP_LINK)
+                self.http = HttpServer(self.ctx, config, node_id, pair, self.metrics.registry)
+                self._bind(None, self.spec.http_port, "http_port")
         except BaseException:
             self.close()
             raise
@@ -163,10 +170,13 @@ class NodeRuntime:
             self.poller.register(self.zap.sock, zmq.POLLIN)
 
     def _bind(self, sock: zmq.Socket[Any] | None, port: int, key: str, host: str = "") -> None:
-        """Bind ``sock`` (None: the metrics server) or say which key and address failed."""
+        """Bind ``sock`` (None: the metrics or the HTTP server, by ``key``) or say which key
+        and address failed."""
         host = host or self.spec.listen_host
         try:
-            if sock is None:
+            if sock is None and self.http is not None and key == "http_port":
+                self.http.start(host, port)
+            elif sock is None:
                 self.metrics.serve(host, port, self.config.metrics_token_sha256)
             else:
                 sock.bind(f"tcp://{host}:{port}")
@@ -277,6 +287,8 @@ class NodeRuntime:
         log.info("node %d stopped", self.spec.id)
 
     def close(self) -> None:
+        if self.http is not None:
+            self.http.close()
         self.disk.close()
         self.mesh.close()
         self.clients.close()

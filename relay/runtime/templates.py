@@ -6,7 +6,8 @@ from relay.auth.keys import ClusterKeys
 
 HEADER = """\
 # A relay cluster: every node runs on this machine (see README.md).
-# Ports: mesh (node to node PUB/SUB), client (producers and consumers), metrics (Prometheus).
+# Ports: mesh (node to node PUB/SUB), client (producers and consumers), metrics (Prometheus),
+# http (the HTTP API and the console page).
 
 [cluster]
 name = "{name}"
@@ -45,6 +46,7 @@ SECURITY = """security = "curve"          # CurveZMQ on every socket; node publi
 keys_dir = "{keys_dir}"    # secret keys: node-<id>, client and admin .key_secret files
 client_auth = "keys"        # admit only the clients listed in client_keys ("none": any client)
 client_keys = ["{client}"]
+client_tokens = ["{token}"]  # SHA-256 of the HTTP API's bearer tokens (keys_dir/client.token)
 admin_keys = ["{admin}"]   # who may use a node's --admin-port
 """
 
@@ -58,6 +60,7 @@ host = "{host}"
 mesh_port = {mesh}
 client_port = {client}
 metrics_port = {metrics}
+http_port = {http}
 streams = [{streams}]
 {public_key}"""
 
@@ -79,7 +82,14 @@ def cluster_toml(
     if keys is None:
         parts.append(UNSECURED)
     else:
-        parts.append(SECURITY.format(keys_dir=keys_dir, client=keys.client, admin=keys.admin))
+        parts.append(
+            SECURITY.format(
+                keys_dir=keys_dir,
+                client=keys.client,
+                admin=keys.admin,
+                token=keys.client_token_sha256,
+            )
+        )
     for i in range(1, count + 1):
         if count < 5:
             patterns = ["*"]
@@ -96,6 +106,7 @@ def cluster_toml(
                 mesh=base_port + i,
                 client=base_port + 100 + i,
                 metrics=base_port + 200 + i,
+                http=base_port + 400 + i,
                 streams=", ".join(f'"{p}"' for p in patterns),
                 public_key=f'public_key = "{keys.nodes[i]}"\n' if keys else "",
             )

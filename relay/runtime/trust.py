@@ -28,6 +28,11 @@ def node_pair(config: ClusterConfig, node_id: int) -> KeyPair | None:
 def admitted(config: ClusterConfig) -> dict[str, dict[str, str] | None]:
     """Per ZAP domain, the client keys admitted and the user id each is known as."""
     nodes = {n.public_key: str(n.id) for n in config.nodes if n.public_key}
-    clients = {k: k for k in config.auth.client_keys} if config.auth.client_auth == "keys" else ANY
+    # a node asks the others' client ports for their status (its HTTP API's cluster views)
+    clients = (
+        {**{k: k for k in config.auth.client_keys}, **{k: f"node-{n}" for k, n in nodes.items()}}
+        if config.auth.client_auth == "keys"
+        else ANY
+    )
     admins = {k: "admin" for k in config.auth.admin_keys}
     return {MESH_DOMAIN: nodes, CLIENT_DOMAIN: clients, ADMIN_DOMAIN: admins}
