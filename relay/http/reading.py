@@ -205,13 +205,22 @@ def lost(stream: str, after: int, reply: TxsReply) -> Problem:
     )
 
 
-async def write_within(response: web.StreamResponse, data: bytes, timeout_s: float) -> bool:
-    """Write ``data``; False if the client is gone or took nothing for ``timeout_s``."""
+async def write_within(
+    request: web.Request, response: web.StreamResponse, data: bytes, timeout_s: float
+) -> bool:
+    """Write ``data``; False, and the connection dropped with what it buffered, if the client
+    is gone or took nothing for ``timeout_s``."""
     try:
         await asyncio.wait_for(response.write(data), timeout_s)
     except (TimeoutError, ConnectionError, RuntimeError):
+        if request.transport is not None:
+            request.transport.abort()
         return False
     return True
+
+
+def _gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
 
 
 async def read_messages(request: web.Request) -> web.StreamResponse:
@@ -277,7 +286,9 @@ async def _follow(
         except LinkTimeout as exc:
             if response is None:
                 raise
-            await write_within(response, writer.error(errors.TIMEOUT, str(exc)), api.write_s)
+            await write_within(
+                request, response, writer.error(errors.TIMEOUT, str(exc)), api.write_s
+            )
             break
         if response is None:
             txs = api.answers.expect(reply, TxsReply, request)
@@ -285,7 +296,7 @@ async def _follow(
             txs = reply
         else:
             code, message = _refusal(reply)
-            await write_within(response, writer.error(code, message), api.write_s)
+            await write_within(request, response, writer.error(code, message), api.write_s)
             break
         if txs.lost and since_time:  # a time before what is retained: from the oldest
             after, since_time = 0, False
@@ -294,7 +305,9 @@ async def _follow(
             problem = lost(stream, after, txs)
             if response is None:
                 raise problem
-            await write_within(response, writer.error(problem.code, problem.message), api.write_s)
+            await write_within(
+                request, response, writer.error(problem.code, problem.message), api.write_s
+            )
             break
         rows = [r for r in delivered(stream, txs) if r.seq <= reading.to_seq]
         reached_to = len(rows) < len(txs.rows)
@@ -312,25 +325,29 @@ async def _follow(
             await response.prepare(request)
         if rows:
             api.metrics.sent_txs.inc(len(rows))
-            if not await write_within(response, writer.rows(rows), api.write_s):
+            if not await write_within(request, response, writer.rows(rows), api.write_s):
                 break
             quiet_since = loop.time()
         elif reading.format == "sse" and loop.time() - quiet_since > KEEPALIVE_S:
-            if not await write_within(response, b": keepalive\n\n", api.write_s):
+            if not await write_within(request, response, b": keepalive\n\n", api.write_s):
                 break
             quiet_since = loop.time()
         if reached_to or after >= reading.to_seq or sent == reading.limit:
             break
         if not reading.follow and (not txs.rows or after >= txs.verified_seq):
             break
-        if loop.time() >= ends_at or request.transport is None or request.transport.is_closing():
+        if loop.time() >= ends_at or _gone(request):
             break
     assert response is not None
+    if _gone(request):
+        return response
     if finish is not None and last is not None:
         try:
             await finish(last)
         except Problem as problem:
-            await write_within(response, writer.error(problem.code, problem.message), api.write_s)
+            await write_within(
+                request, response, writer.error(problem.code, problem.message), api.write_s
+            )
     with suppress(ConnectionError, RuntimeError):
         await response.write_eof()
     return response

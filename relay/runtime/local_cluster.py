@@ -91,10 +91,13 @@ def write_config(
         text = text.replace(f"metrics_port = {200 + i}\n", f"metrics_port = {metrics}\n", 1)
         text = text.replace(f"http_port = {400 + i}\n", f"http_port = {http}\n", 1)
     for key, value in (overrides or {}).items():
-        lines = [
-            f"{key} = {json.dumps(value)}" if line.split("=")[0].strip() == key else line
-            for line in text.splitlines()
-        ]
+        setting = f"{key} = {json.dumps(value)}"
+        lines = text.splitlines()
+        found = [i for i, line in enumerate(lines) if line.split("=")[0].strip() == key]
+        for i in found:
+            lines[i] = setting
+        if not found:  # a key the template leaves out: the first in [cluster]
+            lines.insert(lines.index("[cluster]") + 1, setting)
         text = "\n".join(lines) + "\n"
     text = text.replace(f'run_dir = ".relay/test{nodes}"', 'run_dir = "run"') + streams
     path = folder / "cluster.toml"
