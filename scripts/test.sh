@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every check: lint, types, then all tests (unit, simulator seeds, real clusters).
-# Sets up .venv by itself, and as root installs nftables for the namespaced tests and promtool
-# for the metrics check (without root those tests skip and say why). Tests run on two workers
+# Sets up .venv by itself, and as root installs nftables for the namespaced tests, promtool for
+# the metrics check and Debian's chromium for the console's browser test (without root those
+# tests skip and say why). Tests run on two workers
 # (pytest-xdist; RELAY_TEST_WORKERS=N for another count, 0 for none). Extra arguments go to
 # pytest, e.g. scripts/test.sh -m "not slow".
 set -euo pipefail
@@ -22,6 +23,7 @@ apt_tool() {  # apt_tool COMMAND PACKAGE WHY
 }
 apt_tool nft nftables "the netns tests"
 apt_tool promtool prometheus "the promtool check of the metrics"
+apt_tool chromium chromium "the console's browser test"
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy
 echo "== import layers"; lint-imports --no-cache

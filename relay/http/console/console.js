@@ -4,6 +4,7 @@
 
 const REFRESH_MS = 2000;
 const TAIL_ROWS = 100;
+const TAIL_START = 20;
 const state = { token: "", selected: "", lastTxs: new Map(), lastAt: 0, tail: null, chaosUrl: "" };
 
 function $(id) { return document.getElementById(id); }
@@ -136,10 +137,11 @@ function addTailRow(tx) {
 }
 
 async function tail(stream, controller) {
-  // Follows the stream as JSON lines; after a cut it resumes after the last seq it showed.
+  // Follows the stream as JSON lines from its last 20 transactions; after a cut it resumes
+  // after the last seq it showed.
   let after = "";
   while (!controller.signal.aborted) {
-    const query = after ? "after=" + after : "from=latest";
+    const query = after ? "after=" + after : "from_index=-" + TAIL_START;
     try {
       const response = await fetch(
         "/streams/" + encodeURIComponent(stream) + "/messages?" + query,
