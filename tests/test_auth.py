@@ -182,3 +182,56 @@ def test_client_tables_are_checked_and_need_client_keys() -> None:
     raw["client"] = [{"key": key}]
     with pytest.raises(ConfigError, match=r"\[\[client\]\] tables need cluster.client_auth"):
         parse(raw)
+
+
+def test_tokens_are_hashes_and_a_client_table_may_name_tokens_and_no_key() -> None:
+    from relay.auth.tokens import new_token, token_hash
+
+    token = new_token()
+    raw = raw_config(client_tokens=[token_hash(token)])
+    assert parse(raw).auth.client_tokens == (token_hash(token),)
+    raw["client"] = [{"name": "web", "tokens": [token_hash("t2")], "consume": ["orders.*"]}]
+    config = parse(raw)
+    grant = config.token_grants[token_hash("t2")]
+    assert grant.name == "web" and grant.key == "" and not config.grants
+    assert grant.may_consume("orders.eu") and "token" in grant.refusal("read", "x")
+    for bad, why in (
+        ({"client_tokens": [token]}, r"'cluster.client_tokens\[0\]' must be the 64 lower-case"),
+        ({"client_tokens": "abc"}, "'cluster.client_tokens' must be a list"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            parse(raw_config(**bad))
+    raw = raw_config()
+    raw["client"] = [{"name": "a", "tokens": [token_hash("t")]}, {"tokens": [token_hash("t")]}]
+    with pytest.raises(ConfigError, match=r"'client\[1\].tokens' hash is listed twice"):
+        parse(raw)
+    raw["client"] = [{"name": "a"}]
+    with pytest.raises(ConfigError, match=r"'client\[0\].key' must be"):
+        parse(raw)
+
+
+def test_relay_keys_token_writes_an_owner_only_token_and_prints_its_hash(tmp_path: Path) -> None:
+    from relay.auth.tokens import token_hash
+
+    out = tmp_path / "web.token"
+    made = CliRunner().invoke(main, ["keys", "token", "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    token = out.read_text().strip()
+    assert f'"{token_hash(token)}"' in made.output
+    assert os.stat(out).st_mode & 0o077 == 0
+    again = CliRunner().invoke(main, ["keys", "token", "--out", str(out)])
+    assert again.exit_code != 0 and "exists" in again.output
+
+
+def test_cluster_init_writes_a_client_token_its_hash_and_http_ports(tmp_path: Path) -> None:
+    from relay.auth.tokens import token_hash
+
+    made = CliRunner().invoke(
+        main,
+        ["cluster", "init", "--nodes", "3", "--base-port", "7100", "-o", str(tmp_path / "c.toml")],
+    )
+    assert made.exit_code == 0, made.output
+    config = load(tmp_path / "c.toml")
+    token = (config.keys_dir() / "client.token").read_text().strip()
+    assert config.auth.client_tokens == (token_hash(token),)
+    assert [n.http_port for n in config.nodes] == [7501, 7502, 7503]

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from relay.runtime.local_cluster import LocalCluster
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHAOS_SAMPLE = Path(__file__).parents[1] / "docs" / "chaos-sample.png"
 FLAGS = [
     "--no-sandbox",  # root in a container
     "--disable-gpu",
@@ -33,28 +32,12 @@ FLAGS = [
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 
-def tiny_png(path: Path) -> None:
-    """A 2x2 PNG, as a chaos run's report.png stands in a run folder."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    rows = b"".join(b"\x00" + b"\x20\x60\xc0" * 2 for _ in range(2))
-    header = struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
-
-
 @pytest.fixture(scope="module")
 def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     folder = tmp_path_factory.mktemp("console")
-    tiny_png(folder / "chaos-runs" / "20261128-n3-seed1" / "report.png")
+    run = folder / "chaos-runs" / "20261128-n3-seed1"  # a chaos run's folder beside the file
+    run.mkdir(parents=True)
+    shutil.copy(CHAOS_SAMPLE, run / "report.png")
     with LocalCluster(folder, nodes=3) as cluster:
         cluster.start()
         cluster.wait_serving()
@@ -95,6 +78,7 @@ def test_the_console_shows_nodes_streams_and_a_live_message(
             playwright_api.expect(tail).to_contain_text("live from node 2", timeout=15_000)
             playwright_api.expect(page.locator("#queues tbody")).to_contain_text("pickers")
             playwright_api.expect(page.locator("#chaos-section")).to_be_visible(timeout=15_000)
+            assert page.eval_on_selector("#chaos", "img => img.naturalWidth") > 100
             shot = Path(os.environ.get("RELAY_CONSOLE_SCREENSHOT") or tmp_path / "console.png")
             page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 10_000

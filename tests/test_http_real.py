@@ -38,6 +38,7 @@ OVERRIDES = {
     "allow_small_replication": True,
     "http_body_bytes_max": 65536,
     "http_streams_per_client_max": 2,
+    "http_requests_max": 4,
     "http_write_ms_max": 1000,
     "dedup_window_ms": 60000,
 }
@@ -100,8 +101,9 @@ def test_tokens_refuse_strangers_and_grants_bound_what_a_token_may_do(
     assert status == 403
     got = call_json(f"{url}/streams/allowed.a/messages?follow=false", token=LIMITED)
     assert got["payload"] == "x"
-    events = call_json(f"{url}/streams/allowed.a/messages?follow=false&access_token={LIMITED}")
-    assert events["payload"] == "x"  # as an EventSource, which cannot set a header, sends it
+    sse = f"{url}/streams/allowed.a/messages?follow=false&format=sse&access_token={LIMITED}"
+    status, _h, events = call(sse)  # as an EventSource, which cannot set a header, sends it
+    assert status == 200 and b'"payload": "x"' in events
 
 
 def test_publish_one_or_many_retries_never_duplicate_and_reads_come_back_in_every_format(
@@ -163,6 +165,10 @@ def test_publish_one_or_many_retries_never_duplicate_and_reads_come_back_in_ever
     assert len(lines_of(call(f"{url}/streams/pub.b/messages?follow=false", token=token)[2])) == 3
 
 
+def settle(seq: object, delivery: object) -> bytes:
+    return json.dumps({"member": "m", "jobs": [{"seq": seq, "delivery": delivery}]}).encode()
+
+
 def test_bad_requests_are_refused_naming_the_problem(http3: LocalCluster) -> None:
     token, url = token_of(http3), base(http3, 1)
     cases = [
@@ -178,13 +184,50 @@ def test_bad_requests_are_refused_naming_the_problem(http3: LocalCluster) -> Non
         ("POST", "/streams/a/queues/w/claim", None, b"member"),
         ("POST", "/streams/a/queues/w/explode", b"{}", b"action"),
         ("POST", "/streams/a/groups/g/commit", b'{"seq": "1", "digest": "00"}', b"no verified"),
+        ("GET", "/streams/a/messages?after=%C2%B2", None, b"after"),  # a superscript two
+        ("GET", "/streams/a/messages?from_index=1e3", None, b"from_index"),
+        ("POST", "/streams/a/messages", b"[" * 100_00 + b"\n", b"not JSON"),
+        ("POST", "/streams/a/messages", b'{"payload": "\\ud800"}\n', b"not valid UTF-8"),
+        ("POST", "/streams/a/messages", b'{"payload": "x", "headers": {"h": 1}}\n', b"header"),
+        ("POST", "/streams/a/queues/w/claim?member=m&count=0000000000001000000", None, b"count"),
+        (
+            "POST",
+            "/streams/a/queues/w/ack",
+            b'{"member": "m", "jobs": [{"seq": 1, "delivery": 18446744073709551616}]}',
+            b"delivery",
+        ),
+        (
+            "POST",
+            "/streams/a/queues/w/ack",
+            b'{"member": "m", "jobs": [{"seq": "\xc2\xb2", "delivery": 1}]}',
+            b"seq",
+        ),
+        ("PUT", "/streams/a/queues/w", b'{"lease_ms": 18446744073709551617}', b"cannot be sent"),
     ]
     for method, path, body, why in cases:
         headers = {"Content-Type": "application/x-ndjson"} if body and b"\n" in body else {}
         status, _h, answer = call(f"{url}{path.replace(' ', '%20')}", method, token, body, headers)
         assert status == 400, (path, status, answer)
         assert why in answer, (path, answer)
-        assert json.loads(answer)["error"]["code"] == "bad_request"
+        assert b'"code": "bad_request"' in answer  # of the request, or of each message
+    empty = call(f"{url}/streams/empty.a/messages", "POST", token, b"")
+    assert empty[0] == 200, empty  # an empty payload is a message
+    named = {"Relay-Producer-Id": "p", "Relay-Message-Id": "\u00b2"}
+    assert call(f"{url}/streams/a/messages", "POST", token, b"x", named)[0] == 400
+
+
+def test_only_the_cluster_nodes_pages_may_call_from_a_browser(http3: LocalCluster) -> None:
+    token, url, other = token_of(http3), base(http3, 1), base(http3, 2)
+    evil = {"Origin": "http://evil.example"}
+    status, _h, body = call(f"{url}/streams/cors.a/messages", "POST", token, b"x", evil)
+    assert status == 403 and b"evil.example" in body
+    status, headers, _b = call(f"{url}/streams", "OPTIONS", headers={"Origin": other})
+    assert status == 204 and headers["Access-Control-Allow-Origin"] == other
+    assert "Authorization" in headers["Access-Control-Allow-Headers"]
+    status, headers, _b = call(f"{url}/streams", token=token, headers={"Origin": other})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == other
+    post = call(f"{url}/streams/cors.a/messages?access_token={token}", "POST", body=b"x")
+    assert post[0] == 401  # a token in the URL only for an EventSource's GET
 
 
 def test_a_non_replica_redirects_to_a_replicas_http_port(http3: LocalCluster) -> None:
@@ -235,6 +278,26 @@ def test_followed_responses_per_client_are_bounded_and_freed_when_a_client_goes_
     conn = open_request(follow, token=token)
     assert conn.getresponse().status == 200
     conn.close()
+
+
+def test_requests_at_once_are_bounded_per_node(http3: LocalCluster) -> None:
+    token, url = token_of(http3), base(http3, 3)
+    opened = [
+        open_request(f"{url}/streams/{stream}/messages?from=latest", token=who)
+        for who, stream in ((token, "busy.a"), (token, "busy.a"), (LIMITED, "allowed.b"))
+    ]
+    try:
+        for conn in opened:
+            assert conn.getresponse().status == 200
+        assert call(f"{url}/health")[0] == 200  # the fourth
+        opened.append(open_request(f"{url}/streams/allowed.b/messages", token=LIMITED))
+        assert opened[-1].getresponse().status == 200
+        status, headers, body = call(f"{url}/health")
+        assert status == 503 and b"http_requests_max" in body and headers["Retry-After"]
+    finally:
+        for conn in opened:
+            conn.close()
+    assert until(lambda: call(f"{url}/health")[0], lambda s: s == 200, 10) == 200
 
 
 def test_a_slow_reader_is_cut_and_holds_no_more_than_a_fetch(http3: LocalCluster) -> None:

@@ -8,12 +8,13 @@ node is not on a loopback address is refused.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 from pathlib import Path
 from typing import Any
 
-from relay.auth import keys
+from relay.auth import keys, tokens
 
 
 class LocalKeysError(ValueError):
@@ -39,7 +40,8 @@ def public_of(folder: Path, name: str) -> str:
 
 def fill(where: str, raw: dict[str, Any], base: Path) -> None:
     """Put the local keys into a parsed file that asks for them (``raw`` is changed): each
-    node's ``public_key``, and ``client_keys`` and ``admin_keys`` when they are empty."""
+    node's ``public_key``, and ``client_keys``, ``admin_keys`` and ``client_tokens`` (the
+    HTTP API's, ``keys_dir/client.token``) when they are empty."""
     cluster = raw.get("cluster")
     if not isinstance(cluster, dict) or "local_keys" not in cluster:
         return
@@ -69,3 +71,12 @@ def fill(where: str, raw: dict[str, Any], base: Path) -> None:
     for key, name in (("client_keys", "client"), ("admin_keys", "admin")):
         if not cluster.get(key):
             cluster[key] = [public_of(folder, name)]
+    if not cluster.get("client_tokens"):
+        cluster["client_tokens"] = [token_hash_of(folder / "client.token")]
+
+
+def token_hash_of(path: Path) -> str:
+    """The hash of the HTTP API's token in ``path``, the token made first if there is none."""
+    with contextlib.suppress(tokens.TokenFileError):  # made already
+        tokens.write(path, tokens.new_token())
+    return tokens.token_hash(tokens.read(path))

@@ -2,10 +2,11 @@
 permissions as client keys.
 
 With ``client_auth = "keys"`` every request but ``/health``, ``/ready`` and the console's own
-files carries ``Authorization: Bearer <token>`` (or, for an ``EventSource`` that cannot set a
-header, ``?access_token=``), and the token's SHA-256 is in ``client_tokens`` (may do
-everything) or in a ``[[client]]`` table's ``tokens`` (what that table allows); anything else is
-answered 401. With ``client_auth = "none"`` the API is open, as the client port is.
+files carries ``Authorization: Bearer <token>`` (or, only for a GET of server-sent events, as an
+``EventSource`` cannot set a header, ``?access_token=``), and the token's SHA-256 is in
+``client_tokens`` (may do everything) or in a ``[[client]]`` table's ``tokens`` (what that table
+allows); anything else is answered 401. With ``client_auth = "none"`` the API is open, as the
+client port is.
 ``StreamSlots`` counts the responses each client follows at once.
 """
 
@@ -53,9 +54,9 @@ class Gate:
             return Access(request.remote or "?", None)
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        if not header:
+        if not header and _is_event_source(request):  # it cannot set a header
             token = request.query.get("access_token", "")
-        elif scheme.lower() != "bearer":
+        elif header and scheme.lower() != "bearer":
             raise Problem(UNAUTHORIZED, "the Authorization header must be 'Bearer <token>'")
         token = token.strip()
         if not token:
@@ -65,8 +66,8 @@ class Gate:
                 "(relay cluster init writes one to <keys_dir>/client.token; relay keys token "
                 "makes more)",
             )
-        if len(token) > TOKEN_CHARS_MAX:
-            raise Problem(UNAUTHORIZED, "the bearer token is too long to be one of ours")
+        if len(token) > TOKEN_CHARS_MAX or not token.isascii():
+            raise Problem(UNAUTHORIZED, "the bearer token is not one of ours (ASCII, 43 chars)")
         hashed = token_hash(token)
         if any(hmac.compare_digest(hashed, h) for h in self.everything):
             return Access(hashed, None)
@@ -78,6 +79,14 @@ class Gate:
                 "cluster.client_tokens nor a [[client]] table's tokens)",
             )
         return Access(hashed, grant)
+
+
+def _is_event_source(request: web.Request) -> bool:
+    """A GET of server-sent events: the one request that may carry its token in the URL."""
+    wants = request.query.get("format") == "sse" or "text/event-stream" in request.headers.get(
+        "Accept", ""
+    )
+    return request.method == "GET" and wants
 
 
 class StreamSlots:

@@ -41,6 +41,11 @@ class HttpContext:
         return self.config.params.publish_timeout_ms / 1000 + ASK_S
 
     @property
+    def origins(self) -> frozenset[str]:
+        """The nodes' own origins, whose pages may call this API from a browser."""
+        return frozenset(n.http_address for n in self.config.nodes if n.http_address)
+
+    @property
     def write_s(self) -> float:
         return self.config.http.http_write_ms_max / 1000
 

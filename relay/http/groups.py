@@ -29,6 +29,7 @@ from relay.core.routing import GROUP_SUFFIX, QUEUE_SUFFIX
 from relay.http.access import Access
 from relay.http.context import ASK_S, CONTEXT, HttpContext
 from relay.http.link import Channel
+from relay.http.params import bounded, text
 from relay.http.problems import TOO_LARGE, Problem
 from relay.http.reading import Delivered, Reading, fetch, follow, parse
 from relay.queue.ops import ACTIONS, SettleItem
@@ -51,6 +52,7 @@ from relay.wire.replies import (
 )
 
 GROUP_READ_LIMIT = 100
+U32_MAX = (1 << 32) - 1
 CLAIM_MAX = 1000
 WAIT_MS_MAX = 30_000
 LEASE_MS_DEFAULT = 30_000
@@ -146,10 +148,11 @@ async def read_group(request: web.Request) -> web.StreamResponse:
     access = api.gate.admit(request)
     stream = _stream(request, access)
     group = _group(request, stream)
-    access.check_publish(group_stream(stream, group))
     commit = request.query.get("commit", "false")
     if commit not in ("true", "false"):
         raise Problem(errors.BAD_REQUEST, f"commit is true or false, not {commit!r:.40}")
+    if commit == "true":  # a commit is a publish to the group's stream
+        access.check_publish(group_stream(stream, group))
     reading = parse(request)
     async with api.link.channel() as channel:
         committed = await _committed(api, channel, request, stream, group)
@@ -177,10 +180,7 @@ async def commit_group(request: web.Request) -> web.Response:
     group = _group(request, stream)
     access.check_publish(group_stream(stream, group))
     body = await _json_body(request)
-    seq_text, digest_text = body.get("seq"), body.get("digest")
-    seq = int(seq_text) if isinstance(seq_text, str) and seq_text.isdigit() else seq_text
-    if type(seq) is not int or not 0 < seq <= SEQ_MAX:
-        raise Problem(errors.BAD_REQUEST, "'seq' is the seq to commit, as a string")
+    seq, digest_text = bounded(body.get("seq"), "'seq'", 1, SEQ_MAX), body.get("digest")
     try:
         digest = bytes.fromhex(digest_text) if isinstance(digest_text, str) else b""
     except ValueError:
@@ -263,9 +263,7 @@ async def claim(request: web.Request) -> web.Response:
     stream = _stream(request, access)
     group = _group(request, stream)
     access.check_publish(stream + QUEUE_SUFFIX + group)
-    member = request.query.get("member", "")
-    if not 0 < len(member) <= 200:
-        raise Problem(errors.BAD_REQUEST, "member names the claiming worker (1 to 200 characters)")
+    member = text(request.query.get("member"), "member (the claiming worker)")
     count = _int(request, "count", 1, 1, CLAIM_MAX)
     lease = _int(request, "lease_ms", LEASE_MS_DEFAULT, 1, 24 * 3600 * 1000)
     wait = _int(request, "wait_ms", 0, 0, WAIT_MS_MAX)
@@ -287,11 +285,9 @@ async def settle(request: web.Request) -> web.Response:
     if action not in ACTIONS:
         raise Problem(errors.BAD_REQUEST, f"the action is one of {', '.join(ACTIONS)}")
     body = await _json_body(request)
-    member, jobs, delay = body.get("member"), body.get("jobs"), body.get("delay_ms", 0)
-    if not isinstance(member, str) or not member:
-        raise Problem(errors.BAD_REQUEST, "'member' names the worker that holds the jobs")
-    if type(delay) is not int or not 0 <= delay <= 7 * 86_400_000:
-        raise Problem(errors.BAD_REQUEST, "'delay_ms' is an integer of milliseconds")
+    member = text(body.get("member"), "'member' (the worker that holds the jobs)")
+    jobs = body.get("jobs")
+    delay = bounded(body.get("delay_ms", 0), "'delay_ms'", 0, 7 * 86_400_000)
     if not isinstance(jobs, list) or not 0 < len(jobs) <= CLAIM_MAX:
         raise Problem(errors.BAD_REQUEST, "'jobs' lists the jobs to settle, as claimed")
     items = [_settle_item(job, action, delay) for job in jobs]
@@ -303,11 +299,10 @@ async def settle(request: web.Request) -> web.Response:
 def _settle_item(job: object, action: str, delay: int) -> SettleItem:
     if not isinstance(job, dict):
         raise Problem(errors.BAD_REQUEST, "each job is {'seq': ..., 'delivery': ...}")
-    seq, delivery = job.get("seq"), job.get("delivery")
-    seq = int(seq) if isinstance(seq, str) and seq.isdigit() and len(seq) < 20 else seq
-    if type(seq) is not int or type(delivery) is not int or seq <= 0 or delivery <= 0:
-        raise Problem(errors.BAD_REQUEST, "each job is {'seq': ..., 'delivery': ...}")
-    return SettleItem(seq, delivery, action, delay)
+    seq = bounded(job.get("seq"), "a job's 'seq'", 1, SEQ_MAX)
+    return SettleItem(
+        seq, bounded(job.get("delivery"), "a job's 'delivery'", 1, U32_MAX), action, delay
+    )
 
 
 async def _queue_call(
@@ -374,9 +369,5 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 
 
 def _int(request: web.Request, name: str, default: int, least: int, most: int) -> int:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    if not text.isdigit() or not least <= int(text[:12]) <= most:
-        raise Problem(errors.BAD_REQUEST, f"{name} is an integer from {least} to {most}")
-    return int(text)
+    found = request.query.get(name)
+    return default if found is None else bounded(found, name, least, most)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -28,6 +29,10 @@ REPLY_BYTES_MAX = 256 << 20  # a node's reply is far below this
 
 class LinkTimeout(Exception):
     """The node did not answer in time."""
+
+
+class Unsendable(ValueError):
+    """A request the wire cannot carry (text that is not UTF-8, an integer past 64 bits)."""
 
 
 class Channel:
@@ -56,10 +61,14 @@ class Channel:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         ids = []
+        try:
+            bodies = [make(self.next_id + i) for i, make in enumerate(makers)]
+        except (ValueError, OverflowError, TypeError, msgspec.EncodeError) as exc:
+            raise Unsendable(f"the request cannot be sent to the node: {exc}") from None
         self.clean = False
-        for make in makers:
+        for body in bodies:
             ids.append(self.next_id)
-            await self.sock.send(make(self.next_id), copy=False)
+            await self.sock.send(body, copy=False)
             self.next_id += 1
         got: dict[int, Reply] = {}
         while len(got) < len(ids):

@@ -28,9 +28,10 @@ from aiohttp import web
 
 from relay import errors
 from relay.http.context import CONTEXT, HttpContext
+from relay.http.params import decimal, encodable, text
 from relay.http.problems import TOO_LARGE, Problem
 from relay.wire.client import publish_request
-from relay.wire.replies import AckRow, AcksReply
+from relay.wire.replies import AckRow, AcksReply, ErrorReply, ErrorRow, RedirectReply, Reply
 
 JSON_LINES = frozenset(
     {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
@@ -57,8 +58,8 @@ async def publish(request: web.Request) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         raise _too_large(most) from None
     producer = request.headers.get(PRODUCER_HEADER)
-    if producer is not None and not 0 < len(producer) <= PRODUCER_ID_CHARS_MAX:
-        raise Problem(errors.BAD_REQUEST, f"{PRODUCER_HEADER} is 1 to 200 characters")
+    if producer is not None:
+        text(producer, PRODUCER_HEADER, PRODUCER_ID_CHARS_MAX)
     if request.content_type in JSON_LINES:
         rows = _lines(body, producer is not None)
     else:
@@ -72,11 +73,26 @@ async def publish(request: web.Request) -> web.Response:
         replies = await channel.ask_all(
             [_publish(stream, producer, batch) for batch in batches], api.publish_s
         )
-    acks = [api.answers.expect(reply, AcksReply, request) for reply in replies]
-    return _answer(api, [row for ack in acks for row in ack.rows])
+    if not isinstance(replies[0], AcksReply | ErrorReply):  # a redirect: before anything stored
+        api.answers.expect(replies[0], AcksReply, request)
+    results: list[AckRow | ErrorRow] = []
+    for batch, reply in zip(batches, replies, strict=True):
+        if isinstance(reply, AcksReply) and len(reply.rows) == len(batch):
+            results += reply.rows
+        else:  # this batch alone was refused: the others' rows still say what was stored
+            results += [_refusal(reply)] * len(batch)
+    return _answer(api, results)
 
 
-def _answer(api: HttpContext, rows: list[Any]) -> web.Response:
+def _refusal(reply: Reply) -> ErrorRow:
+    if isinstance(reply, ErrorReply):
+        return ErrorRow(reply.code, reply.message)
+    if isinstance(reply, RedirectReply):
+        return ErrorRow(errors.UNAVAILABLE, "the node stopped replicating the stream; retry")
+    return ErrorRow(errors.PROTOCOL, f"the node answered {type(reply).__name__}")
+
+
+def _answer(api: HttpContext, rows: list[AckRow | ErrorRow]) -> web.Response:
     results: list[dict[str, object]] = []
     status = 200
     for row in rows:
@@ -101,10 +117,10 @@ def _publish(stream: str, producer: str, batch: list[Row]) -> Callable[[int], by
 
 
 def _batches(rows: list[Row]) -> list[list[Row]]:
-    batches: list[list[Row]] = []
-    size = BATCH_BYTES
+    batches: list[list[Row]] = [[]]
+    size = 0
     for row in rows:
-        if size + len(row[1]) > BATCH_BYTES or len(batches[-1]) >= BATCH_MAX:
+        if batches[-1] and (size + len(row[1]) > BATCH_BYTES or len(batches[-1]) >= BATCH_MAX):
             batches.append([])
             size = 0
         batches[-1].append(row)
@@ -115,20 +131,22 @@ def _batches(rows: list[Row]) -> list[list[Row]]:
 def _single(request: web.Request, body: bytes, named: bool) -> Row:
     msg_id = 0
     if named:
-        text = request.headers.get(MESSAGE_HEADER, "")
-        if not text.isdigit() or len(text) > 20 or int(text) > MSG_ID_MAX:
+        found = decimal(request.headers.get(MESSAGE_HEADER))
+        if found is None or found > MSG_ID_MAX:
             raise Problem(
                 errors.BAD_REQUEST,
                 f"with {PRODUCER_HEADER}, {MESSAGE_HEADER} is the message's id (0 to 2^64-1)",
             )
-        msg_id = int(text)
+        msg_id = found
     key = request.query.get("key")
     headers = []
     for header in request.query.getall("header", []):
         name, sep, value = header.partition(":")
-        if not sep or not name:
+        if not sep or not name or not encodable(header):
             raise Problem(errors.BAD_REQUEST, f"header is name:value, not {header!r:.60}")
         headers.append([name, value.encode()])
+    if key is not None:
+        text(key, "key", 1 << 16)
     return [msg_id, body, None if key is None else key.encode(), headers]
 
 
@@ -139,7 +157,7 @@ def _lines(body: bytes, named: bool) -> list[Row]:
             continue
         try:
             obj = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:
             raise Problem(errors.BAD_REQUEST, f"line {number} is not JSON: {exc}") from None
         rows.append(_line(obj, number, named))
     if not rows:
@@ -177,11 +195,13 @@ def _bytes(obj: dict[str, Any], name: str, where: str, any_json: bool = False) -
     if name not in obj:
         return None
     value = obj[name]
-    if isinstance(value, str):
-        return value.encode()
-    if not any_json:
+    if not isinstance(value, str) and not any_json:
         raise Problem(errors.BAD_REQUEST, f"{where}: {name!r} must be a string")
-    return json.dumps(value, separators=(",", ":")).encode()
+    try:
+        found = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        return found.encode()
+    except (UnicodeEncodeError, ValueError, RecursionError):
+        raise Problem(errors.BAD_REQUEST, f"{where}: {name!r} is not valid UTF-8 text") from None
 
 
 def _b64(value: object, where: str) -> bytes:
@@ -198,14 +218,15 @@ def _headers(raw: object, where: str) -> list[list[object]]:
         return []
     if isinstance(raw, dict):
         pairs = list(raw.items())
-        if not all(isinstance(v, str) for _, v in pairs):
+        if not all(isinstance(v, str) and encodable(n + v) for n, v in pairs):
             raise Problem(errors.BAD_REQUEST, f"{where}: each header's value is a string")
         return [[name, value.encode()] for name, value in pairs]
     if not isinstance(raw, list):
         raise Problem(errors.BAD_REQUEST, f"{where}: 'headers' is an object or a list")
     headers: list[list[object]] = []
     for item in raw:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or not isinstance(name, str) or not encodable(name):
             raise Problem(errors.BAD_REQUEST, f"{where}: each header is {{'name', 'value'}}")
         value = _bytes(item, "value", where)
         headers.append([item["name"], value if value is not None else b""])

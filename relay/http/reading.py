@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -37,6 +38,7 @@ from relay.core.flake import SEQ_MAX, make_seq, seq_unix_ms
 from relay.http.access import Access
 from relay.http.context import ASK_S, CONTEXT
 from relay.http.link import Channel, LinkTimeout
+from relay.http.params import bounded, decimal, encodable
 from relay.http.problems import DATA_LOSS, Problem, error_line
 from relay.wire.client import fetch_request
 from relay.wire.replies import ErrorReply, RedirectReply, TxsReply
@@ -106,21 +108,28 @@ def parse(request: web.Request) -> Reading:
     follow = q.get("follow", "true")
     if follow not in ("true", "false", "1", "0"):
         raise Problem(errors.BAD_REQUEST, f"follow is true or false, not {follow!r:.40}")
-    separator = q.get("separator", "\n").encode()
-    if len(separator) > 16:
+    separator = q.get("separator", "\n")
+    if len(separator) > 16 or not encodable(separator):
         raise Problem(errors.BAD_REQUEST, "separator is at most 16 bytes")
     return Reading(
-        after, from_index, since_time, to_seq, limit, fmt, follow in ("true", "1"), separator
+        after,
+        from_index,
+        since_time,
+        to_seq,
+        limit,
+        fmt,
+        follow in ("true", "1"),
+        separator.encode(),
     )
 
 
 def _point(text: str, name: str) -> tuple[int, bool]:
     """A seq, or the first seq stamped at an ISO 8601 time (and True)."""
-    if text.isdigit():
+    if decimal(text) is not None:
         return _seq(text, name), False
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
+    except (ValueError, UnicodeError):
         raise Problem(
             errors.BAD_REQUEST, f"{name} is earliest, latest, a seq or an ISO 8601 time"
         ) from None
@@ -132,19 +141,15 @@ def _point(text: str, name: str) -> tuple[int, bool]:
 
 
 def _seq(text: str, name: str) -> int:
-    if not text.isdigit() or len(text) > 19 or int(text) > SEQ_MAX:
-        raise Problem(errors.BAD_REQUEST, f"{name} is a seq (0 to {SEQ_MAX}), not {text!r:.40}")
-    return int(text)
+    return bounded(text, name, 0, SEQ_MAX)
 
 
 def _integer(text: str, name: str, least: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = least - 1
-    if not least <= value <= 1 << 62 or len(text) > 20:
+    """A possibly negative integer (``from_index``, ``limit``) of at most 19 digits."""
+    value = decimal(text.removeprefix("-"), 19)
+    if value is None or not least <= (-value if text.startswith("-") else value):
         raise Problem(errors.BAD_REQUEST, f"{name} is an integer from {least}, not {text!r:.40}")
-    return value
+    return -value if text.startswith("-") else value
 
 
 class Writer:
@@ -219,6 +224,21 @@ async def write_within(
     return True
 
 
+def _keepalive(request: web.Request) -> None:
+    """TCP keepalive probes after 30 s of quiet: a reader whose host vanished (no FIN) is found
+    within about a minute, not after ``http_follow_ms_max``."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        (socket.TCP_KEEPIDLE, 30),
+        (socket.TCP_KEEPINTVL, 10),
+        (socket.TCP_KEEPCNT, 3),
+    ):
+        sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 def _gone(request: web.Request) -> bool:
     return request.transport is None or request.transport.is_closing()
 
@@ -247,6 +267,8 @@ async def follow(
     transaction written, if any, before the response ends (a refusal it raises is the
     response's last line)."""
     api = request.app[CONTEXT]
+    if reading.follow:
+        _keepalive(request)
     held = api.slots.hold(access) if reading.follow else nullcontext()
     with held:
         api.metrics.following.set(api.slots.total)
@@ -282,7 +304,8 @@ async def _follow(
         want = FETCH_MAX if reading.limit is None else min(FETCH_MAX, reading.limit - sent)
         wait = WAIT_MS if response is not None and reading.follow else 0
         try:
-            reply = await channel.ask(fetch(stream, after, want, wait, from_index), ASK_S + wait)
+            asked = fetch(stream, after, want, wait, from_index)
+            reply = await channel.ask(asked, ASK_S + wait / 1000)
         except LinkTimeout as exc:
             if response is None:
                 raise
@@ -334,7 +357,7 @@ async def _follow(
             quiet_since = loop.time()
         if reached_to or after >= reading.to_seq or sent == reading.limit:
             break
-        if not reading.follow and (not txs.rows or after >= txs.verified_seq):
+        if not reading.follow and (after >= txs.verified_seq or not (txs.rows or txs.through_seq)):
             break
         if loop.time() >= ends_at or _gone(request):
             break
@@ -344,13 +367,23 @@ async def _follow(
     if finish is not None and last is not None:
         try:
             await finish(last)
-        except Problem as problem:
-            await write_within(
-                request, response, writer.error(problem.code, problem.message), api.write_s
-            )
-    with suppress(ConnectionError, RuntimeError):
-        await response.write_eof()
+        except (web.HTTPException, LinkTimeout, errors.RelayError) as exc:
+            code, message = _failure(exc)
+            await write_within(request, response, writer.error(code, message), api.write_s)
+    try:
+        await asyncio.wait_for(response.write_eof(), api.write_s)
+    except (TimeoutError, ConnectionError, RuntimeError):
+        if request.transport is not None:
+            request.transport.abort()
     return response
+
+
+def _failure(exc: Exception) -> tuple[str, str]:
+    if isinstance(exc, Problem | errors.RelayError):
+        return exc.code, exc.message
+    if isinstance(exc, LinkTimeout):
+        return errors.TIMEOUT, str(exc)
+    return errors.UNAVAILABLE, f"the node answered {exc.__class__.__name__}"
 
 
 def _refusal(reply: object) -> tuple[str, str]:

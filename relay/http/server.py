@@ -3,9 +3,11 @@
 How this works: the thread runs its own asyncio loop; every request that needs the node asks it
 through ``NodeLink`` (its client port, in process), so the HTTP API decides nothing the client
 port does not. ``guard`` bounds the requests served at once (``http_requests_max``: more are
-answered 503), turns a node that does not answer into 504, and counts every request by route
-and status. aiohttp parses HTTP, bounds request lines and headers (8 KiB each) and bodies
-(``http_body_bytes_max``, 413), and cancels a handler whose client went away.
+answered 503), turns a node that does not answer into 504, refuses a browser's request from a
+page that is not one of the cluster's nodes (``Origin``: no other site can make a visitor's
+browser publish), and counts every request by route and status. aiohttp parses HTTP, bounds
+request lines and headers (8 KiB each) and bodies (``http_body_bytes_max``, 413), and cancels a
+handler whose client went away.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from relay.config import ClusterConfig
 from relay.http import groups, publishing, reading, views
 from relay.http.access import Gate, StreamSlots
 from relay.http.context import CONTEXT, HttpContext
-from relay.http.link import LinkTimeout, NodeLink
+from relay.http.link import LinkTimeout, NodeLink, Unsendable
 from relay.http.metrics import HttpMetrics
 from relay.http.problems import Problem
 from relay.http.replies import Answers
@@ -48,6 +50,17 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     route = resource.canonical if resource is not None else "unmatched"
     started = time.monotonic()
     status = 500
+    origin = request.headers.get("Origin")
+    if origin is not None and origin not in api.origins and origin != _own(request):
+        status = 403
+        api.metrics.requests.labels(route, str(status)).inc()
+        raise Problem(
+            errors.FORBIDDEN,
+            f"a request from a page of {origin:.100} (only the cluster's own nodes' pages may "
+            "call this API from a browser)",
+        )
+    if origin is not None and request.method == "OPTIONS":  # a preflight, from a node's page
+        return web.Response(status=204, headers={**_cors(origin), **PREFLIGHT})
     if api.active >= api.config.http.http_requests_max:
         status = 503
         api.metrics.requests.labels(route, str(status)).inc()
@@ -66,6 +79,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     except LinkTimeout as exc:
         status = 504
         raise Problem(errors.TIMEOUT, str(exc)) from None
+    except Unsendable as exc:
+        status = 400
+        raise Problem(errors.BAD_REQUEST, str(exc)) from None
     except errors.RelayError as exc:
         problem = Problem(exc.code, exc.message)
         status = problem.status
@@ -82,6 +98,31 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         api.metrics.seconds.labels(route).observe(time.monotonic() - started)
 
 
+PREFLIGHT = {
+    "Access-Control-Allow-Methods": "GET, POST, PUT",
+    "Access-Control-Allow-Headers": (
+        "Authorization, Content-Type, Last-Event-ID, Relay-Producer-Id, Relay-Message-Id"
+    ),
+    "Access-Control-Max-Age": "600",
+}
+
+
+def _own(request: web.Request) -> str:
+    return f"{request.scheme}://{request.host}"
+
+
+def _cors(origin: str) -> dict[str, str]:
+    return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+
+
+async def allow_nodes(request: web.Request, response: web.StreamResponse) -> None:
+    """A page of another node of the cluster (the console, following a stream to its replica)
+    may read the answer: cross-origin reads are allowed to the cluster's own origins."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin in request.app[CONTEXT].origins:
+        response.headers.update(_cors(origin))
+
+
 async def console(_request: web.Request) -> web.FileResponse:
     return web.FileResponse(CONSOLE / "index.html", headers={"Cache-Control": "no-cache"})
 
@@ -91,6 +132,7 @@ def make_app(context: HttpContext) -> web.Application:
         middlewares=[guard], client_max_size=context.config.http.http_body_bytes_max
     )
     app[CONTEXT] = context
+    app.on_response_prepare.append(allow_nodes)
     r = app.router
     r.add_get("/", console)
     r.add_static("/console", CONSOLE)

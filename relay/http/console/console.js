@@ -5,9 +5,21 @@
 const REFRESH_MS = 2000;
 const TAIL_ROWS = 100;
 const TAIL_START = 20;
-const state = { token: "", selected: "", lastTxs: new Map(), lastAt: 0, tail: null, chaosUrl: "" };
+const state = {
+  token: "", selected: "", lastTxs: new Map(), lastAt: 0, tail: null, chaosUrl: "",
+  self: 0, nodes: new Map(), replicas: new Map(),
+};
 
 function $(id) { return document.getElementById(id); }
+
+// Where to ask about a stream: this node if it replicates it, else a serving replica's origin
+// (a redirect to another origin would drop the token, so the page goes there itself).
+function streamBase(stream) {
+  const replicas = state.replicas.get(stream) || [];
+  if (!replicas.length || replicas.includes(state.self)) return "";
+  const serving = replicas.map((n) => state.nodes.get(n)).filter((n) => n && n.http && n.state === "serving");
+  return serving.length ? serving[0].http : "";
+}
 
 function headers() {
   return state.token ? { Authorization: "Bearer " + state.token } : {};
@@ -56,6 +68,8 @@ async function refreshNodes() {
   const cluster = await api("/cluster");
   $("cluster-name").textContent = cluster.cluster;
   $("served-by").textContent = "served by node " + cluster.node;
+  state.self = cluster.node;
+  state.nodes = new Map(cluster.nodes.map((n) => [n.node, n]));
   fill("nodes", cluster.nodes, (row, n) => {
     cell(row, n.node);
     cell(row, n.state, "state-" + n.state);
@@ -90,16 +104,14 @@ async function refreshStreams() {
     cell(row, Object.entries(s.heads).map(([n, seq]) => n + ": " + seq).join("  "));
   });
   state.lastTxs = new Map(streams.map((s) => [s.stream, s.txs]));
+  state.replicas = new Map(streams.map((s) => [s.stream, s.replicas]));
   state.lastAt = now;
 }
 
 async function refreshDetail() {
   if (!state.selected) return;
-  const stream = encodeURIComponent(state.selected);
-  const [groups, queues] = await Promise.all([
-    api("/streams/" + stream + "/groups"),
-    api("/streams/" + stream + "/queues"),
-  ]);
+  const at = streamBase(state.selected) + "/streams/" + encodeURIComponent(state.selected);
+  const [groups, queues] = await Promise.all([api(at + "/groups"), api(at + "/queues")]);
   fill("groups", groups.groups, (row, g) => {
     cell(row, g.group);
     cell(row, g.committed ? g.committed.seq : "none");
@@ -144,7 +156,7 @@ async function tail(stream, controller) {
     const query = after ? "after=" + after : "from_index=-" + TAIL_START;
     try {
       const response = await fetch(
-        "/streams/" + encodeURIComponent(stream) + "/messages?" + query,
+        streamBase(stream) + "/streams/" + encodeURIComponent(stream) + "/messages?" + query,
         { headers: headers(), signal: controller.signal },
       );
       if (!response.ok) throw new Error(response.statusText);
