@@ -98,8 +98,9 @@ def zmq_publish(
         latencies = []
         for _ in range(LONE_BATCHES):  # one batch alone, as one POST waits for its answer
             begun = time.perf_counter()
-            for future in [producer.send(stream, PAYLOAD.encode()) for _ in range(BATCH)]:
-                future.result()
+            sent = [producer.send(stream, PAYLOAD.encode()) for _ in range(BATCH)]
+            producer.flush()
+            assert all(f.result() for f in sent)
             latencies.append((time.perf_counter() - begun) * 1000)
     return rate, latencies
 
