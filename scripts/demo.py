@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from relay import Consumer, Producer
 from relay.runtime.local_cluster import write_config
 
 STREAMS = ["orders", "payments"]
+HIDDEN = "Authorization: Bearer $(cat keys/client.token)"
 PER_PRODUCER = 2000
 WAVE = 200
 SPARK_STREAM = "orders"
@@ -49,6 +51,7 @@ def main() -> None:
             summary = check_spark_job(spark_job, spark_lines, len(acked[SPARK_STREAM]))
             check_totals_stream(cfg, summary)
             demo_queue.show(cfg)
+            show_http(cfg)
         finally:
             if spark_job.poll() is None:
                 spark_job.kill()
@@ -56,6 +59,26 @@ def main() -> None:
     finally:
         relay("cluster", "down", "--config", cfg)
     print(f"(config and node logs kept in {folder})")
+
+
+def show_http(cfg: str) -> None:
+    """The same streams over HTTP, as curl or any language sees them."""
+    from relay.config import load
+
+    config = load(cfg)
+    token = (config.keys_dir() / "client.token").read_text().strip()
+    auth = {"Authorization": f"Bearer {token}"}
+    two, three = (config.node(n).http_address for n in (2, 3))
+    print(f"\n$ curl -H '{HIDDEN}' --data-binary 'over http' {two}/streams/orders/messages")
+    sent = urllib.request.Request(
+        f"{two}/streams/orders/messages", data=b"over http", headers=auth, method="POST"
+    )
+    with urllib.request.urlopen(sent, timeout=30) as answer:
+        print(answer.read().decode())
+    url = f"{three}/streams/orders/messages?follow=false&from_index=-2"
+    print(f"$ curl -H '{HIDDEN}' '{url}'")
+    with urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=30) as answer:
+        print(answer.read().decode(), end="")
 
 
 def start_spark_job(cfg: str, out: Path) -> tuple[subprocess.Popen[str], queue.Queue[str]]:

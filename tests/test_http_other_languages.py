@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from http_api import base, token_of
@@ -77,3 +79,16 @@ def test_node_fetch_publishes_json_lines_and_reads_them_back(cluster3: LocalClus
     assert [r["seq"] for r in got["rows"]] == got["acked"]
     assert [r["payload"] for r in got["rows"]] == ['{"n":1}', '{"n":2}', '{"n":3}']
     assert [r["key"] for r in got["rows"]] == ["k1", "k2", "k3"]
+
+
+def test_the_main_jobs_http_step_runs_as_shown(
+    cluster3: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    try:
+        import demo
+    finally:
+        sys.path.pop(0)
+    demo.show_http(str(cluster3.config_path))
+    shown = capsys.readouterr().out
+    assert '"results": [{"seq": "' in shown and '"payload": "over http"' in shown
