@@ -77,6 +77,7 @@ def test_the_console_shows_nodes_streams_and_a_live_message(
             tail = page.locator("#tail tbody")
             playwright_api.expect(tail).to_contain_text("live from node 2", timeout=15_000)
             playwright_api.expect(page.locator("#queues tbody")).to_contain_text("pickers")
+            playwright_api.expect(page.locator("#settings tbody")).to_contain_text("cleanup")
             playwright_api.expect(page.locator("#chaos-section")).to_be_visible(timeout=15_000)
             assert page.eval_on_selector("#chaos", "img => img.naturalWidth") > 100
             shot = Path(os.environ.get("RELAY_CONSOLE_SCREENSHOT") or tmp_path / "console.png")

@@ -111,7 +111,14 @@ async function refreshStreams() {
 async function refreshDetail() {
   if (!state.selected) return;
   const at = streamBase(state.selected) + "/streams/" + encodeURIComponent(state.selected);
-  const [groups, queues] = await Promise.all([api(at + "/groups"), api(at + "/queues")]);
+  const [info, groups, queues] = await Promise.all([
+    api(at), api(at + "/groups"), api(at + "/queues"),
+  ]);
+  const settings = Object.entries(info.settings).filter(([key]) => key !== "stream");
+  fill("settings", settings, (row, [key, value]) => {
+    cell(row, key);
+    cell(row, Array.isArray(value) ? value.join(", ") : value === "" ? "-" : value);
+  });
   fill("groups", groups.groups, (row, g) => {
     cell(row, g.group);
     cell(row, g.committed ? g.committed.seq : "none");
