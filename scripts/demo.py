@@ -74,8 +74,10 @@ def show_http(cfg: str) -> None:
         f"{two}/streams/orders/messages", data=b"over http", headers=auth, method="POST"
     )
     with urllib.request.urlopen(sent, timeout=30) as answer:
-        print(answer.read().decode())
-    url = f"{three}/streams/orders/messages?follow=false&from_index=-2"
+        published = answer.read().decode()
+    print(published)
+    seq = json.loads(published)["results"][0]["seq"]
+    url = f"{three}/streams/orders/messages?from={seq}&limit=1"  # it follows until node 3 has it
     print(f"$ curl -H '{HIDDEN}' '{url}'")
     with urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=30) as answer:
         print(answer.read().decode(), end="")

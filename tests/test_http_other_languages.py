@@ -1,5 +1,6 @@
 """The HTTP API from outside Python: curl publishes and follows a stream as the README shows,
-and Node.js's built-in fetch publishes JSON lines and reads them back, seqs as strings."""
+and Node.js's built-in fetch publishes JSON lines and reads them back, seqs as strings; the
+main job's HTTP step; a followed response ends after ``http_follow_ms_max``."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from http_api import base, token_of
+from http_api import base, open_request, token_of
 
 from relay.runtime.local_cluster import LocalCluster
 
@@ -33,9 +35,13 @@ console.log(JSON.stringify({ acked: results.map((r) => r.seq), rows }));
 """
 
 
+FOLLOW_MS = 4000  # how long one followed response lives here
+
+
 @pytest.fixture(scope="module")
 def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path_factory.mktemp("langs"), nodes=3) as cluster:
+    overrides = {"http_follow_ms_max": FOLLOW_MS}
+    with LocalCluster(tmp_path_factory.mktemp("langs"), nodes=3, overrides=overrides) as cluster:
         cluster.start()
         cluster.wait_serving()
         yield cluster
@@ -92,3 +98,16 @@ def test_the_main_jobs_http_step_runs_as_shown(
     demo.show_http(str(cluster3.config_path))
     shown = capsys.readouterr().out
     assert '"results": [{"seq": "' in shown and '"payload": "over http"' in shown
+
+
+def test_a_followed_response_ends_after_http_follow_ms_max(cluster3: LocalCluster) -> None:
+    url, token = base(cluster3, 1), token_of(cluster3)
+    started = time.monotonic()
+    conn = open_request(f"{url}/streams/long.a/messages", token=token)
+    try:
+        response = conn.getresponse()
+        assert response.status == 200
+        assert response.read() == b""  # nothing published: a clean end, no error line
+    finally:
+        conn.close()
+    assert FOLLOW_MS / 1000 <= time.monotonic() - started < FOLLOW_MS / 1000 + 10
