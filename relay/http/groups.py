@@ -112,7 +112,7 @@ async def _position(
     """The group's committed position and how many transactions of the stream follow it."""
     committed = await _committed(api, channel, request, stream, group)
     last = api.answers.expect(
-        await channel.ask(fetch(stream, 0, 1, 0, -1), ASK_S), TxsReply, request
+        await channel.ask_patiently(fetch(stream, 0, 1, 0, -1), ASK_S), TxsReply, request
     )
     count = last.first_index + 1 if last.rows else 0
     position: dict[str, object] = {"stream": stream, "group": group, "committed": None}
@@ -121,7 +121,7 @@ async def _position(
         seq, digest = committed
         position["committed"] = {"seq": str(seq), "digest": digest.hex()}
         after = api.answers.expect(
-            await channel.ask(fetch(stream, seq, 1, 0, None), ASK_S), TxsReply, request
+            await channel.ask_patiently(fetch(stream, seq, 1, 0, None), ASK_S), TxsReply, request
         )
         lag = count - after.first_index if after.rows else 0
     position["lag"] = lag
@@ -132,7 +132,7 @@ async def _committed(
     api: HttpContext, channel: Channel, request: web.Request, stream: str, group: str
 ) -> tuple[int, bytes] | None:
     name = group_stream(stream, group)
-    reply = await channel.ask(fetch(name, 0, 1, 0, -1), ASK_S)
+    reply = await channel.ask_patiently(fetch(name, 0, 1, 0, -1), ASK_S)
     last = api.answers.expect(reply, TxsReply, request)
     if not last.rows:
         return None
@@ -186,7 +186,7 @@ async def commit_group(request: web.Request) -> web.Response:
     except ValueError:
         digest = b""
     async with api.link.channel() as channel:
-        reply = await channel.ask(fetch(stream, seq - 1, 1, 0, None), ASK_S)
+        reply = await channel.ask_patiently(fetch(stream, seq - 1, 1, 0, None), ASK_S)
     at = api.answers.expect(reply, TxsReply, request)
     if not at.rows or at.rows[0].seq != seq or at.rows[0].digest != digest:
         raise Problem(
@@ -205,7 +205,7 @@ async def _commit(
     name = group_stream(stream, group)
     row = [next(api.msg_ids), commit_payload(stream, seq, digest), stream.encode(), []]
     async with api.link.channel() as channel:
-        reply = await channel.ask(
+        reply = await channel.ask_patiently(
             lambda i: publish_request(i, name, api.producer_id, [row]), api.publish_s
         )
     ack = api.answers.expect(reply, AcksReply, request).rows[0]
@@ -241,7 +241,7 @@ async def describe_queue(request: web.Request) -> web.Response:
 async def _queue_info(
     api: HttpContext, channel: Channel, request: web.Request, stream: str, group: str, peek: int
 ) -> dict[str, Any]:
-    reply = await channel.ask(lambda i: queue_info_request(i, stream, group, peek), ASK_S)
+    reply = await channel.ask_patiently(lambda i: queue_info_request(i, stream, group, peek), ASK_S)
     return api.answers.expect(reply, QueueInfoReply, request).info
 
 
@@ -310,7 +310,7 @@ async def _queue_call(
 ) -> web.Response:
     api = request.app[CONTEXT]
     async with api.link.channel() as channel:
-        reply = await channel.ask(make, ASK_S + wait_ms / 1000)
+        reply = await channel.ask_patiently(make, ASK_S + wait_ms / 1000)
     answer: Any = api.answers.expect(reply, kind, request)
     if isinstance(answer, JobsReply):
         jobs = [_job(row) for row in answer.rows]

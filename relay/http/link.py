@@ -19,12 +19,16 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from relay.wire.replies import Reply, decode_reply
+from relay import errors
+from relay.wire.replies import AcksReply, ErrorReply, ErrorRow, Reply, decode_reply
 
 ENDPOINT = "inproc://relay-http"
 IDLE_MAX = 64  # channels kept open for the next requests
 WINDOW = 32  # requests one channel has in flight at once (the client port allows 256)
 REPLY_BYTES_MAX = 256 << 20  # a node's reply is far below this
+RETRY_S = 5.0  # how long a request waits out the node's transient refusals
+RETRY_PAUSE_S = 0.1
+TRANSIENT = frozenset({errors.UNAVAILABLE, errors.BUSY})  # nothing was taken: ask again
 
 
 class LinkTimeout(Exception):
@@ -45,6 +49,17 @@ class Channel:
         """The node's reply to the request ``make(req_id)``; ``LinkTimeout`` if none comes in
         time; ``ProtocolError`` if the node's reply is not one."""
         return (await self.ask_all([make], timeout_s))[0]
+
+    async def ask_patiently(self, make: Callable[[int], bytes], timeout_s: float) -> Reply:
+        """``ask``, a transient refusal (the node fenced a moment, catching up with a stream it
+        just took, busy) waited out for up to ``RETRY_S``."""
+        loop = asyncio.get_running_loop()
+        gives_up = loop.time() + RETRY_S
+        while True:
+            reply = await self.ask(make, timeout_s)
+            if not transient(reply) or loop.time() >= gives_up:
+                return reply
+            await asyncio.sleep(RETRY_PAUSE_S)
 
     async def ask_all(
         self, makers: Sequence[Callable[[int], bytes]], timeout_s: float
@@ -80,6 +95,15 @@ class Channel:
                 got[reply.req_id] = reply
         self.clean = True
         return [got[i] for i in ids]
+
+
+def transient(reply: Reply) -> bool:
+    """The node took nothing of the request, for a reason that passes: asking again is safe."""
+    if isinstance(reply, ErrorReply):
+        return reply.code in TRANSIENT
+    if isinstance(reply, AcksReply):  # a publish: every message refused so
+        return all(isinstance(r, ErrorRow) and r.code in TRANSIENT for r in reply.rows)
+    return False
 
 
 class NodeLink:

@@ -10,7 +10,8 @@ message, ``?key=`` and repeated ``?header=name:value`` say the rest.
 A retry never duplicates when the client names itself: ``Relay-Producer-Id`` (a string of its
 choice) and each message's id (``Relay-Message-Id`` for one message, ``"id"`` in each line); the
 cluster answers a retry with the original seq, as it does a Producer's. Without them the node's
-HTTP API numbers the messages itself, and a retry is a new message.
+HTTP API numbers the messages itself, and a retry is a new message. A batch the node took nothing
+of for a passing reason (fenced a moment, busy) is sent again, with the same ids, for up to 5 s.
 
 The answer lists each message's seq (a string) and digest, in order; 200 if every one was
 acknowledged, else the status of the first refusal, with every row (some may be acknowledged).
@@ -18,6 +19,7 @@ acknowledged, else the status of the first refusal, with every row (some may be 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -28,6 +30,7 @@ from aiohttp import web
 
 from relay import errors
 from relay.http.context import CONTEXT, HttpContext
+from relay.http.link import RETRY_PAUSE_S, RETRY_S, Channel, transient
 from relay.http.params import decimal, encodable, text
 from relay.http.problems import TOO_LARGE, Problem
 from relay.wire.client import publish_request
@@ -70,9 +73,7 @@ async def publish(request: web.Request) -> web.Response:
             row[0] = next(api.msg_ids)
     batches = _batches(rows)
     async with api.link.channel() as channel:
-        replies = await channel.ask_all(
-            [_publish(stream, producer, batch) for batch in batches], api.publish_s
-        )
+        replies = await _publish_all(channel, stream, producer, batches, api.publish_s)
     if not isinstance(replies[0], AcksReply | ErrorReply):  # a redirect: before anything stored
         api.answers.expect(replies[0], AcksReply, request)
     results: list[AckRow | ErrorRow] = []
@@ -82,6 +83,29 @@ async def publish(request: web.Request) -> web.Response:
         else:  # this batch alone was refused: the others' rows still say what was stored
             results += [_refusal(reply)] * len(batch)
     return _answer(api, results)
+
+
+async def _publish_all(
+    channel: Channel, stream: str, producer: str, batches: list[list[Row]], timeout_s: float
+) -> list[Reply]:
+    """Each batch's reply; a batch the node took nothing of for a passing reason (fenced a
+    moment, busy) is sent again, with the same ids, for up to ``RETRY_S``."""
+    loop = asyncio.get_running_loop()
+    gives_up = loop.time() + RETRY_S
+    replies: list[Reply | None] = [None] * len(batches)
+    pending = list(range(len(batches)))
+    while pending:
+        got = await channel.ask_all(
+            [_publish(stream, producer, batches[i]) for i in pending], timeout_s
+        )
+        for i, reply in zip(pending, got, strict=True):
+            replies[i] = reply
+        pending = [i for i, reply in zip(pending, got, strict=True) if transient(reply)]
+        if pending and loop.time() >= gives_up:
+            break
+        if pending:
+            await asyncio.sleep(RETRY_PAUSE_S)
+    return [reply for reply in replies if reply is not None]
 
 
 def _refusal(reply: Reply) -> ErrorRow:

@@ -14,7 +14,7 @@ after it. Seqs are strings in JSON: flake seqs are above 2^53.
 How this works: the first fetch is answered before the response starts, so a redirect, a
 refusal or a seq already deleted is an HTTP status; after that a refusal is the response's last
 line. A transient refusal (the node catching up with a stream it just took, or busy) is waited
-out for up to ``RETRY_S`` first. Each fetch waits up to ``WAIT_MS`` for new transactions;
+out for up to ``link.RETRY_S`` first. Each fetch waits up to ``WAIT_MS`` for new transactions;
 between fetches the handler checks that its client is still there, and a write that the client
 does not take within ``http_write_ms_max`` cuts it, so a slow reader holds one fetch of memory at
 most.
@@ -43,15 +43,12 @@ from relay.http.link import Channel, LinkTimeout
 from relay.http.params import bounded, decimal, encodable
 from relay.http.problems import DATA_LOSS, Problem, error_line
 from relay.wire.client import fetch_request
-from relay.wire.replies import ErrorReply, RedirectReply, Reply, TxsReply
+from relay.wire.replies import ErrorReply, RedirectReply, TxsReply
 
 FETCH_MAX = 1000  # transactions per fetch
 WAIT_MS = 1000  # how long a followed read's fetch waits for new transactions
 KEEPALIVE_S = 15  # a comment line on an idle event stream (proxies, and to find a gone client)
 FORMATS = ("json", "raw", "sse")
-RETRY_S = 5.0  # how long a read waits out a node's transient refusals (catching up, busy)
-RETRY_PAUSE_S = 0.1
-TRANSIENT = frozenset({errors.UNAVAILABLE, errors.BUSY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +292,7 @@ async def _follow(
     loop = asyncio.get_running_loop()
     after = reading.after
     if after is None:
-        head = await _ask_patiently(channel, fetch(stream, 0, 0, 0, None), ASK_S)
+        head = await channel.ask_patiently(fetch(stream, 0, 0, 0, None), ASK_S)
         after = api.answers.expect(head, TxsReply, request).verified_seq
     from_index = reading.from_index
     writer = Writer(reading)
@@ -310,7 +307,7 @@ async def _follow(
         wait = WAIT_MS if response is not None and reading.follow else 0
         try:
             asked = fetch(stream, after, want, wait, from_index)
-            reply = await _ask_patiently(channel, asked, ASK_S + wait / 1000)
+            reply = await channel.ask_patiently(asked, ASK_S + wait / 1000)
         except LinkTimeout as exc:
             if response is None:
                 raise
@@ -389,19 +386,6 @@ def _failure(exc: Exception) -> tuple[str, str]:
     if isinstance(exc, LinkTimeout):
         return errors.TIMEOUT, str(exc)
     return errors.UNAVAILABLE, f"the node answered {exc.__class__.__name__}"
-
-
-async def _ask_patiently(channel: Channel, make: Callable[[int], bytes], timeout_s: float) -> Reply:
-    """The node's reply, a transient refusal (catching up with a stream it just took, busy)
-    waited out for up to ``RETRY_S``."""
-    loop = asyncio.get_running_loop()
-    gives_up = loop.time() + RETRY_S
-    while True:
-        reply = await channel.ask(make, timeout_s)
-        transient = isinstance(reply, ErrorReply) and reply.code in TRANSIENT
-        if not transient or loop.time() >= gives_up:
-            return reply
-        await asyncio.sleep(RETRY_PAUSE_S)
 
 
 def _refusal(reply: object) -> tuple[str, str]:
