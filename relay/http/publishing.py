@@ -32,7 +32,7 @@ from relay import errors
 from relay.http.context import CONTEXT, HttpContext
 from relay.http.link import RETRY_PAUSE_S, RETRY_S, Channel, transient
 from relay.http.params import decimal, encodable, text
-from relay.http.problems import TOO_LARGE, Problem
+from relay.http.problems import RETRY_AFTER_S, TOO_LARGE, Problem
 from relay.wire.client import publish_request
 from relay.wire.replies import AckRow, AcksReply, ErrorReply, ErrorRow, RedirectReply, Reply
 
@@ -127,7 +127,9 @@ def _answer(api: HttpContext, rows: list[AckRow | ErrorRow]) -> web.Response:
             if status == 200:
                 status = Problem(row.code, row.message).status_code
     api.metrics.published_txs.inc(sum(isinstance(r, AckRow) for r in rows))
-    return web.json_response({"results": results}, status=status)
+    wait = RETRY_AFTER_S.get(status)
+    headers = {"Retry-After": str(wait)} if wait else None
+    return web.json_response({"results": results}, status=status, headers=headers)
 
 
 def _too_large(most: int) -> Problem:
