@@ -48,13 +48,13 @@ def as_json(row: Row, seq_numbers: bool = False) -> dict[str, object]:
         "digest": row.digest.hex(),
     }
     if row.key is not None:
-        out.update(_text_field("key", row.key))
-    out["headers"] = [{"name": name, **_text_field("value", v)} for name, v in row.headers]
-    out.update(_text_field("payload", row.payload))
+        out.update(text_field("key", row.key))
+    out["headers"] = [{"name": name, **text_field("value", v)} for name, v in row.headers]
+    out.update(text_field("payload", row.payload))
     return out
 
 
-def _text_field(name: str, data: bytes) -> dict[str, str]:
+def text_field(name: str, data: bytes) -> dict[str, str]:
     """``{name: text}`` if ``data`` is UTF-8, else ``{name_b64: base64}``."""
     try:
         return {name: data.decode("utf-8")}

@@ -30,11 +30,13 @@ RANGES = {
 }
 
 
-def parse(where: str, cluster: dict[str, Any], payload_bytes_max: int) -> ClientBounds:
-    """The client bounds among ``[cluster]``'s keys; ``SettingsError`` names a bad one."""
-    defaults = ClientBounds()
+def integers(
+    where: str, cluster: dict[str, Any], defaults: object, ranges: dict[str, tuple[int, int]]
+) -> dict[str, int]:
+    """Each of ``ranges``' keys from ``[cluster]`` (else its value in ``defaults``), checked to
+    be an integer in its range; ``SettingsError`` names the first that is not."""
     found: dict[str, int] = {}
-    for key, (least, most) in RANGES.items():
+    for key, (least, most) in ranges.items():
         value = cluster.get(key, getattr(defaults, key))
         if type(value) is not int or not least <= value <= most:
             raise SettingsError(
@@ -42,7 +44,12 @@ def parse(where: str, cluster: dict[str, Any], payload_bytes_max: int) -> Client
                 f"got {value!r:.60}"
             )
         found[key] = value
-    bounds = ClientBounds(**found)
+    return found
+
+
+def parse(where: str, cluster: dict[str, Any], payload_bytes_max: int) -> ClientBounds:
+    """The client bounds among ``[cluster]``'s keys; ``SettingsError`` names a bad one."""
+    bounds = ClientBounds(**integers(where, cluster, ClientBounds(), RANGES))
     if bounds.request_bytes_max < payload_bytes_max + (64 << 10):
         raise SettingsError(
             f"{where}: 'cluster.request_bytes_max' ({bounds.request_bytes_max}) must exceed "

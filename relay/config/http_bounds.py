@@ -13,9 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-class SettingsError(ValueError):
-    pass
+from relay.config.client_bounds import integers
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,14 +37,4 @@ RANGES = {
 
 def parse(where: str, cluster: dict[str, Any]) -> HttpBounds:
     """The HTTP bounds among ``[cluster]``'s keys; ``SettingsError`` names a bad one."""
-    defaults = HttpBounds()
-    found: dict[str, int] = {}
-    for key, (least, most) in RANGES.items():
-        value = cluster.get(key, getattr(defaults, key))
-        if type(value) is not int or not least <= value <= most:
-            raise SettingsError(
-                f"{where}: 'cluster.{key}' must be an integer from {least} to {most}, "
-                f"got {value!r:.60}"
-            )
-        found[key] = value
-    return HttpBounds(**found)
+    return HttpBounds(**integers(where, cluster, HttpBounds(), RANGES))

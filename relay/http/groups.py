@@ -15,7 +15,6 @@ describes the group and ``PUT`` sets its settings, as ``relay.Worker`` does.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from aiohttp import web
 
 from relay import errors
 from relay.client.groups import CommitError, commit_of, commit_payload, group_stream
+from relay.client.tx_json import text_field
 from relay.core.flake import SEQ_MAX
 from relay.core.routing import GROUP_SUFFIX, QUEUE_SUFFIX
 from relay.http.access import Access
@@ -327,19 +327,12 @@ def _job(row: Any) -> dict[str, object]:
         "priority": row.priority,
         "not_before": row.not_before,
         "lease_ms": row.lease_ms,
-        "headers": [{"name": n, **_text("value", v)} for n, v in row.headers],
-        **_text("payload", row.payload),
+        "headers": [{"name": n, **text_field("value", v)} for n, v in row.headers],
+        **text_field("payload", row.payload),
     }
     if row.key is not None:
-        job.update(_text("key", row.key))
+        job.update(text_field("key", row.key))
     return job
-
-
-def _text(name: str, data: bytes) -> dict[str, str]:
-    try:
-        return {name: data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {f"{name}_b64": base64.b64encode(data).decode()}
 
 
 def _json(body: object) -> web.Response:
@@ -347,7 +340,7 @@ def _json(body: object) -> web.Response:
 
     def encode(value: object) -> object:
         if isinstance(value, bytes):
-            return next(iter(_text("", value).values()))
+            return next(iter(text_field("", value).values()))
         raise TypeError(f"{type(value).__name__} is not JSON")
 
     return web.json_response(body, dumps=lambda v: json.dumps(v, default=encode))
