@@ -11,8 +11,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from relay.compiled import install
 from relay.errors import DataLossError, DigestMismatchError, NoQuorumError, RelayError
 from relay.gc_tuning import tune_gc
+
+install()  # before any compiled module is imported: compiled, or every one from source
 
 if TYPE_CHECKING:
     from relay.client.consumer import Consumer, Index, Transaction

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 export RELAY_EXTRAS="${RELAY_EXTRAS:-dev,spark,chaos},bench"
 if [ -z "${RELAY_BENCH_QUEUE_ONLY:-}" ]; then
   source scripts/venv.sh
+  bash scripts/compile.sh  # the hot path compiled, as a pip install on a machine with gcc has it
   python scripts/bench_report.py "$@"
   scripts/bench_queue.sh
 else

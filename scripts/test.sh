@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run every check: lint, types, then all tests (unit, simulator seeds, real clusters).
-# Sets up .venv by itself, and as root installs nftables for the namespaced tests, promtool for
+# Run every check: lint, types, then all tests (unit, simulator seeds, real clusters) against
+# relay compiled with mypyc (scripts/compile.sh, where a C compiler is), then the fast tier
+# once more from source (RELAY_PURE=1: the fallback). Sets up .venv by itself, and as root installs nftables for the namespaced tests, promtool for
 # the metrics check and Debian's chromium for the console's browser test (without root those
 # tests skip and say why). Tests run on two workers
 # (pytest-xdist; RELAY_TEST_WORKERS=N for another count, 0 for none). Extra arguments go to
@@ -27,5 +28,11 @@ apt_tool chromium chromium "the console's browser test"
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy
 echo "== import layers"; lint-imports --no-cache
+echo "== compile"; bash scripts/compile.sh
 echo "== pytest"
 python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" --dist worksteal "$@"
+if [ "$(python -c 'import relay.compiled as c; print(c.MODE)')" = compiled ]; then
+  echo "== pytest, from source (RELAY_PURE=1): the fast tier"
+  RELAY_PURE=1 python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" \
+    --dist worksteal -m "not slow"
+fi

@@ -13,7 +13,8 @@ STAMP="$VENV/.relay-installed-$EXTRAS"
 WANT="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRAS]"
+  # a pure editable install: scripts/compile.sh compiles the hot path beside the sources
+  RELAY_PURE=1 "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRAS]"
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

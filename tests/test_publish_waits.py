@@ -14,6 +14,8 @@ from relay.core.messages import Item, Tx
 from relay.core.publish import Publishes
 from relay.core.stream import StreamReplica
 
+pytestmark = pytest.mark.pure  # it hands the compiled Publishes a stand-in for a StreamReplica
+
 FIRST, OTHER, RETRY = 100, 150, 200  # the first copy (node 1), another tx, the retry's seq
 
 

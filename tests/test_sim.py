@@ -239,6 +239,7 @@ def test_a_replay_is_identical() -> None:
     assert (a.acked, a.messages, a.end_ms) == (b.acked, b.messages, b.end_ms)
 
 
+@pytest.mark.pure
 def test_the_checker_catches_a_broken_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
     from relay.core import ordering
 
@@ -258,6 +259,7 @@ def test_the_checker_catches_an_ack_while_fenced(monkeypatch: pytest.MonkeyPatch
         run_seed(1, 3, with_faults=False, work=False, compacted=False)
 
 
+@pytest.mark.pure
 def test_the_checker_catches_a_reused_key_answered_as_a_retry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -279,6 +281,7 @@ def test_every_verified_advance_is_announced() -> None:
         run_seed(seed, 3, with_faults=False, work=False, compacted=False)
 
 
+@pytest.mark.pure
 def test_the_checker_catches_an_unannounced_advance(monkeypatch: pytest.MonkeyPatch) -> None:
     from relay.core import stream
 
@@ -419,6 +422,7 @@ def test_a_power_loss_of_every_node_loses_nothing_acknowledged() -> None:
     assert acked > 500
 
 
+@pytest.mark.pure
 def test_the_checker_catches_acks_that_do_not_wait_for_the_disk(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

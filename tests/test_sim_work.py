@@ -45,6 +45,7 @@ def fails_somewhere() -> str:
     raise AssertionError("no seed caught the planted bug")
 
 
+@pytest.mark.pure
 def test_the_checker_catches_a_lease_that_runs_out_early(monkeypatch: pytest.MonkeyPatch) -> None:
     tick = QueueService._tick_group  # every node's elapsed clock 1.5 s ahead when it ticks
 
@@ -61,6 +62,7 @@ def test_the_checker_catches_an_acked_job_that_comes_back(monkeypatch: pytest.Mo
     assert "was acked and came back" in fails_somewhere()
 
 
+@pytest.mark.pure
 def test_the_checker_catches_replicas_whose_groups_disagree(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -77,6 +79,7 @@ def test_the_checker_catches_replicas_whose_groups_disagree(
     assert "the replicas' work groups differ" in fails_somewhere()
 
 
+@pytest.mark.pure
 def test_the_checker_catches_a_claim_that_takes_a_less_urgent_job_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -87,6 +90,7 @@ def test_the_checker_catches_a_claim_that_takes_a_less_urgent_job_first(
     assert "which no claim of it took by the rules" in fails_somewhere()
 
 
+@pytest.mark.pure
 def test_the_checker_catches_a_coalesced_resource_that_runs_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -94,6 +98,7 @@ def test_the_checker_catches_a_coalesced_resource_that_runs_twice(
     assert "the model ends it replaced" in fails_somewhere()
 
 
+@pytest.mark.pure
 def test_the_checker_catches_a_job_lost(monkeypatch: pytest.MonkeyPatch) -> None:
     back = QueueState._back_or_dead
 

@@ -1,8 +1,9 @@
 """What nodes say to each other over the mesh.
 
-Each message names its channel (three per stream, plus heartbeats): ``Replicate`` travels on
-the transaction channel, ``StreamAck`` on the write channel, ``RepairRequest``, ``RepairData``,
-``SyncRequest`` and ``SyncData`` on the anti-entropy channel, ``Heartbeat`` on its own.
+Each kind of message travels on one channel (three per stream, plus heartbeats; the mesh codec,
+``relay/wire/mesh.py``, picks it by kind): ``Replicate`` travels on the transaction channel,
+``StreamAck`` on the write channel, ``RepairRequest``, ``RepairData``, ``SyncRequest`` and
+``SyncData`` on the anti-entropy channel, ``Heartbeat`` on its own.
 """
 
 from __future__ import annotations
@@ -124,8 +125,6 @@ class Replicate:
     floor: int  # the origin's promise: it will never originate a seq at or below this
     txs: tuple[Tx, ...]
 
-    channel = Channel.TX
-
 
 @dataclass(frozen=True, slots=True)
 class OriginReport:
@@ -165,8 +164,6 @@ class StreamAck:
     readable_seq: int = 0  # how far a quorum's marks let it serve and acknowledge
     promise: int = 0  # it originates nothing more in this stream at or below this (>= floor)
 
-    channel = Channel.ACK
-
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
@@ -188,8 +185,6 @@ class Heartbeat:
     # (peer, bucket, digest of the names of the streams both replicate), to find streams missed
     shared: tuple[tuple[int, int, int], ...] = ()
 
-    channel = Channel.HEARTBEAT
-
 
 @dataclass(frozen=True, slots=True)
 class RepairRequest:
@@ -201,8 +196,6 @@ class RepairRequest:
     origin_epoch: int
     after_seq: int
     upto_seq: int
-
-    channel = Channel.REPAIR
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,8 +213,6 @@ class RepairData:
     after_seq: int = 0
     complete_upto: int = 0  # 0: no claim
 
-    channel = Channel.REPAIR
-
 
 @dataclass(frozen=True, slots=True)
 class SyncRequest:
@@ -234,8 +225,6 @@ class SyncRequest:
     stream: str
     requester: int
     after_seq: int
-
-    channel = Channel.REPAIR
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,8 +245,6 @@ class SyncData:
     digests: tuple[bytes, ...]
     dedup: tuple[KeyRecord, ...]  # the keys of the window before a snapshot's base
     base_count: int = 0  # txs in the stream's history up to base_seq (the dense index)
-
-    channel = Channel.REPAIR
 
 
 MeshMessage = (

@@ -222,7 +222,9 @@ class StreamReplica:
         self.announced_seq = readable
         return True
 
-    verified_seq = property(lambda self: self.timeline.verified_seq)
+    @property
+    def verified_seq(self) -> int:
+        return self.timeline.verified_seq
 
     @property
     def acked_seq(self) -> int:

@@ -1,0 +1,118 @@
+"""Which of relay's modules run compiled (mypyc), and the fallback to their sources.
+
+``setup.py`` compiles the packages in ``PACKAGES`` with mypyc into one group when mypyc and a
+C compiler are there (``scripts/compile.sh`` builds them beside their sources); a build
+without them, or with ``RELAY_PURE=1``, is pure Python. At import (``relay/__init__.py``),
+``choose`` decides for the whole group: the compiled modules run only if every one of them is
+there and none is older than its source; otherwise, and whenever ``RELAY_PURE=1`` is set, a
+finder loads each of them from its ``.py``. All or nothing, because compiled code calls the
+functions of its group directly: one module run from its edited source would leave the others
+calling its stale compiled copy.
+
+This module imports nothing of relay (``setup.py`` runs it before relay is installed).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+PACKAGES = ("relay/core", "relay/queue")  # the typed pure code on the hot path
+GROUP = "relay_native"  # the group's shared library: the module relay_native__mypyc, a file
+# beside the relay package (mypyc computes its modules' package paths from there)
+LIBRARY = f"{GROUP}__mypyc"
+ROOT = Path(__file__).resolve().parent.parent  # the folder that holds the relay package
+
+
+def sources(root: Path = ROOT) -> list[Path]:
+    """The source files compiled, relative to ``root``."""
+    return sorted(p.relative_to(root) for d in PACKAGES for p in (root / d).glob("*.py"))
+
+
+def _compiled(source: Path) -> Path | None:
+    """The extension module built from ``source``, if any."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        built = source.with_name(source.stem + suffix)
+        if built.exists():
+            return built
+    return None
+
+
+def choose(root: Path = ROOT) -> str:
+    """ "compiled", or why the group runs from its sources."""
+    if os.environ.get("RELAY_PURE") == "1":
+        return "pure: RELAY_PURE=1"
+    if _compiled(root / f"{LIBRARY}.py") is None:
+        return "pure: not compiled"
+    for relative in sources(root):
+        source = root / relative
+        built = _compiled(source)
+        if built is None:
+            return "pure: not compiled"
+        if built.stat().st_mtime < source.stat().st_mtime:
+            return f"pure: {relative} is newer than its compiled module (scripts/compile.sh)"
+    return "compiled"
+
+
+class SourceFinder:
+    """Loads the compiled group's modules from their ``.py`` files (a finder of
+    ``sys.meta_path``; not an ``importlib.abc.MetaPathFinder``, whose module loads
+    ``tempfile`` and ``random`` into every process, the pure core's among them)."""
+
+    def __init__(self, root: Path) -> None:
+        self.names = {".".join(p.with_suffix("").parts): root / p for p in sources(root)}
+        for name in list(self.names):
+            if name.endswith(".__init__"):
+                self.names[name.removesuffix(".__init__")] = self.names.pop(name)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        source = self.names.get(fullname)
+        if source is None:
+            return None
+        loader = importlib.machinery.SourceFileLoader(fullname, str(source))
+        package = source.name == "__init__.py"
+        return importlib.util.spec_from_file_location(
+            fullname,
+            source,
+            loader=loader,
+            submodule_search_locations=[str(source.parent)] if package else None,
+        )
+
+
+def _load_library() -> None:
+    """The group's shared library, from beside the relay package: a process whose path does
+    not hold that folder (a script of a checkout, which finds relay through its editable
+    install) would not find it when the first compiled module asks for it."""
+    if LIBRARY in sys.modules:
+        return
+    built = _compiled(ROOT / f"{LIBRARY}.py")
+    spec = importlib.util.spec_from_file_location(LIBRARY, built) if built else None
+    if spec is None or spec.loader is None:
+        raise ImportError(f"relay: no {LIBRARY} beside the relay package")
+    library = importlib.util.module_from_spec(spec)
+    sys.modules[LIBRARY] = library
+    spec.loader.exec_module(library)
+
+
+MODE = "unset"  # what ``install`` chose, for relay's status and the tests
+
+
+def install() -> str:
+    """Decide once per process (``relay/__init__.py``); say what was chosen."""
+    global MODE
+    if MODE == "unset":
+        MODE = choose()
+        if MODE == "compiled":
+            _load_library()
+        elif MODE != "pure: not compiled":
+            sys.meta_path.insert(0, SourceFinder(ROOT))
+        if MODE.startswith("pure: relay/"):
+            print(f"relay: running from source: {MODE.removeprefix('pure: ')}", file=sys.stderr)
+    return MODE

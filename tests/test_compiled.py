@@ -1,0 +1,85 @@
+"""relay's compiled group (mypyc) runs only whole and only when current; otherwise, or with
+RELAY_PURE=1, every module of it runs from source (relay/compiled.py)."""
+
+import importlib.machinery
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from relay import compiled
+
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def tree(root: Path) -> list[Path]:
+    """A package tree with the compiled packages' layout: two modules in each."""
+    made = []
+    for package in compiled.PACKAGES:
+        (root / package).mkdir(parents=True)
+        for name in ("__init__", "one"):
+            made.append(root / package / f"{name}.py")
+            made[-1].write_text("")
+    return made
+
+
+def build(root: Path, sources: list[Path]) -> None:
+    """Each source's compiled module, and the group's shared library."""
+    (root / f"{compiled.LIBRARY}{SUFFIX}").write_bytes(b"")
+    for source in sources:
+        source.with_name(source.stem + SUFFIX).write_bytes(b"")
+
+
+def test_the_group_runs_compiled_only_whole_and_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RELAY_PURE", raising=False)
+    sources = tree(tmp_path)
+    assert compiled.choose(tmp_path) == "pure: not compiled"
+    build(tmp_path, sources[:-1])
+    assert compiled.choose(tmp_path) == "pure: not compiled"  # one module is missing
+    build(tmp_path, sources[-1:])
+    assert compiled.choose(tmp_path) == "compiled"
+    edited = sources[1]
+    later = time.time() + 5
+    os.utime(edited, (later, later))
+    assert compiled.choose(tmp_path).startswith(f"pure: {edited.relative_to(tmp_path)} is newer")
+    monkeypatch.setenv("RELAY_PURE", "1")
+    build(tmp_path, sources)
+    assert compiled.choose(tmp_path) == "pure: RELAY_PURE=1"
+
+
+def test_the_source_finder_names_every_module_of_the_group(tmp_path: Path) -> None:
+    tree(tmp_path)
+    finder = compiled.SourceFinder(tmp_path)
+    for package in compiled.PACKAGES:
+        name = package.replace("/", ".")
+        spec = finder.find_spec(name, None)
+        assert spec is not None and spec.origin == str(tmp_path / package / "__init__.py")
+        assert spec.submodule_search_locations == [str(tmp_path / package)]
+        spec = finder.find_spec(f"{name}.one", None)
+        assert spec is not None and spec.origin == str(tmp_path / package / "one.py")
+    assert finder.find_spec("relay.runtime.node", None) is None
+
+
+@pytest.mark.slow
+def test_relay_pure_runs_every_module_of_the_group_from_source() -> None:
+    """In a fresh interpreter: with RELAY_PURE=1 each compiled module comes from its .py;
+    without, from what this checkout holds (compiled after scripts/compile.sh)."""
+    probe = (
+        "import relay, relay.core.node, relay.queue.service, sys;"
+        "print(relay.compiled.MODE);"
+        "print(*sorted({m.__file__.rsplit('.', 1)[-1] for n, m in sys.modules.items()"
+        " if n.startswith(('relay.core', 'relay.queue')) and getattr(m, '__file__', None)}))"
+    )
+    env = {**os.environ, "RELAY_PURE": "1"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert out.stdout.split("\n")[:2] == ["pure: RELAY_PURE=1", "py"], out.stderr
+    env.pop("RELAY_PURE")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    mode, kinds = out.stdout.split("\n")[:2]
+    assert mode == compiled.choose()
+    assert kinds == ("so" if mode == "compiled" else "py"), out.stderr
