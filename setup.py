@@ -1,8 +1,9 @@
 """relay's build: pyproject.toml says everything but this. The typed pure modules of
 ``relay.compiled.PACKAGES`` are compiled with mypyc into one group when mypyc and a C compiler
-are there (pip's isolated build brings mypyc); without them, or with ``RELAY_PURE=1``, the
-build is pure Python and runs the same. ``scripts/compile.sh`` builds them beside the sources
-(``build_ext --inplace``), which is what the tests and benchmarks run."""
+are there (pip's isolated build brings mypyc); without them, with ``RELAY_PURE=1``, or when
+compiling fails, the build is pure Python and runs the same. ``scripts/compile.sh`` builds
+them beside the sources (``build_ext --inplace``), which is what the tests and benchmarks
+run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,18 @@ import sysconfig
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    """A compile that fails leaves a pure Python build, saying why, instead of no build."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as failure:  # any compiler failure
+            print(f"relay: compiling failed ({failure}): a pure Python build", file=sys.stderr)
+            self.extensions = []
 
 
 def compiled_modules() -> list[object]:
@@ -31,7 +44,12 @@ def compiled_modules() -> list[object]:
     root = Path(__file__).resolve().parent
     compiled = runpy.run_path(str(root / "relay" / "compiled.py"))
     paths = [str(p) for p in compiled["sources"](root)]
-    return list(mypycify(paths, opt_level="3", group_name=compiled["GROUP"], multi_file=True))
+    try:
+        built = mypycify(paths, opt_level="3", group_name=compiled["GROUP"], multi_file=True)
+    except (Exception, SystemExit) as failure:  # mypyc exits on a type error
+        print(f"relay: mypyc failed ({failure}): a pure Python build", file=sys.stderr)
+        return []
+    return list(built)
 
 
-setup(ext_modules=compiled_modules())
+setup(ext_modules=compiled_modules(), cmdclass={"build_ext": OptionalBuildExt})

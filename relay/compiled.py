@@ -4,8 +4,9 @@
 C compiler are there (``scripts/compile.sh`` builds them beside their sources); a build
 without them, or with ``RELAY_PURE=1``, is pure Python. At import (``relay/__init__.py``),
 ``choose`` decides for the whole group: the compiled modules run only if every one of them is
-there and none is older than its source; otherwise, and whenever ``RELAY_PURE=1`` is set, a
-finder loads each of them from its ``.py``. All or nothing, because compiled code calls the
+there and, in a checkout (where ``setup.py`` is; an installed wheel's file times say nothing),
+none is older than its source; otherwise, and whenever ``RELAY_PURE=1`` is set, a finder loads
+each of them from its ``.py``. All or nothing, because compiled code calls the
 functions of its group directly: one module run from its edited source would leave the others
 calling its stale compiled copy.
 
@@ -47,15 +48,18 @@ def choose(root: Path = ROOT) -> str:
     """ "compiled", or why the group runs from its sources."""
     if os.environ.get("RELAY_PURE") == "1":
         return "pure: RELAY_PURE=1"
-    if _compiled(root / f"{LIBRARY}.py") is None:
+    built = {relative: _compiled(root / relative) for relative in sources(root)}
+    library = _compiled(root / f"{LIBRARY}.py")
+    missing = [relative for relative, module in built.items() if module is None]
+    if library is None and len(missing) == len(built):
         return "pure: not compiled"
-    for relative in sources(root):
-        source = root / relative
-        built = _compiled(source)
-        if built is None:
-            return "pure: not compiled"
-        if built.stat().st_mtime < source.stat().st_mtime:
-            return f"pure: {relative} is newer than its compiled module (scripts/compile.sh)"
+    if library is None or missing:
+        absent = f"{LIBRARY}" if library is None else str(missing[0])
+        return f"pure: partly compiled, no compiled {absent} (scripts/compile.sh)"
+    if (root / "setup.py").exists():
+        for relative, module in built.items():
+            if module is not None and module.stat().st_mtime < (root / relative).stat().st_mtime:
+                return f"pure: {relative} is newer than its compiled module (scripts/compile.sh)"
     return "compiled"
 
 
@@ -111,8 +115,8 @@ def install() -> str:
         MODE = choose()
         if MODE == "compiled":
             _load_library()
-        elif MODE != "pure: not compiled":
+        else:
             sys.meta_path.insert(0, SourceFinder(ROOT))
-        if MODE.startswith("pure: relay/"):
+        if "(scripts/compile.sh)" in MODE:
             print(f"relay: running from source: {MODE.removeprefix('pure: ')}", file=sys.stderr)
     return MODE

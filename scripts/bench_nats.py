@@ -12,11 +12,13 @@ One cluster per run, a fresh stream per measure, in the order of ``relay bench``
   coordinated omission, as ``relay bench --rate``).
 
 The consumer is a process of its own on a pull consumer (``AckPolicy.NONE``: relay's
-``Consumer`` acknowledges nothing either) that keeps two pull requests of 1,000 messages
-outstanding and takes each message as it arrives, as the Go client's ``Consume`` does
-(nats-py's ``fetch`` waits for a whole batch or its timeout, which would be measured as
-latency). Payloads are 100 bytes, the first 8 the due time. ``--storage file --sync-always``
-is relay's ``fsync = "always"``: the servers fsync before acknowledging.
+``Consumer`` acknowledges nothing either) that keeps at least two batches of 1,000 messages
+asked for and not yet delivered, counting what each message and each expired request (its
+``Nats-Pending-Messages``) takes off, and takes each message as it arrives, as the Go client's
+``Consume`` does (nats-py's ``fetch`` waits for a whole batch or its timeout, which would be
+measured as latency). A publish whose ack fails or does not come within ``ACK_TIMEOUT_S``
+counts as failed, not acked. Payloads are 100 bytes, the first 8 the due time. ``--storage
+file --sync-always`` is relay's ``fsync = "always"``: the servers fsync before acknowledging.
 """
 
 from __future__ import annotations
@@ -40,12 +42,15 @@ from nats.js import api
 from nats.js.client import JetStreamContext
 from nats_cluster import nats_cluster, ready
 
+from relay.bench import percentile
 from relay.gc_tuning import tune_gc
 
 STAMP = struct.Struct("<d")  # the due time (Unix seconds), as relay bench's payloads carry it
 SIZE = 100
 PULL_BATCH = 1000
 CONSUMER_IDLE_S = 5.0
+ACK_TIMEOUT_S = 30.0
+QUANTILES = (("50", 0.5), ("99", 0.99), ("999", 0.999))
 
 
 def payload(due_wall: float) -> bytes:
@@ -54,11 +59,7 @@ def payload(due_wall: float) -> bytes:
 
 def percentiles(values: list[float], prefix: str = "") -> dict[str, float]:
     ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
-
-    return {f"{prefix}p50_ms": at(0.5), f"{prefix}p99_ms": at(0.99), f"{prefix}p999_ms": at(0.999)}
+    return {f"{prefix}p{name}_ms": percentile(ordered, q) for name, q in QUANTILES}
 
 
 async def fresh_stream(js: JetStreamContext, name: str, storage: str) -> str:
@@ -69,14 +70,28 @@ async def fresh_stream(js: JetStreamContext, name: str, storage: str) -> str:
     return name.lower()
 
 
+def outcome(acks: list[asyncio.Future[api.PubAck]]) -> dict[str, int]:
+    failed = sum(1 for ack in acks if not ack.done() or ack.cancelled() or ack.exception())
+    return {"acked": len(acks) - failed, "failed": failed}
+
+
+async def completed(js: JetStreamContext, acks: list[asyncio.Future[api.PubAck]]) -> None:
+    """Every ack in, or ``ACK_TIMEOUT_S`` gone (what is not in by then counts as failed)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(js.publish_async_completed(), ACK_TIMEOUT_S)
+    await asyncio.wait(acks, timeout=1.0)
+
+
 async def pipelined(js: JetStreamContext, subject: str, count: int) -> dict[str, Any]:
     body = payload(0.0)
+    acks = []
     started = time.perf_counter()
     for _ in range(count):
-        await js.publish_async(subject, body, wait_stall=10.0)
-    await js.publish_async_completed()
+        acks.append(await js.publish_async(subject, body, wait_stall=10.0))
+    await completed(js, acks)
     took = time.perf_counter() - started
-    return {"acked": count, "tx_per_s": count / took}
+    found = outcome(acks)
+    return {**found, "tx_per_s": found["acked"] / took}
 
 
 async def lone(js: JetStreamContext, subject: str, count: int) -> dict[str, Any]:
@@ -84,13 +99,14 @@ async def lone(js: JetStreamContext, subject: str, count: int) -> dict[str, Any]
     offset = time.time() - time.perf_counter()
     for _ in range(count):
         sent = time.perf_counter()
-        await js.publish(subject, payload(sent + offset))
+        await js.publish(subject, payload(sent + offset), timeout=ACK_TIMEOUT_S)
         took.append((time.perf_counter() - sent) * 1000)
     return {"acked": count, "tx_per_s": count / (sum(took) / 1000), **percentiles(took)}
 
 
-def acked_at(due: float, took: list[float], _ack: object) -> None:
-    took.append((time.perf_counter() - due) * 1000)
+def acked_at(due: float, took: list[float], ack: asyncio.Future[api.PubAck]) -> None:
+    if not ack.cancelled() and ack.exception() is None:
+        took.append((time.perf_counter() - due) * 1000)
 
 
 async def open_loop(js: JetStreamContext, subject: str, count: int, rate: float) -> dict[str, Any]:
@@ -106,9 +122,8 @@ async def open_loop(js: JetStreamContext, subject: str, count: int, rate: float)
         ack = await js.publish_async(subject, payload(due + offset), wait_stall=10.0)
         ack.add_done_callback(functools.partial(acked_at, due, took))
         acks.append(ack)
-    await js.publish_async_completed()
-    await asyncio.gather(*acks, return_exceptions=True)
-    return {"acked": len(took), "tx_per_s": len(took) / (time.perf_counter() - started),
+    await completed(js, acks)
+    return {**outcome(acks), "tx_per_s": len(took) / (time.perf_counter() - started),
             "offered": rate, **percentiles(took)}  # fmt: skip
 
 
@@ -133,34 +148,34 @@ async def _consume(servers: list[str], stream: str, count: int, ready_flag: Any)
     )
     inbox = nc.new_inbox()
     latencies: list[float] = []
-    received = [0]
-    wake = asyncio.Event()
-
-    async def on_message(msg: Msg) -> None:
-        if msg.headers and "Status" in msg.headers:  # a pull request expired: ask again
-            wake.set()
-            return
-        latencies.append((time.time() - STAMP.unpack_from(msg.data)[0]) * 1000)
-        received[0] += 1
-        if received[0] % PULL_BATCH == 0:
-            wake.set()
-
-    await nc.subscribe(inbox, cb=on_message)
+    owed = [0]  # messages asked for by requests still open, not yet delivered
     subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}"
     request = json.dumps({"batch": PULL_BATCH, "expires": 5_000_000_000}).encode()
-    for _ in range(2):
-        await nc.publish(subject, request, reply=inbox)
+
+    async def ask() -> None:
+        while owed[0] < 2 * PULL_BATCH:
+            owed[0] += PULL_BATCH
+            await nc.publish(subject, request, reply=inbox)
+
+    async def on_message(msg: Msg) -> None:
+        status = msg.headers.get("Status") if msg.headers else None
+        if status is None:
+            latencies.append((time.time() - STAMP.unpack_from(msg.data)[0]) * 1000)
+            owed[0] -= 1
+        elif status != "100":  # a request ended (expired, 408, or refused): what it still owed
+            pending = (msg.headers or {}).get("Nats-Pending-Messages")
+            owed[0] = max(0, owed[0] - (int(pending) if pending else PULL_BATCH))
+        await ask()
+
+    await nc.subscribe(inbox, cb=on_message)
+    await ask()
     await nc.flush()
     ready_flag.set()
     last, quiet_since = 0, time.monotonic()
-    while received[0] < count and time.monotonic() - quiet_since < CONSUMER_IDLE_S:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), 0.5)
-        if wake.is_set():
-            wake.clear()
-            await nc.publish(subject, request, reply=inbox)
-        if received[0] != last:
-            last, quiet_since = received[0], time.monotonic()
+    while len(latencies) < count and time.monotonic() - quiet_since < CONSUMER_IDLE_S:
+        await asyncio.sleep(0.2)
+        if len(latencies) != last:
+            last, quiet_since = len(latencies), time.monotonic()
     await nc.close()
     return latencies
 

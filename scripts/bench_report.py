@@ -254,14 +254,14 @@ def describe(r: dict[str, Any]) -> str:
         f"- one in flight: p50 {single['p50_ms']:.3f} ms, p99 {single['p99_ms']:.3f} ms, "
         f"p99.9 {single['p999_ms']:.3f} ms ({single['tx_per_s']:,.0f} tx/s)",
         f"- at half the peak with a consumer ({half['settings']['rate']:,.0f} tx/s offered, "
-        f"{half['tx_per_s']:,.0f} acked): {latencies(half)}",
+        f"{half['tx_per_s']:,.0f} tx/s acked): {latencies(half)}",
     ]
     if "single_e2e" in r:
         lines.append(f"- one in flight with a consumer: {latencies(r['single_e2e'])}")
         loop = r["open_loop"]
         lines.append(
             f"- open loop at {loop['settings']['rate']:,.0f} tx/s with a consumer "
-            f"({loop['tx_per_s']:,.0f} acked): {latencies(loop)}"
+            f"({loop['tx_per_s']:,.0f} tx/s acked): {latencies(loop)}"
         )
     if r["peak_of_three"]:
         lines.append(
@@ -293,7 +293,7 @@ def describe_nats(nats: Peer | None) -> str:
             if key.startswith("rate "):
                 lines.append(
                     f"  - open loop at {loop['offered']:,.0f} msg/s with a consumer "
-                    f"({loop['tx_per_s']:,.0f} acked): {latencies(loop)}"
+                    f"({loop['tx_per_s']:,.0f} tx/s acked): {latencies(loop)}"
                 )
     return "\n".join(lines) + "\n"
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run every check: lint, types, then all tests (unit, simulator seeds, real clusters) against
 # relay compiled with mypyc (scripts/compile.sh, where a C compiler is), then the fast tier
-# once more from source (RELAY_PURE=1: the fallback). Sets up .venv by itself, and as root installs nftables for the namespaced tests, promtool for
-# the metrics check and Debian's chromium for the console's browser test (without root those
-# tests skip and say why). Tests run on two workers
-# (pytest-xdist; RELAY_TEST_WORKERS=N for another count, 0 for none). Extra arguments go to
-# pytest, e.g. scripts/test.sh -m "not slow".
+# once more from source (RELAY_PURE=1: the fallback). Sets up .venv by itself, and as root
+# installs nftables for the namespaced tests, promtool for the metrics check and Debian's
+# chromium for the console's browser test (without root those tests skip and say why). Tests
+# run on two workers (pytest-xdist; RELAY_TEST_WORKERS=N for another count, 0 for none). Extra
+# arguments go to pytest in both passes, e.g. scripts/test.sh -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
@@ -34,5 +34,5 @@ python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" --dist
 if [ "$(python -c 'import relay.compiled as c; print(c.MODE)')" = compiled ]; then
   echo "== pytest, from source (RELAY_PURE=1): the fast tier"
   RELAY_PURE=1 python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" \
-    --dist worksteal -m "not slow"
+    --dist worksteal -m "not slow" "$@"
 fi

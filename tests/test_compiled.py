@@ -38,17 +38,28 @@ def test_the_group_runs_compiled_only_whole_and_current(
 ) -> None:
     monkeypatch.delenv("RELAY_PURE", raising=False)
     sources = tree(tmp_path)
+    (tmp_path / "setup.py").write_text("")  # a checkout: file times count
     assert compiled.choose(tmp_path) == "pure: not compiled"
     build(tmp_path, sources[:-1])
-    assert compiled.choose(tmp_path) == "pure: not compiled"  # one module is missing
+    missing = sources[-1].relative_to(tmp_path)
+    assert compiled.choose(tmp_path).startswith(f"pure: partly compiled, no compiled {missing}")
     build(tmp_path, sources[-1:])
     assert compiled.choose(tmp_path) == "compiled"
+    (tmp_path / f"{compiled.LIBRARY}{SUFFIX}").unlink()
+    no_library = f"pure: partly compiled, no compiled {compiled.LIBRARY}"
+    assert compiled.choose(tmp_path).startswith(no_library)
+    build(tmp_path, sources)
+    added = tmp_path / compiled.PACKAGES[0] / "two.py"
+    added.write_text("")
+    assert compiled.choose(tmp_path).startswith("pure: partly compiled")
+    build(tmp_path, [added])
     edited = sources[1]
     later = time.time() + 5
     os.utime(edited, (later, later))
     assert compiled.choose(tmp_path).startswith(f"pure: {edited.relative_to(tmp_path)} is newer")
+    (tmp_path / "setup.py").unlink()  # installed: a wheel's file times say nothing
+    assert compiled.choose(tmp_path) == "compiled"
     monkeypatch.setenv("RELAY_PURE", "1")
-    build(tmp_path, sources)
     assert compiled.choose(tmp_path) == "pure: RELAY_PURE=1"
 
 
