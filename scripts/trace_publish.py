@@ -21,6 +21,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +59,17 @@ def inside(turns: list[Turn], window: tuple[int, int]) -> list[Turn]:
     return [t for t in turns if t["end"] >= start and t["start"] <= end]
 
 
-def phases(turn: Turn) -> tuple[float, float, float]:
-    """A turn's reading and decoding, core and effects, in us."""
-    start, core, effects, end = (turn[k] for k in ("start", "core", "effects", "end"))
-    return (core - start) / 1000, (effects - core) / 1000, (end - effects) / 1000
+PHASES = "in / core / out / after"
+
+
+def phases(turn: Turn) -> tuple[float, ...]:
+    """A turn's reading and decoding, core, effects and after (log reads, the sync), in us."""
+    stamps = [turn[k] for k in ("start", "core", "effects", "after", "end")]
+    return tuple((b - a) / 1000 for a, b in pairwise(stamps))
 
 
 def cpu_phases(turn: Turn) -> tuple[float, ...]:
-    """The CPU the loop's thread spent in a turn's reading and decoding, core and effects,
-    in us."""
+    """The CPU the loop's thread spent in each phase of a turn, in us."""
     return tuple(ns / 1000 for ns in turn["cpu"])
 
 
@@ -106,7 +109,7 @@ def main() -> None:
     rows = sorted(
         (t["start"], n, t) for n, ts in turns.items() for t in inside(ts, windows[median_i])
     )
-    print("| node | turn start (us) | end (us) | busy (us) | in / core / out (us) | CPU | what |")
+    print(f"| node | turn start (us) | end (us) | busy (us) | {PHASES} (us) | CPU | what |")
     print("|---|---|---|---|---|---|---|")
     for _, n, t in rows:
         begin, end = (t["start"] - start) / 1000, (t["end"] - start) / 1000
@@ -116,8 +119,9 @@ def main() -> None:
         print(f"{line} {describe(t)} |")
     print(f"| producer | 0 | {latencies[median_i]:.0f} | | | send, then the ack |\n")
     print("Over all publishes (median per publish; in: reading and decoding the sockets, core:")
-    print("the core's turn, out: carrying out its effects, each summed over the window's turns):\n")
-    print("| node | turns in the window | busy us in the window | in / core / out (us) |")
+    print("the core's turn, out: carrying out its effects, after: log reads and the sync of the")
+    print("turn's writes when it runs in the loop, each summed over the window's turns):\n")
+    print(f"| node | turns in the window | busy us in the window | {PHASES} (us) |")
     print("|---|---|---|---|")
     for n, ts in sorted(turns.items()):
         counts, busy, sums = [], [], []
@@ -125,7 +129,7 @@ def main() -> None:
             found = inside(ts, w)
             counts.append(len(found))
             busy.append(sum(t["end"] - t["start"] for t in found) / 1000)
-            sums.append([sum(p) for p in zip(*map(phases, found), strict=True)] or [0, 0, 0])
+            sums.append([sum(p) for p in zip(*map(phases, found), strict=True)] or [0] * 4)
         medians = " / ".join(f"{statistics.median(p):.0f}" for p in zip(*sums, strict=True))
         print(
             f"| {n} | {statistics.median(counts):.0f} | {statistics.median(busy):.0f} | {medians} |"
@@ -138,7 +142,7 @@ def by_kind(turns: dict[int, list[Turn]]) -> str:
     """The CPU of every traced turn, by node and by the kinds of what it took: a turn's own
     cost, without the waits for a core that its wall time holds."""
     lines = ["\nCPU of the loop's thread per turn, by what the turn took (median, us):\n"]
-    lines += ["| node | took | turns | in / core / out | all |", "|---|---|---|---|---|"]
+    lines += [f"| node | took | turns | {PHASES} | all |", "|---|---|---|---|---|"]
     for n, ts in sorted(turns.items()):
         groups: dict[str, list[Turn]] = {}
         for t in ts:

@@ -1,9 +1,11 @@
 """A client's connections to nodes, polled together, with disconnects noticed at once.
 
 ZeroMQ reconnects silently and drops what was in flight on a connection that broke, so each
-connection carries a socket monitor: a broken or refused connection, or a CURVE handshake
-that failed (the node does not hold the key we expect, or does not admit ours), is reported
-by ``disconnected`` and the client fails over instead of waiting out a timeout. A node that
+connection carries a socket monitor, polled with the connections (an event wakes a wait for
+replies; a monitor is read only when the poll found it readable, so a reply costs no poll of
+each monitor): a broken or refused connection, or a CURVE handshake that failed (the node does
+not hold the key we expect, or does not admit ours), is reported by ``disconnected`` and the
+client fails over instead of waiting out a timeout. A node that
 refused this client's key is remembered (``refused``) until a handshake with it succeeds: once
 every node has, ``refusal`` says so and the client stops with an ``auth`` error.
 """
@@ -41,6 +43,8 @@ class ConnectionPool:
         self._conns: dict[NodeAddress, Connection] = {}
         self._monitors: dict[NodeAddress, zmq.Socket[Any]] = {}
         self._by_socket: dict[zmq.Socket[Any], NodeAddress] = {}
+        self._by_monitor: dict[zmq.Socket[Any], NodeAddress] = {}
+        self._alerted: set[NodeAddress] = set()  # monitors the last poll found readable
         self._poller = zmq.Poller()
         self.refused: set[NodeAddress] = set()  # nodes that refused this client's key
 
@@ -52,16 +56,22 @@ class ConnectionPool:
             self._conns[address] = conn
             self._monitors[address] = monitor
             self._by_socket[conn.sock] = address
+            self._by_monitor[monitor] = address
             self._poller.register(conn.sock, zmq.POLLIN)
+            self._poller.register(monitor, zmq.POLLIN)
         return conn
 
     def receive(self, wait_ms: int) -> list[tuple[NodeAddress, Reply]]:
-        """Every reply that arrives within ``wait_ms`` (returns as soon as one is there)."""
+        """Every reply that arrives within ``wait_ms`` (returns as soon as one is there, or a
+        connection's monitor has news for ``disconnected``)."""
         if not self._conns:
             return []
         out = []
         for sock, _ in self._poller.poll(wait_ms):
-            address = self._by_socket[sock]
+            address = self._by_socket.get(sock)
+            if address is None:
+                self._alerted.add(self._by_monitor[sock])
+                continue
             conn = self._conns[address]
             while (reply := conn.recv_ready()) is not None:
                 out.append((address, reply))
@@ -70,9 +80,13 @@ class ConnectionPool:
         return out
 
     def disconnected(self) -> list[NodeAddress]:
-        """Connections that broke or could not be made since the last call."""
+        """Connections that broke or could not be made, of those whose monitor the last
+        ``receive`` found readable."""
         broken = []
+        alerted, self._alerted = self._alerted, set()
         for address, monitor in self._monitors.items():
+            if address not in alerted:
+                continue
             lost = False
             while monitor.poll(0):
                 event = recv_monitor_message(monitor)["event"]
@@ -105,7 +119,10 @@ class ConnectionPool:
             return
         monitor = self._monitors.pop(address)
         self._poller.unregister(conn.sock)
+        self._poller.unregister(monitor)
         del self._by_socket[conn.sock]
+        del self._by_monitor[monitor]
+        self._alerted.discard(address)
         conn.sock.disable_monitor()
         monitor.close(linger=0)
         conn.close()

@@ -251,11 +251,13 @@ class NodeRuntime:
                 carry_ns = time.monotonic_ns()
                 carry_cpu = time.thread_time_ns() if self.trace is not None else 0
                 self.shell.carry_out(effects, now)
-                if self.trace is not None:
-                    stamps = (started_ns, handle_ns, carry_ns, time.monotonic_ns())
-                    cpu = (started_cpu, handle_cpu, carry_cpu, time.thread_time_ns())
-                    self.trace.turn(stamps, cpu, events, effects)
+                after_ns = time.monotonic_ns()
+                after_cpu = time.thread_time_ns() if self.trace is not None else 0
                 self.shell.after_turn(now)
+                if self.trace is not None:
+                    stamps = (started_ns, handle_ns, carry_ns, after_ns, time.monotonic_ns())
+                    cpu = (started_cpu, handle_cpu, carry_cpu, after_cpu, time.thread_time_ns())
+                    self.trace.turn(stamps, cpu, events, effects)
                 if elapsed >= next_gauge:
                     next_gauge = elapsed + GAUGE_MS
                     trim_heap()
@@ -349,10 +351,6 @@ class NodeRuntime:
             self.admin.send(admin_reply(request, self.hooks, self.core))
         else:
             self.admin.send(admin_error(f"an admin request is one frame, not {frames}"))
-
-    # --- input --------------------------------------------------------------------------
-
-    # --- output -------------------------------------------------------------------------
 
 
 def raise_open_files_limit() -> None:

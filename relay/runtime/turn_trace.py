@@ -2,11 +2,12 @@
 
 How this works: with ``relay node --trace FILE`` each turn that handled input is recorded as
 (start, end) on the monotonic clock in nanoseconds (one clock for every process of the machine,
-so traces of several nodes line up), with when the core got the turn's events and when the
-shell began carrying out its effects (so a turn splits into reading and decoding, the core, and
-the effects), the CPU the loop's thread spent in each of the three (the wall time also holds
-waits for a core the machine's other processes held), and the kinds of the events it took and
-of the effects it carried out. The last
+so traces of several nodes line up), with when the core got the turn's events, when the shell
+began carrying out its effects and when it had (so a turn splits into reading and decoding, the
+core, the effects, and what follows them: a few log reads and the sync of what the turn wrote,
+which runs in the loop when it is small), the CPU the loop's thread spent in each of the four
+(the wall time also holds waits for a core the machine's other processes held), and the kinds
+of the events it took and of the effects it carried out. The last
 ``TURNS_MAX`` turns are kept in memory and written to FILE as JSON lines when the node stops.
 ``scripts/trace_publish.sh`` lines them up against a producer's publishes.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 from relay.core.events import Effect, Event, MeshReceived
 
 TURNS_MAX = 200_000
-Stamps = tuple[int, int, int, int]  # start, core, effects, end (monotonic ns)
+Stamps = tuple[int, int, int, int, int]  # start, core, effects, after, end (monotonic ns)
 
 
 def kind_of(item: Event | Effect) -> str:
@@ -41,7 +42,8 @@ class TurnTrace:
 
     def turn(self, stamps: Stamps, cpu: Stamps, events: list[Event], effects: list[Effect]) -> None:
         """A turn: ``stamps`` are its start, when the core got its events, when the shell
-        began carrying out the effects, and its end; ``cpu`` the thread's CPU clock then."""
+        began carrying out the effects, when it had, and its end; ``cpu`` the thread's CPU
+        clock then."""
         if events or effects:
             took = Counter(kind_of(e) for e in events)
             did = Counter(kind_of(e) for e in effects)
@@ -49,7 +51,8 @@ class TurnTrace:
 
     def write(self) -> None:
         with self.path.open("w") as out:
-            for (start, core, effects, end), cpu, took, did in self.turns:
-                turn = {"start": start, "core": core, "effects": effects, "end": end}
-                spent = [b - a for a, b in pairwise(cpu)]  # ns: in, core, out
+            for (start, core, effects, after, end), cpu, took, did in self.turns:
+                turn = {"start": start, "core": core, "effects": effects, "after": after}
+                turn["end"] = end
+                spent = [b - a for a, b in pairwise(cpu)]  # ns: in, core, out, after
                 out.write(json.dumps({**turn, "cpu": spent, "in": took, "out": did}) + "\n")
