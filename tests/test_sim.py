@@ -446,9 +446,10 @@ def test_acks_at_verified_lose_a_tx_a_quorum_held_durably(monkeypatch: pytest.Mo
     """Why an acknowledgement waits for a quorum's marks, not just a quorum's durable votes
     (seed 9600282, 3 nodes, fsync always, found acknowledging at verified): node 2 verified a
     tx with node 3's durable vote and acknowledged it; every node lost power, node 2 never
-    came back, and nodes 1 and 3 restored it only in node 3's unmarked tail (node 1 never had
-    it on disk). Their tails disagreed, both refolded from the last mark, and the tx, of an
-    epoch that was cut, was dropped: the acknowledged history changed at its position."""
+    came back; node 3 restored the tx in its unmarked tail, node 1 had lost it with its page
+    cache and, knowing nothing of node 2's epoch, folded its new txs past it. Their tails
+    disagreed, both refolded from the last mark, and the tx was dropped: the acknowledged
+    history changed at its position."""
     monkeypatch.setattr(StreamReplica, "acked_seq", property(lambda self: self.verified_seq))
     with pytest.raises(InvariantViolation, match="one timeline"):
         run_seed(9600282, 3)
