@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-Results = dict[tuple[int, str, str], dict[str, Any]]
-Peer = dict[str, dict[str, Any]]  # scripts/bench_nats.py's measures, by JetStream setting
+if TYPE_CHECKING:  # bench_report imports this module when asked for charts
+    from bench_report import Peer, Results
+
 RELAY, PEER = "#1e5ab4", "#9a9a9a"
 
 
