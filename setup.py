@@ -17,15 +17,23 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
+REQUIRED = os.environ.get("RELAY_COMPILE_REQUIRED") == "1"  # scripts/compile.sh: fail loudly
+
 
 class OptionalBuildExt(build_ext):
-    """A compile that fails leaves a pure Python build, saying why, instead of no build."""
+    """A compile that fails leaves a pure Python build, saying why, instead of no build (with
+    ``RELAY_COMPILE_REQUIRED=1`` it fails): the modules it did build are removed, so the
+    group is never installed in part."""
 
     def run(self) -> None:
         try:
             super().run()
         except Exception as failure:  # any compiler failure
+            if REQUIRED:
+                raise
             print(f"relay: compiling failed ({failure}): a pure Python build", file=sys.stderr)
+            for extension in self.extensions:
+                Path(self.get_ext_fullpath(extension.name)).unlink(missing_ok=True)
             self.extensions = []
 
 
@@ -47,6 +55,8 @@ def compiled_modules() -> list[object]:
     try:
         built = mypycify(paths, opt_level="3", group_name=compiled["GROUP"], multi_file=True)
     except (Exception, SystemExit) as failure:  # mypyc exits on a type error
+        if REQUIRED:
+            raise
         print(f"relay: mypyc failed ({failure}): a pure Python build", file=sys.stderr)
         return []
     return list(built)

@@ -53,13 +53,15 @@ def choose(root: Path = ROOT) -> str:
     missing = [relative for relative, module in built.items() if module is None]
     if library is None and len(missing) == len(built):
         return "pure: not compiled"
+    checkout = (root / "setup.py").exists()
+    hint = " (scripts/compile.sh)" if checkout else ""
     if library is None or missing:
-        absent = f"{LIBRARY}" if library is None else str(missing[0])
-        return f"pure: partly compiled, no compiled {absent} (scripts/compile.sh)"
-    if (root / "setup.py").exists():
+        absent = LIBRARY if library is None else str(missing[0])
+        return f"pure: partly compiled, no compiled {absent}{hint}"
+    if checkout:
         for relative, module in built.items():
             if module is not None and module.stat().st_mtime < (root / relative).stat().st_mtime:
-                return f"pure: {relative} is newer than its compiled module (scripts/compile.sh)"
+                return f"pure: {relative} is newer than its compiled module{hint}"
     return "compiled"
 
 
@@ -117,6 +119,6 @@ def install() -> str:
             _load_library()
         else:
             sys.meta_path.insert(0, SourceFinder(ROOT))
-        if "(scripts/compile.sh)" in MODE:
+        if MODE.startswith(("pure: partly", "pure: relay/")):
             print(f"relay: running from source: {MODE.removeprefix('pure: ')}", file=sys.stderr)
     return MODE

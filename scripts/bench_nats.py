@@ -16,9 +16,10 @@ The consumer is a process of its own on a pull consumer (``AckPolicy.NONE``: rel
 asked for and not yet delivered, counting what each message and each expired request (its
 ``Nats-Pending-Messages``) takes off, and takes each message as it arrives, as the Go client's
 ``Consume`` does (nats-py's ``fetch`` waits for a whole batch or its timeout, which would be
-measured as latency). A publish whose ack fails or does not come within ``ACK_TIMEOUT_S``
-counts as failed, not acked. Payloads are 100 bytes, the first 8 the due time. ``--storage
-file --sync-always`` is relay's ``fsync = "always"``: the servers fsync before acknowledging.
+measured as latency). A publish whose ack fails, or has not come ``ACK_TIMEOUT_S`` after the
+measure's last publish, counts as failed, not acked. Payloads are 100 bytes, the first 8 the
+due time. ``--storage file --sync-always`` is relay's ``fsync = "always"``: the servers fsync
+before acknowledging.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ STAMP = struct.Struct("<d")  # the due time (Unix seconds), as relay bench's pay
 WARM_UP = b"warm"  # a first publish before the clock starts, shorter than a stamp
 SIZE = 100
 PULL_BATCH = 1000
+PULL_EXPIRES_S = 1.0  # a pull request ends (408) after this long without its whole batch
 CONSUMER_IDLE_S = 5.0
 ACK_TIMEOUT_S = 30.0
 QUANTILES = (("50", 0.5), ("99", 0.99), ("999", 0.999))
@@ -77,10 +79,15 @@ def outcome(acks: list[asyncio.Future[api.PubAck]]) -> dict[str, int]:
 
 
 async def completed(js: JetStreamContext, acks: list[asyncio.Future[api.PubAck]]) -> None:
-    """Every ack in, or ``ACK_TIMEOUT_S`` gone (what is not in by then counts as failed)."""
+    """Every ack in, or ``ACK_TIMEOUT_S`` gone since the last publish: what is not in by then
+    is cancelled (it counts as failed, and gives its place in the window back to the next
+    measure, which shares the client)."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(js.publish_async_completed(), ACK_TIMEOUT_S)
-    await asyncio.wait(acks, timeout=1.0)
+    for ack in acks:
+        if not ack.done():
+            ack.cancel()
+    await asyncio.sleep(0)  # the cancelled futures' callbacks give their places back
 
 
 async def pipelined(js: JetStreamContext, subject: str, count: int) -> dict[str, Any]:
@@ -99,12 +106,18 @@ async def pipelined(js: JetStreamContext, subject: str, count: int) -> dict[str,
 async def lone(js: JetStreamContext, subject: str, count: int) -> dict[str, Any]:
     await js.publish(subject, WARM_UP, timeout=ACK_TIMEOUT_S)
     took = []
+    failed = 0
     offset = time.time() - time.perf_counter()
     for _ in range(count):
         sent = time.perf_counter()
-        await js.publish(subject, payload(sent + offset), timeout=ACK_TIMEOUT_S)
+        try:
+            await js.publish(subject, payload(sent + offset), timeout=ACK_TIMEOUT_S)
+        except (nats.errors.TimeoutError, nats.js.errors.Error):
+            failed += 1
+            continue
         took.append((time.perf_counter() - sent) * 1000)
-    return {"acked": count, "tx_per_s": count / (sum(took) / 1000), **percentiles(took)}
+    rate = len(took) / (sum(took) / 1000) if took else 0.0
+    return {"acked": len(took), "failed": failed, "tx_per_s": rate, **percentiles(took)}
 
 
 def acked_at(due: float, took: list[float], ack: asyncio.Future[api.PubAck]) -> None:
@@ -113,6 +126,7 @@ def acked_at(due: float, took: list[float], ack: asyncio.Future[api.PubAck]) -> 
 
 
 async def open_loop(js: JetStreamContext, subject: str, count: int, rate: float) -> dict[str, Any]:
+    await js.publish(subject, WARM_UP, timeout=ACK_TIMEOUT_S)
     took: list[float] = []
     started = time.perf_counter()
     offset = time.time() - started
@@ -152,8 +166,9 @@ async def _consume(servers: list[str], stream: str, count: int, ready_flag: Any)
     inbox = nc.new_inbox()
     latencies: list[float] = []
     owed = [0]  # messages asked for by requests still open, not yet delivered
+    heard = [time.monotonic()]  # when the server last sent anything (a message, a status)
     subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}"
-    request = json.dumps({"batch": PULL_BATCH, "expires": 5_000_000_000}).encode()
+    request = json.dumps({"batch": PULL_BATCH, "expires": int(PULL_EXPIRES_S * 1e9)}).encode()
 
     async def ask() -> None:
         while owed[0] < 2 * PULL_BATCH:
@@ -161,14 +176,17 @@ async def _consume(servers: list[str], stream: str, count: int, ready_flag: Any)
             await nc.publish(subject, request, reply=inbox)
 
     async def on_message(msg: Msg) -> None:
+        heard[0] = time.monotonic()
         status = msg.headers.get("Status") if msg.headers else None
         if status is None:
             if len(msg.data) >= STAMP.size:  # not the warm-up
                 latencies.append((time.time() - STAMP.unpack_from(msg.data)[0]) * 1000)
             owed[0] -= 1
         elif status != "100":  # a request ended (expired, 408, or refused): what it still owed
-            pending = (msg.headers or {}).get("Nats-Pending-Messages")
+            pending = msg.headers.get("Nats-Pending-Messages") if msg.headers else None
             owed[0] = max(0, owed[0] - (int(pending) if pending else PULL_BATCH))
+            if status == "409":  # refused (too many waiting): ask again a little later
+                await asyncio.sleep(0.05)
         await ask()
 
     await nc.subscribe(inbox, cb=on_message)
@@ -178,6 +196,9 @@ async def _consume(servers: list[str], stream: str, count: int, ready_flag: Any)
     last, quiet_since = 0, time.monotonic()
     while len(latencies) < count and time.monotonic() - quiet_since < CONSUMER_IDLE_S:
         await asyncio.sleep(0.2)
+        if time.monotonic() - heard[0] > PULL_EXPIRES_S + 0.5:  # requests gone unanswered
+            owed[0] = 0  # (a server that lost its waiting requests says nothing)
+            await ask()
         if len(latencies) != last:
             last, quiet_since = len(latencies), time.monotonic()
     await nc.close()

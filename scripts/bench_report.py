@@ -32,6 +32,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from relay import compiled
 from relay.runtime.local_cluster import LocalCluster
 
 Results = dict[tuple[int, str, str], dict[str, Any]]  # by (nodes, fsync, security)
@@ -178,6 +179,7 @@ def main() -> None:
     args = parser.parse_args()
     cores = os.cpu_count()
     print(f"# relay benchmark, {date.today()}, {platform.node()}, {cores} cores\n")
+    print(f"relay's core: {compiled.choose()} (relay/compiled.py)\n")  # what the nodes run
     per_round: list[dict[str, float]] = []
     rounds: list[tuple[Results, Peer | None]] = []
     latency_rounds: list[dict[str, list[float]]] = []

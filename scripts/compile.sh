@@ -16,12 +16,12 @@ if [ "${RELAY_PURE:-}" = 1 ]; then
   exit 0
 fi
 mkdir -p build
-started="$(date +%s)"
-python setup.py -q build_ext --inplace -j "$(nproc)" > build/compile.log 2>&1 \
-  || { cat build/compile.log; exit 1; }
+touch build/compile-started  # the sources as the build found them, to the nanosecond
+RELAY_COMPILE_REQUIRED=1 python setup.py -q build_ext --inplace -j "$(nproc)" \
+  > build/compile.log 2>&1 || { cat build/compile.log; exit 1; }
 # Built from the sources as they were when the build started (an unchanged module keeps its
 # older build's file): a source edited during the build stays newer than its module.
 built=(relay_native__mypyc.*.so)
 for package in $PACKAGES; do built+=("$package"/*.so); done
-if [ "${#built[@]}" -gt 0 ]; then touch -d "@$started" "${built[@]}"; fi
+if [ "${#built[@]}" -gt 0 ]; then touch -r build/compile-started "${built[@]}"; fi
 python -c "import relay.compiled as c; print('relay:', c.install())"

@@ -5,7 +5,8 @@
 # installs nftables for the namespaced tests, promtool for the metrics check and Debian's
 # chromium for the console's browser test (without root those tests skip and say why). Tests
 # run on two workers (pytest-xdist; RELAY_TEST_WORKERS=N for another count, 0 for none). Extra
-# arguments go to pytest in both passes, e.g. scripts/test.sh -m "not slow".
+# arguments go to pytest in both passes (a -m expression joins the second's "not slow"), e.g.
+# scripts/test.sh -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
@@ -33,6 +34,11 @@ echo "== pytest"
 python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" --dist worksteal "$@"
 if [ "$(python -c 'import relay.compiled as c; print(c.MODE)')" = compiled ]; then
   echo "== pytest, from source (RELAY_PURE=1): the fast tier"
+  fast="not slow" rest=()  # a marker expression given joins the fast tier's
+  while [ "$#" -gt 0 ]; do
+    if [ "$1" = -m ] && [ "$#" -gt 1 ]; then fast="not slow and ($2)"; shift 2
+    else rest+=("$1"); shift; fi
+  done
   RELAY_PURE=1 python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" \
-    --dist worksteal -m "not slow" "$@"
+    --dist worksteal -m "$fast" ${rest[@]+"${rest[@]}"}
 fi

@@ -117,7 +117,7 @@ def main() -> None:
         cpu = " / ".join(f"{us:.0f}" for us in cpu_phases(t))
         line = f"| {n} | {begin:.0f} | {end:.0f} | {end - begin:.0f} | {split} | {cpu} |"
         print(f"{line} {describe(t)} |")
-    print(f"| producer | 0 | {latencies[median_i]:.0f} | | | send, then the ack |\n")
+    print(f"| producer | 0 | {latencies[median_i]:.0f} | | | | send, then the ack |\n")
     print("Over all publishes (median per publish; in: reading and decoding the sockets, core:")
     print("the core's turn, out: carrying out its effects, after: log reads and the sync of the")
     print("turn's writes when it runs in the loop, each summed over the window's turns):\n")

@@ -77,7 +77,9 @@ def test_the_source_finder_names_every_module_of_the_group(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_relay_pure_runs_every_module_of_the_group_from_source() -> None:
+def test_relay_pure_runs_every_module_of_the_group_from_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """In a fresh interpreter: with RELAY_PURE=1 each compiled module comes from its .py;
     without, from what this checkout holds (compiled after scripts/compile.sh)."""
     probe = (
@@ -92,5 +94,6 @@ def test_relay_pure_runs_every_module_of_the_group_from_source() -> None:
     env.pop("RELAY_PURE")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     mode, kinds = out.stdout.split("\n")[:2]
+    monkeypatch.delenv("RELAY_PURE", raising=False)  # as in the interpreter just run
     assert mode == compiled.choose()
     assert kinds == ("so" if mode == "compiled" else "py"), out.stderr
