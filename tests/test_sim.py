@@ -172,6 +172,18 @@ def test_a_replica_that_lost_an_origins_only_tx_learns_of_it() -> None:
     assert run_seed(3700116, 5, work=False, compacted=False).acked > 0
 
 
+def test_a_replica_behind_every_vote_learns_that_it_diverged() -> None:
+    """Seed 9514952 (5 nodes, from a campaign over 9,510,000-9,514,999): after a power loss
+    of every node, node 2 restored as verified a tx it had marked alone; the other replicas of
+    the stream refolded it away, and node 2, cut off meanwhile, came back behind all of them.
+    Every vote was above its head, so none contradicted it; it asked for a sync from its
+    verified seq, was refused there (the peers' history contradicts it), and asked the same
+    again, forever, with a publish open. A refused slice now marks it diverged, so it asks from
+    what it made readable and takes the peers' history, as a replica whose vote was
+    contradicted does."""
+    assert run_seed(9514952, 5).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and

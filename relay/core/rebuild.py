@@ -169,6 +169,12 @@ class TimelineRebuild:
             return None  # not adopted until another peer offers the same base
         if not reset:
             if held_base != base_digest:
+                # peers verified another history below our verified seq: after a power loss of
+                # every node they may hold one without txs this replica verified and never made
+                # readable. Diverged, it asks again from what it made readable, where the two
+                # join (``_rewind``); a replica behind every vote would otherwise ask from its
+                # verified seq, be refused there, and never learn it diverged
+                self.catchup.apply(CatchupInput.CONTRADICTED, elapsed_ms)
                 return SliceRefused(CONTRADICTS)
             agree = self._agreeing(txs, digests, anchor)
             joint_seq = txs[agree - 1].seq if agree else base_seq
