@@ -30,7 +30,6 @@ import contextlib
 import functools
 import json
 import multiprocessing as mp
-import struct
 import sys
 import tempfile
 import time
@@ -43,11 +42,9 @@ from nats.js import api
 from nats.js.client import JetStreamContext
 from nats_cluster import nats_cluster, ready
 
-from relay.bench import percentile
+from relay.bench import STAMP, WARM_UP, percentile  # the due-time stamp and warm-up, as relay bench
 from relay.gc_tuning import tune_gc
 
-STAMP = struct.Struct("<d")  # the due time (Unix seconds), as relay bench's payloads carry it
-WARM_UP = b"warm"  # a first publish before the clock starts, shorter than a stamp
 SIZE = 100
 PULL_BATCH = 1000
 PULL_EXPIRES_S = 1.0  # a pull request ends (408) after this long without its whole batch
@@ -57,7 +54,8 @@ QUANTILES = (("50", 0.5), ("99", 0.99), ("999", 0.999))
 
 
 def payload(due_wall: float) -> bytes:
-    return STAMP.pack(due_wall) + bytes(SIZE - STAMP.size)
+    stamp: bytes = STAMP.pack(due_wall)
+    return stamp + bytes(SIZE - STAMP.size)
 
 
 def percentiles(values: list[float], prefix: str = "") -> dict[str, float]:

@@ -86,7 +86,7 @@ def test_health_and_ready_need_no_token_and_a_fence_is_waited_out(http3: LocalCl
         assert status == 503 and b"fenced" in body, body
         assert call(f"{url}/health")[0] == 200  # alive, only not ready
         publish.start()  # refused while fenced: the node's HTTP API waits that out a while
-        time.sleep(0.5)
+        time.sleep(0.5)  # not a wait: the publish stays fenced out this long before the heal
     finally:
         http3.heal()
     publish.join(30)
@@ -427,7 +427,7 @@ def test_a_reader_cut_off_by_a_killed_node_resumes_on_another_without_gap_or_dup
             if status == 200:
                 acked.extend(r["seq"] for r in json.loads(body)["results"])
             i += 5
-            time.sleep(0.02)
+            time.sleep(0.02)  # not a wait: paces the producer
 
     producer = threading.Thread(target=produce)
     producer.start()
