@@ -1,6 +1,7 @@
 """NodeCore decisions that need no network: redirects, refusals, reads."""
 
 from relay import errors
+from relay.core.digest import genesis
 from relay.core.events import (
     Broadcast,
     Effect,
@@ -18,7 +19,7 @@ from relay.core.events import (
     Tick,
 )
 from relay.core.flake import COUNTER_MAX, NODE_ID_MAX, make_seq
-from relay.core.messages import Heartbeat, Item, Replicate
+from relay.core.messages import Heartbeat, Item, Replicate, StreamAck
 from relay.core.node import NodeCore
 from relay.core.params import CoreConfig, CoreParams
 from relay.core.publish_intake import HELD_BYTES_MAX, HELD_MAX, HOLD_MS
@@ -99,6 +100,14 @@ def heartbeat(sender: int, follows: NodeCore | None = None) -> MeshReceived:
     """A peer's heartbeat; an honest peer's promise follows the ones ``follows`` sent it."""
     floor = follows.origin.clock.floor if follows else 0
     return MeshReceived(Heartbeat(sender, NOW + sender, floor, (), ()))
+
+
+def heard(stream: str, *senders: int) -> list[MeshReceived]:
+    """Peers' first acks of ``stream``: what their logs restored (nothing). A replica folds
+    and coordinates there once a quorum of its replicas has been heard."""
+    return [
+        MeshReceived(StreamAck(stream, n, NOW + n, 0, 0, 0, genesis(stream), 0)) for n in senders
+    ]
 
 
 def test_time_spent_fenced_does_not_count_as_a_peers_silence() -> None:
@@ -261,7 +270,7 @@ def test_a_peer_that_admits_nobody_cannot_stall_publishes() -> None:
         MeshReceived(Heartbeat(2, NOW + 2, 0, (), accepts)),
         MeshReceived(Heartbeat(3, NOW + 3, 0, (), ())),  # admits no one
     ]
-    node.handle(at(0), [*beats, Tick()])
+    node.handle(at(0), [*beats, *heard("orders.x", 2, 3), Tick()])
     node.handle(at(10), [Tick()])
     effects = node.handle(at(20), [PublishRequested(b"c", 1, "orders.x", "", (Item(1, b"x"),))])
     assert not [e for e in effects if isinstance(e, PublishReply)]  # waiting for votes, not refused
@@ -271,7 +280,7 @@ def test_a_peer_that_admits_nobody_cannot_stall_publishes() -> None:
 def admitted(reserved: int) -> NodeCore:
     """Node 1, serving and admitted by nodes 2 and 3, its seqs reserved up to ``reserved``."""
     node = NodeCore(CoreConfig(1, SUBS, CoreParams()), epoch=NOW, reserved=reserved)
-    node.handle(at(0), [*admitting(node), Tick()])
+    node.handle(at(0), [*admitting(node), *heard("orders.x", 2, 3), Tick()])
     assert node.state_name() == "serving"
     return node
 
@@ -372,7 +381,7 @@ def test_a_publish_before_the_replicas_admitted_this_node_waits_for_them() -> No
     """Found in CI too: just after a start, a peer is up but its heartbeat that admits this
     node's epoch is a moment away; the first publish was refused and the next one was not."""
     node = core(1)
-    node.handle(at(0), [heartbeat(2), heartbeat(3), heartbeat(4), Tick()])
+    node.handle(at(0), [heartbeat(2), heartbeat(3), heartbeat(4), *heard("orders.x", 2), Tick()])
     assert node.state_name() == "serving"
     effects = node.handle(at(10), [PublishRequested(b"c", 1, "orders.x", "p", (Item(1, b"one"),))])
     assert not [e for e in effects if isinstance(e, PublishReply)] and sent_txs(effects) == []

@@ -454,18 +454,22 @@ def test_the_checker_catches_acks_that_do_not_wait_for_the_disk(
 
 
 @pytest.mark.pure
-def test_acks_at_verified_lose_a_tx_a_quorum_held_durably(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Why an acknowledgement waits for a quorum's marks, not just a quorum's durable votes
-    (seed 9600282, 3 nodes, fsync always, found acknowledging at verified): node 2 verified a
-    tx with node 3's durable vote and acknowledged it; every node lost power, node 2 never
-    came back; node 3 restored the tx in its unmarked tail, node 1 had lost it with its page
-    cache and, knowing nothing of node 2's epoch, folded its new txs past it. Their tails
-    disagreed, both refolded from the last mark, and the tx was dropped: the acknowledged
-    history changed at its position."""
-    assert run_seed(9600282, 3).acked > 0  # as built: nothing lost
+def test_a_tx_only_some_replicas_restored_is_not_folded_past(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found acknowledging at the verified seq (an experiment; seeds 9600282, 9600306 with 3
+    nodes, 9600431 and 9600465 with 5, fsync always): in 9600282 node 2 verified a tx with
+    node 3's durable vote and acknowledged it; every node lost power, node 2 never came back;
+    node 3 restored the tx in its unmarked tail, node 1 had lost it with its page cache and,
+    knowing nothing of node 2's epoch, folded its new txs past it. Their tails disagreed, both
+    refolded from the last mark, and the tx was dropped. A replica now folds nothing until a
+    quorum of its replicas told it what their restored tails hold, and fetches those txs
+    first, so each of the four seeds keeps every tx a quorum held durably even when
+    acknowledged at the verified seq."""
+    assert run_seed(9600282, 3).acked > 0  # as built
     monkeypatch.setattr(StreamReplica, "acked_seq", property(lambda self: self.verified_seq))
-    with pytest.raises(InvariantViolation, match=r"one timeline: node 1 in 'b\.1' verified seq"):
-        run_seed(9600282, 3)
+    for seed, nodes in ((9600282, 3), (9600306, 3), (9600431, 5), (9600465, 5)):
+        assert run_seed(seed, nodes).acked > 0
 
 
 def _caught_with_power_losses(count: int) -> bool:

@@ -28,6 +28,7 @@ def follow_all(r: StreamReplica) -> None:
 def replica(self_id: int = 1, limits: StreamLimits = LIMITS) -> StreamReplica:
     r = StreamReplica("s", self_id, (1, 2, 3), 2, limits)
     r.catchup.apply(CatchupInput.GENESIS_AGREED, 0)  # every peer reported nothing verified
+    r.heard = None  # a quorum of its replicas told what they restored (nothing)
     follow_all(r)
     return r
 

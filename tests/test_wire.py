@@ -55,7 +55,16 @@ messages = st.one_of(
         st.binary(min_size=32, max_size=32),
         u64,
         st.lists(
-            st.builds(OriginReport, st.integers(0, 1023), u64, u64, st.booleans()), max_size=3
+            st.builds(
+                OriginReport,
+                st.integers(0, 1023),
+                u64,
+                u64,
+                st.booleans(),
+                st.booleans(),
+                st.booleans(),
+            ),
+            max_size=3,
         ).map(tuple),
     ),
     st.builds(
@@ -162,7 +171,8 @@ def test_the_refused_shapes_differ_from_good_frames_only_where_they_say() -> Non
     tx = [2, 1, 3, 4, "p", 4, b"", None, [["h", b""]]]
     assert mesh.decode(msgpack.packb([mesh.VERSION, 1, "s", 1, 1, 1, [tx]]))
     assert mesh.decode(msgpack.packb([mesh.VERSION, 3, 1, 1, 1, [], [[1, 0]], False, [], []]))
-    ack = [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [[1, 1, 1, True, False]], 0, 0, b"", 0]
+    report = [1, 1, 1, True, False, False]
+    ack = [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [report], 0, 0, b"", 0]
     assert mesh.decode(msgpack.packb(ack))
 
 

@@ -131,13 +131,16 @@ class OriginReport:
     """What a replica holds of a suspected origin's epoch: every tx up to ``contig``; or,
     when ``settled``, where the epoch was cut (a decision others adopt as it is). An
     ``answer`` comes from a replica whose lane left that epoch behind without a cut it
-    remembers, to a replica that still cuts it; it asks for nothing in return."""
+    remembers, to a replica that still cuts it; it asks for nothing in return. A
+    ``restored`` report comes from a replica that restarted: the last seq of the origin's
+    epoch its log held past its verified mark, so peers fold nothing past it without it."""
 
     origin: int
     epoch: int
     contig: int
     settled: bool = False
     answer: bool = False  # what a replica holds of an epoch it is not cutting, when asked
+    restored: bool = False  # what a restarted replica's unverified tail holds of the epoch
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,6 +187,8 @@ def unadmitted(stream: StreamReplica, up: set[int], admitted_by: dict[int, bool]
     node's epoch yet: a heartbeat away), or None. ``admitted_by`` says, per live peer
     replica, whether it admitted this node; a quorum of replicas (this one counted) that
     admitted it is enough, so a peer that never admits anyone cannot stall the stream."""
+    if stream.heard is not None:
+        return "the stream has not heard a quorum of its replicas since this node began"
     live = [r for r in stream.replicas if r in up]
     unaware = sorted(r for r, admitted in admitted_by.items() if r in live and not admitted)
     if len(live) - len(unaware) < stream.quorum:

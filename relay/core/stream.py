@@ -115,6 +115,12 @@ class StreamReplica:
         self.promise_sent = 0  # the promise of this node's last ack in the stream
         self.late_txs = 0
         self.owed_reports: dict[tuple[int, int], int] = {}  # (origin, epoch) -> highest held
+        # the replicas heard since this one began (itself counted): it folds nothing until a
+        # quorum of them told it what their restored tails hold (``take_restored``)
+        self.heard: set[int] | None = {self_id} if quorum > 1 else None
+        self.restored_tail: tuple[OriginReport, ...] = ()  # told until verified passes it
+        self.restored_head = 0
+        self.rejoin_epoch = 0  # this node's epoch, while its lane cuts an older one first
 
     # --- the ack it owes ----------------------------------------------------------------
 
@@ -161,7 +167,7 @@ class StreamReplica:
 
     def stabilize(self, floors: Floors, elapsed_ms: int) -> bool:
         """Fold every tx at or below the watermark into the timeline; True if the head moved."""
-        if not self.catchup.synced:
+        if not self.catchup.synced or self.heard is not None:
             return False
         moved, late = ordering.fold_stable(self.lanes, floors, self.timeline, self.dedup)
         self.late_txs += late
@@ -180,12 +186,21 @@ class StreamReplica:
         if lane.epoch == ack.epoch:
             lane.claim(ack.origin_last, max(ack.floor, ack.promise))
         for report in ack.reports:
+            if report.restored:
+                self.take_restored(report)
+                continue
+            before = self.lanes.get(report.origin)
             if cut.take_report(self.lanes, ack.sender, report):
                 self._ack_owed = True
+                self._took_epoch(report.origin, before)
             if cut.owed(self.lanes, report):
                 key = (report.origin, report.epoch)
                 self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
                 self._ack_owed = True
+        if self.heard is not None:
+            self.heard.add(ack.sender)
+            if len(self.heard) >= self.quorum:
+                self.heard = None  # a quorum told what it restored: folding may start
         self.votes.take_mark(
             ack.sender, ack.epoch, ack.marked_seq, ack.marked_digest, self.timeline
         )
@@ -279,8 +294,56 @@ class StreamReplica:
     # --- origins: their epochs and cuts -------------------------------------------------
 
     def suspect(self, origin: int, epoch: int) -> None:
+        before = self.lanes[origin]
         if cut.suspect(self.lanes, origin, epoch):
             self._ack_owed = True
+            self._took_epoch(origin, before)
+
+    def _took_epoch(self, origin: int, before: Lane | None) -> None:
+        """The lane of ``origin`` may have moved on to cut a newer epoch: what the timeline
+        holds of that epoch (restored from the log) is held, and its cut report says so."""
+        lane = self.lanes.get(origin)
+        if lane is not None and lane is not before and lane.state is LaneState.CUTTING:
+            lane.contig = max(lane.contig, self.timeline.last_of(origin, lane.epoch))
+
+    def take_restored(self, report: OriginReport) -> None:
+        """A restarted replica's log held ``report.origin``'s ``report.epoch`` up to
+        ``report.contig`` past its verified mark: a quorum may hold those txs durably, so
+        nothing folds past them here without them. The lane of that epoch claims them (gap
+        repair fetches them); an epoch not seen here is cut, so that the replicas agree where
+        it ends and fetch it whole; a lane that already followed a newer epoch, while this
+        replica has folded nothing yet, goes back to cut the restored one first."""
+        origin, epoch = report.origin, report.epoch
+        lane = self.lanes.get(origin)
+        if lane is None:
+            return
+        mine = origin == self.self_id  # this node's own older epoch, which it may have lost
+        if epoch == lane.epoch:
+            if lane.state is LaneState.ACTIVE and not mine:
+                lane.claim(report.contig, 0)
+            return
+        if epoch > lane.epoch:
+            if not mine:
+                self.suspect(origin, epoch)
+            return
+        if self.heard is not None and (lane.closed is None or lane.closed[0] < epoch):
+            self.cut_first(origin, epoch)
+
+    def cut_first(self, origin: int, epoch: int) -> None:
+        """Before ``origin``'s lane follows its newer epoch, cut the older ``epoch``, whose
+        txs a quorum may hold (a restored tail): the lane goes back to cut it, holding what
+        the timeline holds of it, and follows the newer one again once the cut settled
+        (``on_tick``; this node's own lane rejoins its epoch). Only a lane that holds
+        nothing yet goes back: the replica has folded nothing since it began."""
+        lane = self.lanes[origin]
+        if lane.state is not LaneState.ACTIVE or lane.queue or lane.early:
+            return
+        if origin == self.self_id:
+            self.rejoin_epoch = lane.epoch
+        cutting = Lane(origin, lane.gap.after_ms, lane.cut_grace.after_ms, epoch, LaneState.CUTTING)
+        cutting.contig = self.timeline.last_of(origin, epoch)
+        self.lanes[origin] = cutting
+        self._ack_owed = True
 
     def follow(self, origin: int, epoch: int) -> None:
         """The origin announced ``epoch`` and is up: make its lane follow it."""
@@ -291,14 +354,20 @@ class StreamReplica:
         self._ack_owed = True
 
     def rejoin(self, epoch: int) -> None:
-        """This node starts ``epoch`` as an origin."""
-        self.lanes[self.self_id] = self.lanes[self.self_id].apply(LaneInput.REJOINED, epoch)
+        """This node starts ``epoch`` as an origin (once its lane's cut settled, if it is
+        cutting an older epoch of this node)."""
+        lane = self.lanes[self.self_id] = self.lanes[self.self_id].apply(LaneInput.REJOINED, epoch)
+        self.rejoin_epoch = epoch if lane.epoch < epoch else 0
         self._ack_owed = True
 
     def reports(self) -> tuple[OriginReport, ...]:
         """The cut reports for the next ack; reports owed to a peer are sent once."""
         found = cut.reports(self.lanes, self.owed_reports)
         self.owed_reports.clear()
+        if self.restored_tail:
+            if self.verified_seq >= self.restored_head:
+                self.restored_tail = ()
+            return (*found, *self.restored_tail)
         return found
 
     # --- upkeep -------------------------------------------------------------------------
@@ -319,6 +388,9 @@ class StreamReplica:
         )
         if settled:
             self._ack_owed = True
+        own = self.lanes[self.self_id]
+        if self.rejoin_epoch and own.state is LaneState.CUT and not own.queue:
+            self.rejoin(self.rejoin_epoch)  # the restored epoch of this node is cut
         if self.catchup.synced:
             needs += repair.open_gaps(self.lanes, self.self_id, self.timeline.head_seq, elapsed_ms)
         repairs = tuple(n for n in needs if self.asks.allow_repair(n[0], elapsed_ms))
@@ -451,6 +523,19 @@ class StreamReplica:
         self.rebuild.restore(
             base_seq, base_digest, txs, digests, verified_seq, dedup_keys, base_count
         )
+        verified = self.verified_seq
+        last: dict[int, tuple[int, int]] = {}  # origin -> (epoch, seq) of its last tx past it
+        for tx in txs:
+            if tx.seq > verified and (tx.epoch, tx.seq) > last.get(tx.origin, (0, 0)):
+                last[tx.origin] = (tx.epoch, tx.seq)
+        self.restored_tail = tuple(
+            OriginReport(origin, epoch, seq, restored=True)
+            for origin, (epoch, seq) in sorted(last.items())
+        )
+        self.restored_head = self.timeline.head_seq
+        own = last.get(self.self_id)
+        if own is not None and own[0] < self.lanes[self.self_id].epoch:
+            self.cut_first(self.self_id, own[0])  # the txs of its last life end first
 
     def adopt(
         self,

@@ -42,7 +42,7 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 8  # every body's first field: a frame of another version is malformed, dropped
+VERSION = 9  # every body's first field: a frame of another version is malformed, dropped
 FRAME_BYTES_MAX = 64 << 20
 BUNDLE_MAX = 32  # messages in one bundle frame
 BUNDLE_BYTES_MAX = 1 << 20  # a bundle takes messages while its bodies stay below this
@@ -60,7 +60,7 @@ _U = Annotated[int, msgspec.Meta(ge=0)]
 _ACK_ROW = msgspec.msgpack.Decoder(
     tuple[
         int, int, str, _U, _U, _U, _U, _U, bytes, _U,
-        list[tuple[_U, _U, _U, bool, bool]], _U, _U, bytes, _U,
+        list[tuple[_U, _U, _U, bool, bool, bool]], _U, _U, bytes, _U,
     ]
 )  # fmt: skip
 _BUNDLE_ROW = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
@@ -107,7 +107,9 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
         ]
         return topic(Channel.TX, m.stream), _encode(body)
     if isinstance(m, StreamAck):
-        reports = [[r.origin, r.epoch, r.contig, r.settled, r.answer] for r in m.reports]
+        reports = [
+            [r.origin, r.epoch, r.contig, r.settled, r.answer, r.restored] for r in m.reports
+        ]
         body = [
             VERSION,
             _ACK,

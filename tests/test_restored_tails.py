@@ -1,0 +1,102 @@
+"""After a restart: a replica folds nothing until a quorum of its replicas said what their
+restored tails hold, and folds those txs in their place rather than past them."""
+
+from test_stream import BASE, LIMITS, follow_all, stabilize
+
+from relay.core.catchup import CatchupInput
+from relay.core.digest import genesis
+from relay.core.lane import LaneState
+from relay.core.messages import OriginReport, RepairData, StreamAck, Tx, fold_tx
+from relay.core.stream import StreamReplica
+
+
+def ack(sender: int, *reports: OriginReport) -> StreamAck:
+    return StreamAck("s", sender, 7, 0, 0, 0, genesis("s"), 0, reports)
+
+
+def fresh(self_id: int = 1) -> StreamReplica:
+    r = StreamReplica("s", self_id, (1, 2, 3), 2, LIMITS)
+    r.catchup.apply(CatchupInput.GENESIS_AGREED, 0)
+    follow_all(r)
+    return r
+
+
+def restored(txs: list[Tx], verified_seq: int, self_id: int = 1) -> StreamReplica:
+    """A replica started from a log holding ``txs``, marked verified up to ``verified_seq``."""
+    r = StreamReplica("s", self_id, (1, 2, 3), 2, LIMITS)
+    digests, digest = [], genesis("s")
+    for tx in txs:
+        digest = fold_tx(digest, tx)
+        digests.append(digest)
+    r.rejoin(7)
+    r.restore(0, genesis("s"), tuple(txs), tuple(digests), verified_seq, ())
+    return r
+
+
+def test_nothing_folds_until_a_quorum_of_replicas_was_heard() -> None:
+    r = fresh()
+    assert r.take(Tx(BASE + 1, 0, 1, 7, "", 0, b"a"))
+    for lane in r.lanes.values():
+        lane.claim(lane.contig, BASE + 5)
+    assert not stabilize(r), "only itself heard: a peer may have restored a tx below it"
+    r.take_ack(ack(2), 0)
+    assert stabilize(r) and r.timeline.head_seq == BASE + 1
+
+
+def test_a_restored_tail_is_told_until_it_is_verified() -> None:
+    tail = [Tx(BASE + 1, 0, 2, 6, "", 0, b"a"), Tx(BASE + 2, 0, 3, 6, "", 0, b"b")]
+    r = restored(tail, verified_seq=BASE + 1)
+    told = [x for x in r.reports() if x.restored]
+    assert told == [OriginReport(3, 6, BASE + 2, restored=True)]  # origin 2's tx is verified
+    r.timeline.verify_upto(BASE + 2)
+    assert not [x for x in r.reports() if x.restored]
+
+
+def test_an_epoch_only_a_peer_restored_is_cut_and_repaired_before_anything_folds_past_it() -> None:
+    """Seed 9600282 with acknowledgements at the verified seq: node 3 restored a tx of node
+    2's last epoch that node 1 had lost with its page cache, and node 2 never came back.
+    Node 1 knew nothing of that epoch and folded its own new txs past the tx."""
+    lost = Tx(BASE + 5, 0, 2, 6, "", 0, b"acknowledged")
+    r = fresh()
+    r.lanes[2] = r.lanes[2].successor(0, LaneState.NEW)  # node 2 not heard since the start
+    assert r.take(Tx(BASE + 9, 0, 1, 7, "", 0, b"new"))
+    r.lanes[1].claim(BASE + 9, BASE + 20)
+    r.lanes[3].claim(0, BASE + 20)
+
+    r.take_ack(ack(3, OriginReport(2, 6, BASE + 5, restored=True)), 0)
+    lane = r.lanes[2]
+    assert (lane.epoch, lane.state) == (6, LaneState.CUTTING)
+    assert not stabilize(r), "the cut epoch holds the watermark"
+    r.take_ack(ack(3, OriginReport(2, 6, BASE + 5)), 0)  # node 3 reports what it holds
+    repairs = r.on_tick(0, {2: (False, 0), 3: (True, 7)}).repairs
+    assert repairs == ((2, 6, 0, BASE + 5),)
+    r.take_repair(RepairData("s", 3, 2, 6, (lost,), 0, BASE + 5))
+    r.on_tick(0, {2: (False, 0), 3: (True, 7)})
+    assert r.lanes[2].state is LaneState.CUT
+    assert stabilize(r) and r.timeline.seqs == [BASE + 5, BASE + 9]
+
+
+def test_a_lane_that_followed_a_newer_epoch_goes_back_to_cut_the_restored_one() -> None:
+    """Node 2 came back with a new epoch before a peer said it restored a tx of node 2's
+    previous one: while nothing is folded, the lane cuts the old epoch first."""
+    r = fresh()
+    r.take_ack(ack(3, OriginReport(2, 6, BASE + 5, restored=True)), 0)
+    lane = r.lanes[2]
+    assert (lane.epoch, lane.state) == (6, LaneState.CUTTING)
+    r.lanes[2].cut_at = BASE + 5
+    r.lanes[2].contig = BASE + 5  # repaired
+    r.on_tick(0, {2: (True, 7), 3: (True, 7)})
+    r.on_tick(0, {2: (True, 7), 3: (True, 7)})
+    assert (r.lanes[2].epoch, r.lanes[2].closed) == (7, (6, BASE + 5))
+
+
+def test_a_node_that_restored_its_own_last_epochs_txs_cuts_them_before_it_coordinates() -> None:
+    mine = Tx(BASE + 3, 0, 1, 6, "", 0, b"mine")
+    r = restored([mine], verified_seq=0)  # the node restarted as epoch 7
+    own = r.lanes[1]
+    assert (own.epoch, own.state, own.contig) == (6, LaneState.CUTTING, BASE + 3)
+    r.take_ack(ack(2, OriginReport(1, 6, BASE + 3, answer=True)), 0)
+    r.take_ack(ack(3, OriginReport(1, 6, BASE + 3, answer=True)), 0)
+    r.on_tick(0, {2: (True, 7), 3: (True, 7)})
+    own = r.lanes[1]
+    assert (own.epoch, own.state, own.closed) == (7, LaneState.ACTIVE, (6, BASE + 3))
