@@ -142,6 +142,15 @@ NATS_SETTINGS = (
     ("memory", ("--storage", "memory")),
     ("file, default sync", ("--storage", "file")),
 )
+# one nats-py client publishes at most about 20,000 msg/s here: JetStream's pipelined rate is
+# also measured from this many publisher processes at once, and its best counts
+NATS_PUBLISHERS = 3
+
+
+def peer_pipelined(m: dict[str, Any]) -> float:
+    """JetStream's best pipelined rate: from one client, or from ``NATS_PUBLISHERS``."""
+    alone: float = m["pipelined"]["tx_per_s"]
+    return max(alone, m.get("pipelined_by", {}).get("tx_per_s", 0.0))
 
 
 def measure_nats(count: int) -> dict[str, dict[str, Any]] | None:
@@ -155,6 +164,7 @@ def measure_nats(count: int) -> dict[str, dict[str, Any]] | None:
         found[name] = run_json(
             str(ROOT / "scripts" / "bench_nats.py"), "--server", NATS_SERVER, *options,
             "--count", str(min(count, 100_000)), *rates,
+            "--publishers", str(NATS_PUBLISHERS),
         )  # fmt: skip
     return found
 
@@ -289,6 +299,12 @@ def describe_nats(nats: Peer | None) -> str:
     lines = []
     for name, m in nats.items():
         lines.append(f"- {name}: pipelined {m['pipelined']['tx_per_s']:,.0f} acked msg/s")
+        if "pipelined_by" in m:
+            by = m["pipelined_by"]
+            lines.append(
+                f"  - pipelined from {by['publishers']} publisher processes: "
+                f"{by['tx_per_s']:,.0f} acked msg/s"
+            )
         lines.append(f"  - one in flight: {latencies(m['lone'])}")
         lines.append(f"  - one in flight with a consumer: {latencies(m['lone_e2e'])}")
         for key, loop in m.items():
@@ -318,7 +334,7 @@ def latency_rows(results: Results, nats: Peer) -> dict[str, list[float]]:
         m = nats[peer]
         loop = m[f"rate {OPEN_LOOP_RATE}"]
         rows[f"JetStream {peer}"] = [
-            m["pipelined"]["tx_per_s"], m["lone"]["p50_ms"], m["lone"]["p99_ms"],
+            peer_pipelined(m), m["lone"]["p50_ms"], m["lone"]["p99_ms"],
             m["lone_e2e"]["e2e_p50_ms"], m["lone_e2e"]["e2e_p99_ms"],
             loop["p99_ms"], loop["e2e_p99_ms"],
         ]  # fmt: skip
@@ -372,13 +388,13 @@ def ratios(results: Results, ceilings: dict[int, dict[str, Any]], nats: Peer) ->
     default = nats["file, default sync"]
     return {
         "3 nodes always / JetStream file sync always, pipelined": (
-            always["peak"]["tx_per_s"] / synced["pipelined"]["tx_per_s"]
+            always["peak"]["tx_per_s"] / peer_pipelined(synced)
         ),
         "3 nodes never / JetStream memory, pipelined": (
-            never["peak"]["tx_per_s"] / memory["pipelined"]["tx_per_s"]
+            never["peak"]["tx_per_s"] / peer_pipelined(memory)
         ),
         "3 nodes interval / JetStream file default sync, pipelined": (
-            interval["peak"]["tx_per_s"] / default["pipelined"]["tx_per_s"]
+            interval["peak"]["tx_per_s"] / peer_pipelined(default)
         ),
         "one in flight p99, always / file sync always": (
             always["single"]["p99_ms"] / synced["lone"]["p99_ms"]
