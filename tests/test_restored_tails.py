@@ -100,3 +100,32 @@ def test_a_node_that_restored_its_own_last_epochs_txs_cuts_them_before_it_coordi
     r.on_tick(0, {2: (True, 7), 3: (True, 7)})
     own = r.lanes[1]
     assert (own.epoch, own.state, own.closed) == (7, LaneState.ACTIVE, (6, BASE + 3))
+
+
+def test_a_refold_that_gives_up_a_left_epochs_tx_tells_peers_what_it_holds_now() -> None:
+    """Seed 9700332: node 2 restored a tx of node 3's previous epoch, its lane (new since the
+    restart) followed node 3's new epoch, and it told its peers, cutting the old epoch, that it
+    held the tx. A refold then gave the tx up (no lane of that epoch takes it back), and the
+    peers' cut waited for it forever: the replica now says again what it holds of the epoch."""
+    old = Tx(BASE + 5, 0, 3, 6, "", 0, b"restored")
+    r = restored([old], verified_seq=0, self_id=2)
+    r.follow(3, 7)
+    assert r.lanes[3].epoch == 7
+    r.rebuild.refold(0)
+    assert r.timeline.seqs == []
+    assert OriginReport(3, 6, 0, answer=True) in r.reports()
+
+
+def test_a_node_whose_epoch_to_rejoin_was_cut_does_not_rejoin_it() -> None:
+    """While the node's lane cut its restored epoch, peers cut its current one too: it must
+    start a newer epoch (``own_epoch_cut``), not go back to the one they closed."""
+    r = restored([Tx(BASE + 3, 0, 1, 6, "", 0, b"mine")], verified_seq=0)
+    assert r.rejoin_epoch == 7
+    r.suspect(1, 7)  # peers suspected epoch 7: the lane moves on to cut it
+    own = r.lanes[1]
+    assert (own.epoch, own.state) == (7, LaneState.CUTTING)
+    own.cut_at = own.contig = BASE + 3
+    r.on_tick(0, {2: (True, 7), 3: (True, 7)})
+    assert r.lanes[1].state is LaneState.CUT
+    r.on_tick(0, {2: (True, 7), 3: (True, 7)})
+    assert r.rejoin_epoch == 0 and r.lanes[1].state is LaneState.CUT

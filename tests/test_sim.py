@@ -472,6 +472,16 @@ def test_a_tx_only_some_replicas_restored_is_not_folded_past(
         assert run_seed(seed, nodes).acked > 0
 
 
+def test_a_cut_waits_for_no_tx_a_refold_gave_up() -> None:
+    """Seeds 9700332, 9700179 and 9706119 (3 nodes): after a power loss of every node a
+    replica restored a tx of an origin's previous epoch, its lane followed the new epoch, and
+    it told the peers cutting the old one that it held the tx; a refold then gave the tx up,
+    and the peers' cut waited for it forever. A refold that gives up a tx of an epoch its lane
+    left behind now says again what it holds of that epoch."""
+    for seed in (9700332, 9700179, 9706119):
+        assert run_seed(seed, 3).acked > 0
+
+
 def _caught_with_power_losses(count: int) -> bool:
     """Whether the checker fails one of ``count`` seeds that cut every node's power."""
     for seed in _power_loss_seeds(count):

@@ -152,8 +152,16 @@ class StreamReplica:
         return True
 
     def _retake(self, tx: Tx) -> bool:
-        """Put back a tx held above a head the timeline was rebuilt to."""
-        return self.take(tx, restoring=True)
+        """Put back a tx held above a head the timeline was rebuilt to. A tx of an epoch its
+        lane left behind is given up: peers still cutting that epoch hear what this replica
+        holds of it now (it may have told them it held more)."""
+        if self.take(tx, restoring=True):
+            return True
+        if tx.epoch != self.lanes[tx.origin].epoch:
+            key = (tx.origin, tx.epoch)
+            self.owed_reports[key] = self.timeline.last_of(tx.origin, tx.epoch)
+            self._ack_owed = True
+        return False
 
     def take_chain(self, origin: int, txs: Sequence[Tx]) -> None:
         """An origin's txs of its current epoch in seq order (a ``Replicate``, or this
@@ -390,7 +398,10 @@ class StreamReplica:
             self._ack_owed = True
         own = self.lanes[self.self_id]
         if self.rejoin_epoch and own.state is LaneState.CUT and not own.queue:
-            self.rejoin(self.rejoin_epoch)  # the restored epoch of this node is cut
+            if own.epoch < self.rejoin_epoch:
+                self.rejoin(self.rejoin_epoch)  # the restored epoch of this node is cut
+            else:  # peers cut the epoch it was to rejoin: it starts a new one (``own_epoch_cut``)
+                self.rejoin_epoch = 0
         if self.catchup.synced:
             needs += repair.open_gaps(self.lanes, self.self_id, self.timeline.head_seq, elapsed_ms)
         repairs = tuple(n for n in needs if self.asks.allow_repair(n[0], elapsed_ms))
