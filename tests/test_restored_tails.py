@@ -1,7 +1,7 @@
 """After a restart: a replica folds nothing until a quorum of its replicas said what their
 restored tails hold, and folds those txs in their place rather than past them."""
 
-from test_stream import BASE, LIMITS, follow_all, stabilize
+from test_stream import BASE, LIMITS, follow_all, promise_all, replica, stabilize
 
 from relay.core.catchup import CatchupInput
 from relay.core.digest import genesis
@@ -129,3 +129,36 @@ def test_a_node_whose_epoch_to_rejoin_was_cut_does_not_rejoin_it() -> None:
     assert r.lanes[1].state is LaneState.CUT
     r.on_tick(0, {2: (True, 7), 3: (True, 7)})
     assert r.rejoin_epoch == 0 and r.lanes[1].state is LaneState.CUT
+
+
+def test_a_log_links_past_a_skipped_copy_so_a_restored_lane_chains() -> None:
+    """Seed 13 (5 nodes, with acknowledgements timed otherwise): origin 2's retry of a
+    message folded as a skipped copy (BASE + 2), its next tx named the copy as its prev, and
+    every node lost power. The logs, which hold the timeline and never a skipped copy,
+    restored the txs without it; a refold then left the next tx waiting for the copy on every
+    replica, and the cut of the epoch waited forever. The log now keeps the next tx linked to
+    the copy's own prev (the prev is not in the digest)."""
+    r = replica()
+    first = Tx(BASE + 1, 0, 2, 7, "p", 1, b"m")
+    copy = Tx(BASE + 2, BASE + 1, 2, 7, "p", 1, b"m")  # a retry, stamped again
+    after = Tx(BASE + 3, BASE + 2, 2, 7, "p", 2, b"n")
+    for tx in (first, copy, after):
+        assert r.take(tx)
+    promise_all(r, BASE + 5)
+    stabilize(r)
+    assert r.timeline.seqs == [BASE + 1, BASE + 3]
+    persist = r.to_persist()
+    assert persist is not None
+    logged = list(persist.txs)
+    assert logged == [first, after._replace(prev=BASE + 1)]
+    assert r.timeline.txs[-1] == after  # in memory the link stays, the copy with it
+
+    back = restored(logged, verified_seq=0)
+    back.follow(2, 7)
+    back.rebuild.refold(0)
+    lane = back.lanes[2]
+    assert list(lane.queue) == logged and not lane.early and lane.contig == BASE + 3
+    unlinked = restored([first, after], verified_seq=0)  # as the log held them before
+    unlinked.follow(2, 7)
+    unlinked.rebuild.refold(0)
+    assert list(unlinked.lanes[2].early.values()) == [after], "waits for the copy forever"

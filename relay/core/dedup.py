@@ -254,6 +254,24 @@ class DedupIndex:
         self.skipped[tx.seq] = (tx, original, differs)
         self.skips += 1
 
+    def as_logged(self, txs: tuple[Tx, ...]) -> tuple[Tx, ...]:
+        """``txs`` as a log keeps them: a ``prev`` that names a copy the fold skipped names
+        that copy's own ``prev`` instead. The log holds the timeline, never a skipped copy,
+        so after a restart a lane taking the txs back (a refold) would wait forever for the
+        copy; a ``prev`` is not in the digest. In memory the txs keep their ``prev``: a refold
+        that still holds the copy puts it back too, and chains through it."""
+        skipped = self.skipped
+        if not skipped:
+            return txs
+        out = list(txs)
+        for at, tx in enumerate(txs):
+            prev = tx.prev
+            while prev in skipped:
+                prev = skipped[prev][0].prev
+            if prev != tx.prev:
+                out[at] = tx._replace(prev=prev)
+        return tuple(out)
+
     def digest_of(self, seq: int) -> bytes | None:
         """The digest of the kept copy at ``seq`` (a search: for a tx the ring left)."""
         return self.kept.digest_at(seq)

@@ -23,8 +23,13 @@ never given up (docs/design.md, invariant 8).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from relay.core.events import Persist
+from relay.core.messages import Tx
 from relay.core.timeline import Timeline
+
+Txs = tuple[Tx, ...]
 
 
 class LogCursor:
@@ -100,10 +105,13 @@ class LogCursor:
         self.written_seq = self.durable_seq = self.base_seq = base_seq
         self.durable_mark = 0  # the old log goes: nothing is claimed until the new one is synced
 
-    def pending(self, stream: str, timeline: Timeline) -> Persist | None:
+    def pending(
+        self, stream: str, timeline: Timeline, logged: Callable[[Txs], Txs] | None = None
+    ) -> Persist | None:
         """What the log has yet to be told; None if nothing. The shell answers each write
         before the next flush (a refusal comes as ``PersistFailed``), so what was handed
-        before this call is in the log."""
+        before this call is in the log. ``logged``: the txs as the log keeps them
+        (``DedupIndex.as_logged``)."""
         self.confirmed_seq = self.written_seq
         head = timeline.head_seq
         verified = timeline.verified_seq
@@ -113,6 +121,8 @@ class LogCursor:
         base = self.written_seq
         txs = tuple(timeline.txs_between(base, head))
         digests = tuple(timeline.digests[len(timeline.digests) - len(txs) :]) if txs else ()
+        if logged is not None and txs:
+            txs = logged(txs)
         base_digest = timeline.digest_at(base)
         assert base_digest is not None, "the log's head is always held"
         persist = Persist(

@@ -269,7 +269,7 @@ class StreamReplica:
 
     def to_persist(self) -> Persist | None:
         """What the log on disk has yet to be told (the node's flush asks after folding)."""
-        return self.log.pending(self.stream, self.timeline)
+        return self.log.pending(self.stream, self.timeline, self.dedup.as_logged)
 
     def persisted(self, generation: int, seq: int, mark: int) -> None:
         """The disk's answer. Only with ``votes_wait`` does it move what an ack tells: the
