@@ -162,3 +162,25 @@ def test_a_log_links_past_a_skipped_copy_so_a_restored_lane_chains() -> None:
     unlinked.follow(2, 7)
     unlinked.rebuild.refold(0)
     assert list(unlinked.lanes[2].early.values()) == [after], "waits for the copy forever"
+
+
+def test_a_lane_holding_the_skipped_copy_chains_the_tx_a_log_linked_past_it() -> None:
+    """Origin 2 restarted alone and answers from its log, where its tx after a retry's
+    skipped copy names the copy's prev. A replica that holds the copy in its lane, unfolded,
+    and lacks the tx, chains it all the same: every tx up to the lane's contig is held, so
+    is the one the tx names (a review found the replica waiting for a prev it had passed)."""
+    r = replica()
+    first = Tx(BASE + 1, 0, 2, 7, "p", 1, b"m")
+    copy = Tx(BASE + 2, BASE + 1, 2, 7, "p", 1, b"m")
+    assert r.take(first) and r.take(copy)
+    linked = Tx(BASE + 3, BASE + 1, 2, 7, "p", 2, b"n")  # as origin 2's log keeps it
+    assert r.take(linked)
+    lane = r.lanes[2]
+    assert list(lane.queue) == [first, copy, linked] and lane.contig == BASE + 3
+    later = Tx(BASE + 5, BASE + 4, 2, 7, "p", 4, b"q")  # early: its prev is not held
+    assert not r.take(later) and lane.early == {BASE + 4: later}
+    assert r.take(Tx(BASE + 4, BASE + 3, 2, 7, "p", 3, b"o")) and lane.contig == BASE + 5
+    passed = Tx(BASE + 9, BASE + 6, 2, 7, "p", 6, b"s")  # names a prev below what comes next
+    assert not r.take(passed) and BASE + 6 in lane.early
+    assert r.take(Tx(BASE + 7, BASE + 5, 2, 7, "p", 5, b"r"))
+    assert lane.contig == BASE + 9 and not lane.early, "held once the lane passed its prev"

@@ -185,11 +185,13 @@ class Lane:
         ``restoring`` puts back a tx this lane held before the timeline changed under it:
         a lane frozen for a cut takes nothing new, but it keeps what it held.
 
-        A tx chains when its ``prev`` is ``contig``, or when both are at or below the stable
-        head: an origin's chain is linear, so no tx of it lies between ``prev`` and this one,
-        and everything at or below the stable head is settled already. That rule is what lets
-        a replica that caught up from a snapshot follow every origin without knowing where
-        each one's chain was.
+        A tx chains when its ``prev`` is at or below ``contig`` (every tx of the epoch up to
+        ``contig`` is held, so its predecessor is; a ``prev`` below it is one a log linked past
+        skipped copies, ``DedupIndex.as_logged``, or a ``contig`` raised past txs that do not
+        exist), or when both are at or below the stable head: an origin's chain is linear, so
+        no tx of it lies between ``prev`` and this one, and everything at or below the stable
+        head is settled already. That rule is what lets a replica that caught up from a
+        snapshot follow every origin without knowing where each one's chain was.
         """
         if tx.seq <= self.contig or tx.epoch != self.epoch or tx.seq <= stable_head:
             return False
@@ -197,20 +199,26 @@ class Lane:
             return False
         if self.state is LaneState.CUTTING and self.cut_at is None and not restoring:
             return False  # frozen until the replicas agree where the epoch ends
-        if tx.prev != self.contig and not (tx.prev <= stable_head and self.contig <= stable_head):
+        if tx.prev > self.contig and not (tx.prev <= stable_head and self.contig <= stable_head):
             if len(self.early) < EARLY_TXS_MAX:
                 self.early[tx.prev] = tx
             return False
         self.queue.append(tx)
         self.contig = tx.seq
-        while self.early:
-            nxt = self.early.pop(self.contig, None)
+        early = self.early
+        while early:
+            nxt = early.pop(self.contig, None)
             if nxt is None:
-                break
+                if min(early) > self.contig:
+                    break
+                passed = [early.pop(p) for p in [p for p in early if p < self.contig]]
+                for held in sorted(passed, key=seq_of):  # their prevs are held now
+                    if held.seq > self.contig:
+                        self.queue.append(held)
+                        self.contig = held.seq
+                continue
             self.queue.append(nxt)
             self.contig = nxt.seq
-        if self.early and min(self.early) < self.contig:
-            self.early = {p: t for p, t in self.early.items() if t.seq > self.contig}
         return True
 
     def accept_chain(self, txs: Sequence[Tx], stable_head: int) -> Sequence[Tx]:
