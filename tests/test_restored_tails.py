@@ -184,3 +184,22 @@ def test_a_lane_holding_the_skipped_copy_chains_the_tx_a_log_linked_past_it() ->
     assert not r.take(passed) and BASE + 6 in lane.early
     assert r.take(Tx(BASE + 7, BASE + 5, 2, 7, "p", 5, b"r"))
     assert lane.contig == BASE + 9 and not lane.early, "held once the lane passed its prev"
+
+
+def test_early_txs_whose_prevs_the_lane_passed_chain_one_by_one() -> None:
+    """Early txs that name prevs the lane passed chain lowest seq first, each letting the
+    next exact link chain: none is dropped as if held (a review found one lost when they
+    were taken as a batch)."""
+    r = replica()
+    lane = r.lanes[2]
+    lane.contig = BASE + 10
+    early = [
+        Tx(BASE + 21, BASE + 11, 2, 7, "p", 21, b"a"),
+        Tx(BASE + 22, BASE + 21, 2, 7, "p", 22, b"b"),
+        Tx(BASE + 23, BASE + 12, 2, 7, "p", 23, b"c"),
+    ]
+    for tx in early:
+        assert not r.take(tx)
+    assert r.take(Tx(BASE + 20, BASE + 10, 2, 7, "p", 20, b"z"))
+    assert [tx.seq for tx in lane.queue] == [BASE + 20, BASE + 21, BASE + 22, BASE + 23]
+    assert not lane.early

@@ -208,15 +208,13 @@ class Lane:
         early = self.early
         while early:
             nxt = early.pop(self.contig, None)
-            if nxt is None:
-                if min(early) > self.contig:
+            if nxt is None:  # the lowest early tx whose prev the lane passed chains next
+                passed = [p for p in early if p < self.contig]
+                if not passed:
                     break
-                passed = [early.pop(p) for p in [p for p in early if p < self.contig]]
-                for held in sorted(passed, key=seq_of):  # their prevs are held now
-                    if held.seq > self.contig:
-                        self.queue.append(held)
-                        self.contig = held.seq
-                continue
+                nxt = early.pop(min(passed, key=lambda p: early[p].seq))
+                if nxt.seq <= self.contig:
+                    continue  # held already
             self.queue.append(nxt)
             self.contig = nxt.seq
         return True
