@@ -1,8 +1,9 @@
 """Which of relay's modules run compiled (mypyc), and the fallback to their sources.
 
-``setup.py`` compiles the packages in ``PACKAGES`` with mypyc into one group when mypyc and a
-C compiler are there (``scripts/compile.sh`` builds them beside their sources); a build
-without them, or with ``RELAY_PURE=1``, is pure Python. At import (``relay/__init__.py``),
+``setup.py`` compiles the modules ``sources`` lists (the packages of ``PACKAGES`` but
+``LEFT_OUT``, and ``MODULES``) with mypyc into one group when mypyc and a C compiler are there
+(``scripts/compile.sh`` builds them beside their sources); a build without them, or with
+``RELAY_PURE=1``, is pure Python. At import (``relay/__init__.py``),
 ``choose`` decides for the whole group: the compiled modules run only if every one of them is
 there and, in a checkout (where ``setup.py`` is; an installed wheel's file times say nothing),
 none is older than its source; otherwise, and whenever ``RELAY_PURE=1`` is set, a finder loads
@@ -23,7 +24,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-PACKAGES = ("relay/core", "relay/queue")  # the typed pure code on the hot path
+# A node's loop: the core and the work groups, and the shell that runs them (its sockets, its
+# disk, the codecs between them).
+PACKAGES = ("relay/core", "relay/queue", "relay/wire", "relay/storage", "relay/runtime")
+MODULES = ("relay/shell.py",)
+LEFT_OUT = frozenset(  # of those packages: off a node's loop, and not compilable as they are
+    {
+        "relay/runtime/metrics_server.py",  # its classes subclass the standard library's server
+        "relay/runtime/launcher.py",  # the tools that start nodes
+        "relay/runtime/local_cluster.py",
+        "relay/runtime/netns.py",
+    }
+)
 GROUP = "relay_native"  # the group's shared library: the module relay_native__mypyc, a file
 # beside the relay package (mypyc computes its modules' package paths from there)
 LIBRARY = f"{GROUP}__mypyc"
@@ -32,7 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent  # the folder that holds the relay
 
 def sources(root: Path = ROOT) -> list[Path]:
     """The source files compiled, relative to ``root``."""
-    return sorted(p.relative_to(root) for d in PACKAGES for p in (root / d).glob("*.py"))
+    found = [p.relative_to(root) for d in PACKAGES for p in (root / d).glob("*.py")]
+    kept = [p for p in found if p.as_posix() not in LEFT_OUT]
+    return sorted([*kept, *map(Path, MODULES)])
 
 
 def _compiled(source: Path) -> Path | None:

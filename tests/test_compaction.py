@@ -160,6 +160,7 @@ def test_an_interrupted_pass_leaves_a_log_recovery_makes_whole(tmp_path: Path) -
     again.log.close()
 
 
+@pytest.mark.pure
 def test_an_install_failing_part_way_leaves_a_log_that_reads_whole(tmp_path: Path) -> None:
     class RenamesOnce(OsFiles):
         renames = 0

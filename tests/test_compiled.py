@@ -16,13 +16,19 @@ SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 def tree(root: Path) -> list[Path]:
-    """A package tree with the compiled packages' layout: two modules in each."""
+    """A package tree with the compiled group's layout: two modules in each package, the
+    single modules, and the modules left out (not returned: never compiled)."""
     made = []
     for package in compiled.PACKAGES:
         (root / package).mkdir(parents=True)
         for name in ("__init__", "one"):
             made.append(root / package / f"{name}.py")
             made[-1].write_text("")
+    for module in compiled.MODULES:
+        made.append(root / module)
+        made[-1].write_text("")
+    for module in compiled.LEFT_OUT:
+        (root / module).write_text("")
     return made
 
 
@@ -73,7 +79,12 @@ def test_the_source_finder_names_every_module_of_the_group(tmp_path: Path) -> No
         assert spec.submodule_search_locations == [str(tmp_path / package)]
         spec = finder.find_spec(f"{name}.one", None)
         assert spec is not None and spec.origin == str(tmp_path / package / "one.py")
-    assert finder.find_spec("relay.runtime.node", None) is None
+    for module in compiled.MODULES:
+        spec = finder.find_spec(module.removesuffix(".py").replace("/", "."), None)
+        assert spec is not None and spec.origin == str(tmp_path / module)
+    for module in compiled.LEFT_OUT:
+        assert finder.find_spec(module.removesuffix(".py").replace("/", "."), None) is None
+    assert finder.find_spec("relay.client.producer", None) is None
 
 
 @pytest.mark.slow
@@ -83,10 +94,12 @@ def test_relay_pure_runs_every_module_of_the_group_from_source(
     """In a fresh interpreter: with RELAY_PURE=1 each compiled module comes from its .py;
     without, from what this checkout holds (compiled after scripts/compile.sh)."""
     probe = (
-        "import relay, relay.core.node, relay.queue.service, sys;"
+        "import relay, relay.runtime.node, relay.shell, sys;"
+        "group = {'.'.join(p.with_suffix('').parts).removesuffix('.__init__')"
+        " for p in relay.compiled.sources()};"
         "print(relay.compiled.MODE);"
         "print(*sorted({m.__file__.rsplit('.', 1)[-1] for n, m in sys.modules.items()"
-        " if n.startswith(('relay.core', 'relay.queue')) and getattr(m, '__file__', None)}))"
+        " if n in group and getattr(m, '__file__', None)}))"
     )
     env = {**os.environ, "RELAY_PURE": "1"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)

@@ -492,6 +492,7 @@ def _caught_with_power_losses(count: int) -> bool:
     return False
 
 
+@pytest.mark.pure
 def test_the_simulator_catches_a_sync_reported_before_it_ran(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -514,6 +515,7 @@ def test_the_simulator_catches_a_sync_reported_before_it_ran(
     assert _caught_with_power_losses(40)
 
 
+@pytest.mark.pure
 @pytest.mark.slow  # the bug shows in the 53rd power-loss seed: about 10 s
 def test_the_simulator_catches_a_recovery_that_keeps_a_torn_record(
     monkeypatch: pytest.MonkeyPatch,

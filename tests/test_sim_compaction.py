@@ -39,6 +39,7 @@ def fails_somewhere() -> str:
     raise AssertionError("no seed caught the planted bug")
 
 
+@pytest.mark.pure
 def test_the_checker_catches_a_compaction_that_drops_the_newest_value(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -134,6 +134,7 @@ def test_a_large_turn_is_cut_into_frames_of_about_the_batch_size(
     again.log.close()
 
 
+@pytest.mark.pure
 def test_a_turn_writes_its_records_and_its_mark_in_one_syscall(tmp_path: Path) -> None:
     """A turn that appends records and moves the verified mark makes one write of both (a
     second write cost a node's turn a syscall), and the mark reads back after the records."""

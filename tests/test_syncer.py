@@ -7,6 +7,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from relay.config import load
 from relay.core.events import Persisted, Reserve, Reserved
 from relay.runtime.local_cluster import write_config
@@ -31,6 +33,7 @@ def completed(syncer: Syncer) -> list[Persisted | Reserved]:
     return done
 
 
+@pytest.mark.pure
 def test_small_syncs_run_in_the_loop_and_others_in_the_thread(tmp_path: Path) -> None:
     store = NodeStore(tmp_path / "d", "east", 1, StorageSettings())
     store.open(WINDOW, T0)

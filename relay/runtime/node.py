@@ -60,7 +60,7 @@ TICK_MS = 10
 GAUGE_MS = 500
 
 
-class StartupError(RuntimeError):
+class StartupError(Exception):
     """The node cannot start; the message says what to fix."""
 
 

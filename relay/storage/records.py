@@ -33,7 +33,7 @@ from __future__ import annotations
 import mmap
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from itertools import accumulate, repeat
 from operator import add
 from struct import Struct
@@ -82,6 +82,11 @@ class SegmentHeader:
     @property
     def compacted(self) -> bool:
         return self.end_seq > 0
+
+    def __reduce__(self) -> tuple[type[SegmentHeader], tuple[Any, ...]]:
+        """Pickled as its fields (segments go to the compaction process and back): compiled,
+        a frozen class cannot be unpickled by setting its attributes one by one."""
+        return SegmentHeader, astuple(self)
 
 
 def frame(kind: int, body: bytes) -> bytes:

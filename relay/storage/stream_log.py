@@ -53,7 +53,7 @@ class LogSlice(NamedTuple):
     indexes: tuple[int, ...] = ()
 
 
-class StorageError(RuntimeError):
+class StorageError(Exception):
     """The disk refused a write (full, I/O error) or the log is out of step with the core."""
 
 

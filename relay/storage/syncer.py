@@ -74,8 +74,9 @@ class ThreadRunner:
         self._cond = threading.Condition()
         self._run: Callable[[], None] | None = None
         self._stop = False
-        self._thread = threading.Thread(target=self._loop, name="relay-syncer", daemon=True)
-        self._thread.start()
+        # not "_thread": mypyc names a C field "__thread" after it, which is a C keyword
+        self._syncing = threading.Thread(target=self._loop, name="relay-syncer", daemon=True)
+        self._syncing.start()
 
     def start(self, run: Callable[[], None]) -> None:
         with self._cond:
@@ -95,7 +96,7 @@ class ThreadRunner:
         with self._cond:
             self._stop = True
             self._cond.notify()
-        self._thread.join(5)
+        self._syncing.join(5)
         os.close(self.wake_fd)
         os.close(self._signal_fd)
 
