@@ -32,11 +32,11 @@ from relay.core.events import (
 )
 from relay.core.node import NodeCore
 from relay.core.timer import Now
-from relay.gc_tuning import Collector
 from relay.http.link import ENDPOINT as HTTP_LINK
 from relay.http.server import HttpServer
 from relay.runtime import declared, trust
 from relay.runtime.client_port import ClientPort
+from relay.runtime.collector import Collector
 from relay.runtime.faults import FaultHooks, admin_error, admin_reply
 from relay.runtime.gauges import Gauges
 from relay.runtime.group_lag import compaction_bounds

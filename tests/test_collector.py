@@ -1,5 +1,5 @@
 """A node's collector: young collections it runs itself, survivors frozen, a full collection
-only once the frozen objects outgrew their bound (relay/gc_tuning.py)."""
+only once the frozen objects outgrew their bound (relay/runtime/collector.py)."""
 
 import gc
 import weakref
@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay import gc_tuning
-from relay.gc_tuning import YOUNG, Collector
+from relay.runtime.collector import YOUNG, Collector
 
 
 class Node:
@@ -26,10 +25,11 @@ def cycle() -> weakref.ref[Node]:
 
 
 @pytest.fixture
-def collector() -> Iterator[Collector]:
+def restored() -> Iterator[None]:
+    """The collector as it was, after a test that gave it a node's policy."""
     thresholds = gc.get_threshold()
     try:
-        yield Collector()
+        yield
     finally:
         gc.unfreeze()
         gc.enable()
@@ -40,9 +40,8 @@ def alive(count: int) -> list[Node]:
     return [Node() for _ in range(count)]
 
 
-def test_the_node_collects_young_objects_itself_and_freezes_what_survives(
-    collector: Collector,
-) -> None:
+def test_the_node_collects_young_objects_itself_and_freezes_what_survives(restored: None) -> None:
+    collector = Collector()
     assert not gc.isenabled()
     frozen = gc.get_freeze_count()
     held = alive(YOUNG // 2)
@@ -57,10 +56,8 @@ def test_the_node_collects_young_objects_itself_and_freezes_what_survives(
     assert len(held) == 2 * (YOUNG // 2)
 
 
-def test_frozen_cycles_are_freed_once_the_frozen_objects_outgrow_the_bound(
-    collector: Collector, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(gc_tuning, "SLACK", 3 * YOUNG)
+def test_frozen_cycles_are_freed_once_the_frozen_objects_outgrow_the_bound(restored: None) -> None:
+    collector = Collector(slack=3 * YOUNG)
     cycles = [cycle() for _ in range(YOUNG // 2)]
     held = [ref() for ref in cycles]  # alive at the young collection: frozen with the rest
     collector.turn()
