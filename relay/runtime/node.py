@@ -32,11 +32,11 @@ from relay.core.events import (
 )
 from relay.core.node import NodeCore
 from relay.core.timer import Now
+from relay.gc_tuning import tune_gc
 from relay.http.link import ENDPOINT as HTTP_LINK
 from relay.http.server import HttpServer
 from relay.runtime import declared, trust
 from relay.runtime.client_port import ClientPort
-from relay.runtime.collector import Collector
 from relay.runtime.faults import FaultHooks, admin_error, admin_reply
 from relay.runtime.gauges import Gauges
 from relay.runtime.group_lag import compaction_bounds
@@ -199,7 +199,7 @@ class NodeRuntime:
 
     def run(self) -> None:
         self._install_signals()
-        collector = Collector()
+        tune_gc()
         if not tune_allocator():
             log.info("not glibc: the allocator keeps its own policy for large blocks")
         log.info(
@@ -254,7 +254,6 @@ class NodeRuntime:
                 after_ns = time.monotonic_ns()
                 after_cpu = time.thread_time_ns() if self.trace is not None else 0
                 self.shell.after_turn(now)
-                collector.turn()
                 if self.trace is not None:
                     stamps = (started_ns, handle_ns, carry_ns, after_ns, time.monotonic_ns())
                     cpu = (started_cpu, handle_cpu, carry_cpu, after_cpu, time.thread_time_ns())
