@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Compile relay's typed modules of a node's loop (relay/compiled.py: sources) with mypyc beside their
-# sources, so this checkout's processes run them compiled (without a C compiler or mypyc,
+# Compile the typed modules of a node's loop (relay/compiled.py: sources) with mypyc beside
+# their sources, so this checkout's processes run them compiled (without a C compiler or mypyc,
 # nothing is built and relay runs from source). Once a module of the group is edited, relay
 # runs the whole group from source, saying so, until this is run again. RELAY_PURE=1 removes
 # the compiled modules instead. Sets up .venv by itself.
