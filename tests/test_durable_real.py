@@ -2,6 +2,7 @@
 load, restarts from the log, a restarted node fetching only what it lacks."""
 
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from waits import until
 from relay import Consumer, Producer
 from relay.client.producer import Ack
 from relay.config import load
-from relay.core.status import NodeStatus
+from relay.core.status import NodeStatus, StreamStatus
 from relay.errors import DataLossError
 from relay.runtime.local_cluster import LocalCluster
 from relay.wire.client import publish_request
@@ -113,6 +114,47 @@ def test_a_restarted_node_fetches_only_what_it_lacks(tmp_path: Path) -> None:
         synced = sum(int(n) for n in re.findall(r"sync: orders: adopted (\d+) verified", log))
         assert "snapshot" not in log
         assert synced <= 300, f"node 3 fetched {synced} txs by sync; it lacked 300"
+
+
+def test_a_node_on_a_replaced_disk_recovers_once_every_other_replica_was_heard(
+    tmp_path: Path,
+) -> None:
+    """Node 3's data directory is lost and it starts again with --recover while node 2 is
+    down: it learns of the stream from node 1 but stays recovering (it vouches for nothing
+    older than its start, so its own old epoch cannot be cut without node 2) until node 2 is
+    back; then it serves everything, and publishing goes on."""
+    with LocalCluster(tmp_path / "c", 3) as cluster:
+        cluster.start()
+        cluster.wait_serving()
+        assert "start it again with --recover" in cluster.log(1), "a first start says it"
+        with Producer(config=cluster.config_path, node=1) as producer:
+            for i in range(500):
+                producer.send("orders", b"before %d" % i)
+            producer.flush()
+        cluster.stop(3, signal.SIGKILL)
+        cluster.stop(2)
+        shutil.rmtree(cluster.config.data_dir(3))
+        first_life = len(cluster.log(3))
+        cluster.node_args[3] = [*cluster.node_args.get(3, []), "--recover"]
+        cluster.start(3)
+        cluster.wait_serving([3], timeout_s=30)
+
+        def orders_on_3() -> StreamStatus | None:
+            status = cluster.status(3)
+            return status.stream("orders") if status else None
+
+        seen = until(orders_on_3, lambda s: s is not None, 20)
+        assert seen is not None and seen.recovering, seen
+        cluster.start(2)
+        cluster.wait_serving([2], timeout_s=30)
+        done = until(orders_on_3, lambda s: s is not None and not s.recovering, 30)
+        assert done is not None and not done.recovering, done
+        with Producer(config=cluster.config_path, node=3) as producer:
+            futures = [producer.send("orders", b"after %d" % i) for i in range(100)]
+            producer.flush()
+            last = max(f.result().seq for f in futures)
+        assert len(read_back(cluster, "orders", 3, last)) == 600
+        assert "--recover" not in cluster.log(3)[first_life:], "told: it does not warn"
 
 
 def test_a_consumer_from_earliest_reads_ten_memory_rings_back(tmp_path: Path) -> None:

@@ -116,3 +116,14 @@ def test_a_status_from_a_node_without_log_counts_reads_them_as_zero() -> None:
     raw["streams"]["s"]["log_txs"] = "many"
     with pytest.raises(ValueError, match="log_txs must be int"):
         NodeStatus.from_wire(raw)
+
+
+def test_a_status_says_which_streams_recover_and_refuses_a_recovering_that_is_no_flag() -> None:
+    raw = _STATUS.to_wire()
+    raw["streams"]["s"]["recovering"] = True
+    assert NodeStatus.from_wire(raw).streams[0].recovering
+    del raw["streams"]["s"]["recovering"]  # a node of the version before --recover
+    assert not NodeStatus.from_wire(raw).streams[0].recovering
+    raw["streams"]["s"]["recovering"] = 1
+    with pytest.raises(ValueError, match="recovering must be bool"):
+        NodeStatus.from_wire(raw)

@@ -184,6 +184,15 @@ def test_a_replica_behind_every_vote_learns_that_it_diverged() -> None:
     assert run_seed(9514952, 5).acked > 0
 
 
+def test_a_node_on_a_replaced_disk_does_not_cut_below_what_it_forgot() -> None:
+    """Seed 9876123 (3 nodes, from a campaign over 9,875,000-9,876,249): node 3 verified node
+    1's tx with node 1's vote while a one-way cut kept it from node 2; node 3's disk was
+    replaced, and nodes 2 and 3 cut node 1's epoch at the higher of their two reports, below
+    the tx, so the verified tx was dropped. A node started with ``--recover`` now reports on
+    no epoch older than its start until the stream has caught up from its peers."""
+    assert run_seed(9876123, 3).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and

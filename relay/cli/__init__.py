@@ -52,6 +52,12 @@ main.add_command(queue_group)
     type=click.Path(dir_okay=False),
     help="Record the loop's turns (timings, inputs, effects); written here at exit.",
 )
+@click.option(
+    "--recover",
+    is_flag=True,
+    help="This node's disk was replaced or lost: it vouches for nothing it held before "
+    "until each stream has caught up from its peers.",
+)
 def node(
     config_path: str,
     node_id: int,
@@ -60,6 +66,7 @@ def node(
     admin_host: str,
     log_level: str,
     trace: str | None,
+    recover: bool,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from pathlib import Path
@@ -79,6 +86,7 @@ def node(
             admin_port=admin_port,
             admin_host=admin_host,
             trace=TurnTrace(Path(trace)) if trace else None,
+            recover=recover,
         )
     except (StartupError, ConfigError, OSError) as exc:
         raise click.ClickException(str(exc)) from None

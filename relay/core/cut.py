@@ -12,6 +12,8 @@ then the lane is CUT and no longer holds the watermark back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from relay.core.lane import Lane, LaneInput, LaneState
 from relay.core.messages import OriginReport
 
@@ -87,10 +89,11 @@ def settle(
     quorum: int,
     head: int,
     elapsed_ms: int,
+    vouches: Callable[[int, int], bool],
 ) -> tuple[bool, list[RepairNeed]]:
     """Advance the cuts; ``voters`` are the live replicas (this one and the suspect included
-    if it is back: it holds everything it sent). Returns (a lane was cut, repair needs for
-    cuts beyond what we hold)."""
+    if it is back: it holds everything it sent), this one only for the epochs it ``vouches``
+    for (``amnesia``). Returns (a lane was cut, repair needs for cuts beyond what we hold)."""
     needs: list[RepairNeed] = []
     moved = False
     for origin, lane in lanes.items():
@@ -98,17 +101,21 @@ def settle(
             continue
         lane.cut_grace.start(elapsed_ms)
         cut = lane.cut_at
-        lane.cut_reports[self_id] = lane.contig
-        reported = voters & lane.cut_reports.keys()
+        live = voters
+        if vouches(origin, lane.epoch):
+            lane.cut_reports[self_id] = lane.contig
+        else:
+            live = voters - {self_id}
+        reported = live & lane.cut_reports.keys()
         if cut is None:
             if len(reported) < quorum:
                 continue
-            if reported != voters and not lane.cut_grace.fired(elapsed_ms):
+            if reported != live and not lane.cut_grace.fired(elapsed_ms):
                 continue
             cut = lane.cut_at = max(lane.cut_reports[r] for r in reported)
         elif (
             lane.contig < cut
-            and reported == voters
+            and reported == live
             and len(reported) >= quorum
             and lane.cut_grace.fired(elapsed_ms)
         ):

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from relay import errors
 from relay.core import reads
+from relay.core.amnesia import Amnesia
 from relay.core.events import (
     Acked,
     Broadcast,
@@ -72,8 +73,15 @@ Answer = ReadResult | LogRead | Redirect | Rejected
 
 class NodeCore:
     def __init__(
-        self, config: CoreConfig, epoch: int, floor: int = 0, reserved: int = SEQ_MAX
+        self,
+        config: CoreConfig,
+        epoch: int,
+        floor: int = 0,
+        reserved: int = SEQ_MAX,
+        forgot: bool = False,
     ) -> None:
+        """``forgot``: the node's disk was replaced or lost (``relay node --recover``): it may
+        have voted for what it no longer holds (``amnesia``)."""
         params = config.params
         self.config = config
         self.params = params
@@ -91,14 +99,15 @@ class NodeCore:
             stuck_after_ms=params.stuck_after_ms,
             votes_wait=params.votes_wait_for_disk,
         )
-        self.stream_set = StreamSet(config, limits)
+        amnesia = Amnesia(self.node_id, epoch) if forgot else None
+        self.stream_set = StreamSet(config, limits, amnesia)
         self.streams = self.stream_set.by_name  # every stream this node replicates
         self.active = self.stream_set.active  # the streams not at rest
         self.routing = self.stream_set.routing
         self.publishes = Publishes(params.publish_timeout_ms)
         self.parked = reads.ParkedFetches()
         self.membership = Membership(
-            self.node_id, self.origin, self.peers, self.stream_set, params.heartbeat_ms
+            self.node_id, self.origin, self.peers, self.stream_set, params.heartbeat_ms, amnesia
         )
         self.mesh_intake = MeshIntake(
             self.node_id, params, self.origin, self.peers, self.stream_set, self.membership

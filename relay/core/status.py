@@ -32,6 +32,7 @@ class StreamStatus:
     log_first_seq: int = 0  # the oldest seq on this node's disk (0: none); the shell fills
     log_txs: int = 0  # these three from the node's log
     log_bytes: int = 0
+    recovering: bool = False  # its node started with --recover and it has not caught up yet
 
     @staticmethod
     def of(state: StreamReplica) -> StreamStatus:
@@ -49,6 +50,7 @@ class StreamStatus:
             late_txs=state.late_txs,
             catchup=state.catchup.state.value,
             lanes=tuple((o, lane.state.value) for o, lane in sorted(state.lanes.items())),
+            recovering=state.recovery is not None,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -65,6 +67,7 @@ class StreamStatus:
             "log_first_seq": self.log_first_seq,
             "log_txs": self.log_txs,
             "log_bytes": self.log_bytes,
+            "recovering": self.recovering,
         }
 
     @staticmethod
@@ -94,6 +97,7 @@ class StreamStatus:
             log_first_seq=_optional(raw, "log_first_seq", where),
             log_txs=_optional(raw, "log_txs", where),
             log_bytes=_optional(raw, "log_bytes", where),
+            recovering=_field(raw, "recovering", bool, where) if "recovering" in raw else False,
         )
 
 

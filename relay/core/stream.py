@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from relay.core import cut, ordering, repair
+from relay.core.amnesia import Amnesia, Recovery
 from relay.core.catchup import (
     Catchup,
     CatchupAction,
@@ -82,6 +83,7 @@ class StreamReplica:
         quorum: int,
         limits: StreamLimits,
         ring: RingBytes | None = None,
+        amnesia: Amnesia | None = None,
     ) -> None:
         assert self_id in replicas
         self.stream = stream
@@ -121,6 +123,8 @@ class StreamReplica:
         self.restored_tail: tuple[OriginReport, ...] = ()  # told until verified passes it
         self.restored_head = 0
         self.rejoin_epoch = 0  # this node's epoch, while its lane cuts an older one first
+        # on a node whose disk was replaced: until it recovered, the epochs it cannot vouch for
+        self.recovery = Recovery(amnesia, len(self.peers), quorum) if amnesia else None
 
     # --- the ack it owes ----------------------------------------------------------------
 
@@ -205,6 +209,8 @@ class StreamReplica:
                 key = (report.origin, report.epoch)
                 self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
                 self._ack_owed = True
+        if self.recovery is not None:
+            self.recovery.heard(ack.sender, ack.head_seq)
         if self.heard is not None:
             self.heard.add(ack.sender)
             if len(self.heard) >= self.quorum:
@@ -238,6 +244,9 @@ class StreamReplica:
         if timeline.verified_seq > self.verified_noted:  # by votes or by an adopted slice
             self.verified_noted = timeline.verified_seq
             self.catchup.apply(CatchupInput.VERIFIED_MOVED, elapsed_ms)
+        if self.recovery is not None and self.recovery.done(timeline.verified_seq):
+            self.recovery = None  # its reports count from now on
+            self._ack_owed = True
         readable = self.acked_seq
         if readable <= self.announced_seq:
             return False
@@ -372,11 +381,17 @@ class StreamReplica:
         """The cut reports for the next ack; reports owed to a peer are sent once."""
         found = cut.reports(self.lanes, self.owed_reports)
         self.owed_reports.clear()
+        if self.recovery is not None:
+            found = tuple(r for r in found if r.settled or self.vouches(r.origin, r.epoch))
         if self.restored_tail:
             if self.verified_seq >= self.restored_head:
                 self.restored_tail = ()
             return (*found, *self.restored_tail)
         return found
+
+    def vouches(self, origin: int, epoch: int) -> bool:
+        """Whether this replica's report on ``origin``'s ``epoch`` counts (``amnesia``)."""
+        return self.recovery is None or self.recovery.vouches(origin, epoch)
 
     # --- upkeep -------------------------------------------------------------------------
 
@@ -392,7 +407,13 @@ class StreamReplica:
         live = [r for r in self.peers if peers.get(r, (False, 0))[0]]
         voters = {*live, self.self_id}
         settled, needs = cut.settle(
-            self.lanes, self.self_id, voters, self.quorum, self.timeline.head_seq, elapsed_ms
+            self.lanes,
+            self.self_id,
+            voters,
+            self.quorum,
+            self.timeline.head_seq,
+            elapsed_ms,
+            self.vouches,
         )
         if settled:
             self._ack_owed = True

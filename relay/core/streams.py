@@ -31,6 +31,7 @@ from itertools import islice
 
 from blake3 import blake3
 
+from relay.core.amnesia import Amnesia
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
 from relay.core.messages import tx_bytes
@@ -54,8 +55,11 @@ def name_mark(name: str) -> int:
 
 
 class StreamSet:
-    def __init__(self, config: CoreConfig, limits: StreamLimits) -> None:
+    def __init__(
+        self, config: CoreConfig, limits: StreamLimits, amnesia: Amnesia | None = None
+    ) -> None:
         self.config = config
+        self.amnesia = amnesia  # the node's disk was replaced (``amnesia``)
         self.node_id = config.node_id
         self.limits = limits
         self.routing = Routing(config.subscriptions, config.rules)
@@ -85,7 +89,9 @@ class StreamSet:
         if self.node_id not in replicas:
             return None
         quorum = self.config.quorum_of(len(replicas))
-        state = StreamReplica(name, self.node_id, replicas, quorum, self.limits, self.ring)
+        state = StreamReplica(
+            name, self.node_id, replicas, quorum, self.limits, self.ring, self.amnesia
+        )
         state.rejoin(epoch)
         for origin in state.peers:
             up, peer_epoch = peers[origin]

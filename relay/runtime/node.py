@@ -74,7 +74,10 @@ class NodeRuntime:
         admin_port: int | None = None,
         admin_host: str = "127.0.0.1",  # fault injection answers on loopback unless told
         trace: TurnTrace | None = None,
+        recover: bool = False,
     ) -> None:
+        """``recover``: this node's disk was replaced or lost, so it may have voted for
+        what it no longer holds (``relay/core/amnesia.py``)."""
         self.trace = trace
         self.config = config
         self.spec = config.node(node_id)
@@ -99,7 +102,13 @@ class NodeRuntime:
             self.disk.close()
             raise StartupError(f"node {node_id}: {exc}") from None
         core_config = config.core_config(node_id)
-        self.core = NodeCore(core_config, epoch=epoch, floor=floor, reserved=reserved)
+        if floor == 0 and not recover:  # no reservation: the disk holds no node state
+            log.warning(
+                "node %d starts on an empty data directory; if it ran before (a replaced "
+                "disk), stop it and start it again with --recover",
+                node_id,
+            )
+        self.core = NodeCore(core_config, epoch, floor, reserved, forgot=recover)
         self.metrics = NodeMetrics(node_id, config.name)
         self.gauges = Gauges(self.metrics, config.metrics_streams_max)
         self.gauges.restored(restored)

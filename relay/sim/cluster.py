@@ -71,6 +71,7 @@ class SimCluster:
         disk_rng = random.Random(seed * 31 + 7)  # apart from the network's draws
         self.disk_rng = disk_rng
         self.files = {n: SimFiles(disk_rng) for n in ids}  # each node's machine
+        self.replaced: set[int] = set()  # the nodes whose disk was replaced
         self.storage = StorageSettings(
             fsync="always" if plan.params.votes_wait_for_disk else "never",
             segment_bytes=plan.segment_bytes,
@@ -294,7 +295,8 @@ class SimCluster:
             self.note(f"node {n} failed to start: {exc}")
             return False
         self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
-        node = self.nodes[n] = NodeCore(config, epoch=epoch, floor=floor, reserved=reserved)
+        forgot = n in self.replaced  # its operator starts it with --recover
+        node = self.nodes[n] = NodeCore(config, epoch, floor, reserved, forgot)
         answers = self.answers[n] = SimAnswers()
         reporter = SimReporter(self.checker, self.incarnation[n])
         mesh = SimMesh(n, self.network, list(self.ids), self.checker, lambda: self.now_ms)
@@ -326,6 +328,7 @@ class SimCluster:
         return self.files[n]
 
     def replace_disk(self, n: int) -> SimFiles:
+        self.replaced.add(n)
         self.files[n] = SimFiles(self.disk_rng)
         return self.files[n]
 

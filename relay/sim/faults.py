@@ -50,8 +50,32 @@ TAKES_NODES_OUT = {FaultKind.CRASH, FaultKind.STOP, FaultKind.ISOLATE, FaultKind
 
 
 def _out_until(fault: Fault) -> int:
-    """A stopped node never comes back."""
-    return 1 << 40 if fault.kind is FaultKind.STOP else fault.end_ms
+    """A stopped node never comes back; a node on a replaced disk counts as out for good too
+    (it vouches for nothing older than its start until each stream recovered, which may need
+    every other replica: docs/design.md, *A replaced disk*)."""
+    replaced = fault.kind is FaultKind.CRASH and fault.amount == CrashKind.NEW_DISK
+    return 1 << 40 if fault.kind is FaultKind.STOP or replaced else fault.end_ms
+
+
+def _room_for_good(
+    index: int,
+    faults: tuple[Fault, ...],
+    decided: list[Fault],
+    nodes: int,
+    replica_sets: tuple[frozenset[int], ...],
+) -> bool:
+    """Whether the nodes of crash ``faults[index]`` may stay out from its start on: with every
+    other fault that takes nodes out after that (``decided`` for the ones before it), still a
+    minority of the cluster and of each stream's replicas."""
+    crash = faults[index]
+    out = set(crash.nodes)
+    for i, f in enumerate(faults):
+        f = decided[i] if i < len(decided) else f
+        if i != index and f.kind in TAKES_NODES_OUT and _out_until(f) > crash.start_ms:
+            out |= set(f.nodes)
+    if len(out) > (nodes - 1) // 2:
+        return False
+    return not any(2 * len(out & r) >= len(r) for r in replica_sets)
 
 
 def draw_faults(
@@ -108,6 +132,7 @@ def crashes_of(
     nodes: int,
     horizon_ms: int,
     power_losses: bool,
+    replica_sets: tuple[frozenset[int], ...] = (),
 ) -> tuple[Fault, ...]:
     """How each crash treats the disk; with ``power_losses`` (every vote waits for fsync)
     a crash may lose power, and a third of the runs lose power on every node at once."""
@@ -118,12 +143,16 @@ def crashes_of(
         if power_losses
         else [CrashKind.PROCESS, CrashKind.NEW_DISK]
     )
-    found = [
-        Fault(f.kind, f.start_ms, f.end_ms, f.nodes, rng.choice(kinds))
-        if f.kind is FaultKind.CRASH
-        else f
-        for f in faults
-    ]
+    found: list[Fault] = []
+    for index, f in enumerate(faults):
+        if f.kind is FaultKind.CRASH:
+            kind = rng.choice(kinds)
+            if kind == CrashKind.NEW_DISK and not _room_for_good(
+                index, faults, found, nodes, replica_sets
+            ):
+                kind = CrashKind.PROCESS
+            f = Fault(f.kind, f.start_ms, f.end_ms, f.nodes, kind)
+        found.append(f)
     if power_losses and rng.random() < 1 / 3:
         start = rng.randint(50, max(60, horizon_ms - 100))
         every = tuple(range(1, nodes + 1))

@@ -91,7 +91,9 @@ class SimPlan:
             delay_ms_max=rng.randint(0, 5),
             consumers=rng.randint(0, 3),
             skews_ms=skews,
-            faults=crashes_of(disk, faults, nodes, publish_ms, votes_wait) if with_faults else (),
+            faults=crashes_of(disk, faults, nodes, publish_ms, votes_wait, replica_sets)
+            if with_faults
+            else (),
             disk_latency_ms_max=disk.choice([0, 1, 3, 10]),
             # its own stream of numbers too: half the seeds never reuse
             reuse_rate=random.Random(seed * 15_485_863 + nodes).choice([0.0, 0.0, 0.03, 0.1]),

@@ -1,0 +1,75 @@
+"""A node started with --recover: what it reports in a cut, and when its streams recover."""
+
+from test_stream import LIMITS, follow_all
+
+from relay.core.amnesia import Amnesia, Recovery
+from relay.core.catchup import CatchupInput
+from relay.core.digest import genesis
+from relay.core.lane import LaneState
+from relay.core.messages import OriginReport, StreamAck
+from relay.core.stream import StreamReplica
+
+
+def test_it_vouches_only_for_epochs_begun_after_it_heard_their_origin() -> None:
+    amnesia = Amnesia(3, epoch=100)
+    assert amnesia.vouches(3, 100) and not amnesia.vouches(3, 99), "its own older epochs too"
+    assert not amnesia.vouches(1, 5), "an origin not heard yet: any epoch may be older"
+    amnesia.heard(1, 7)
+    amnesia.heard(1, 9)  # the first epoch heard is the one that counts
+    assert not amnesia.vouches(1, 7) and amnesia.vouches(1, 8)
+
+
+def test_a_stream_recovers_once_enough_peers_to_meet_every_quorum_were_heard_and_passed() -> None:
+    three = Recovery(Amnesia(3, 100), peers=2, quorum=2)
+    three.heard(1, 50)
+    assert not three.done(1 << 60), "one of two others may be the one that never held it"
+    three.heard(1, 80)  # heard again: the first head stands
+    three.heard(2, 40)
+    assert not three.done(49) and three.done(50)
+
+    five = Recovery(Amnesia(5, 100), peers=4, quorum=3)
+    for peer, head in ((1, 10), (2, 30)):
+        five.heard(peer, head)
+    assert not five.done(1 << 60)
+    five.heard(3, 20)
+    assert five.done(30)
+
+    alone = Recovery(Amnesia(1, 100), peers=0, quorum=1)
+    assert alone.done(0), "a single replica has nobody to recover from"
+
+
+def forgetful_replica() -> StreamReplica:
+    """Node 3 of three, started with --recover; it heard origin 1 first in epoch 7."""
+    amnesia = Amnesia(3, epoch=100)
+    amnesia.heard(1, 7)
+    amnesia.heard(2, 7)
+    r = StreamReplica("s", 3, (1, 2, 3), 2, LIMITS, amnesia=amnesia)
+    r.catchup.apply(CatchupInput.GENESIS_AGREED, 0)
+    r.heard = None
+    follow_all(r)
+    return r
+
+
+def test_a_recovering_replica_neither_reports_nor_counts_itself_on_an_older_epoch() -> None:
+    """Seed 9876123: a replaced node's report below a tx it had verified, with one other
+    replica's, cut the tx away. Until the stream recovered, the cut of an epoch older than
+    its start is decided by the others' reports alone."""
+    r = forgetful_replica()
+    r.suspect(1, 7)
+    assert r.lanes[1].state is LaneState.CUTTING
+    assert r.reports() == ()
+    peers = {1: (False, 7), 2: (True, 7)}
+    r.on_tick(10_000, peers)
+    assert r.lanes[1].cut_at is None and 3 not in r.lanes[1].cut_reports
+
+    ack = StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, (OriginReport(1, 7, 0),))
+    r.take_ack(ack, 0)
+    r.on_tick(20_000, peers)
+    assert r.lanes[1].cut_at is None, "one report is not a quorum's"
+
+    r.take_ack(StreamAck("s", 1, 7, 0, 0, 0, genesis("s"), 0), 0)  # heard both others
+    r.verify(0)
+    assert r.recovery is None
+    assert r.reports() == (OriginReport(1, 7, 0),)
+    r.on_tick(30_000, peers)
+    assert r.lanes[1].cut_at == 0, "recovered: its own report counts with node 2's"
