@@ -1,12 +1,12 @@
 """A node started with --recover: what it reports in a cut, and when its streams recover."""
 
-from test_stream import LIMITS, follow_all
+from test_stream import BASE, LIMITS, follow_all, promise_all, stabilize
 
 from relay.core.amnesia import Amnesia, Recovery
 from relay.core.catchup import CatchupInput
 from relay.core.digest import genesis
 from relay.core.lane import LaneState
-from relay.core.messages import OriginReport, StreamAck
+from relay.core.messages import OriginReport, StreamAck, Tx, fold_tx
 from relay.core.stream import StreamReplica
 
 
@@ -21,17 +21,18 @@ def test_it_vouches_only_for_epochs_begun_after_it_heard_their_origin() -> None:
 
 def test_a_stream_recovers_once_enough_peers_to_meet_every_quorum_were_heard_and_passed() -> None:
     three = Recovery(Amnesia(3, 100), peers=2, quorum=2)
-    three.heard(1, 50)
+    three.heard(1, floor=50, head_seq=30)
     assert not three.done(1 << 60), "one of two others may be the one that never held it"
-    three.heard(1, 80)  # heard again: the first head stands
-    three.heard(2, 40)
+    three.heard(1, floor=80, head_seq=80)  # heard again: the first bound stands
+    three.heard(2, floor=20, head_seq=40)  # a head above the floor: a tx taken by a sync
+    assert three.target == 50
     assert not three.done(49) and three.done(50)
 
     five = Recovery(Amnesia(5, 100), peers=4, quorum=3)
-    for peer, head in ((1, 10), (2, 30)):
-        five.heard(peer, head)
+    for peer, floor in ((1, 10), (2, 30)):
+        five.heard(peer, floor, 0)
     assert not five.done(1 << 60)
-    five.heard(3, 20)
+    five.heard(3, 20, 0)
     assert five.done(30)
 
     alone = Recovery(Amnesia(1, 100), peers=0, quorum=1)
@@ -73,3 +74,23 @@ def test_a_recovering_replica_neither_reports_nor_counts_itself_on_an_older_epoc
     assert r.reports() == (OriginReport(1, 7, 0),)
     r.on_tick(30_000, peers)
     assert r.lanes[1].cut_at == 0, "recovered: its own report counts with node 2's"
+
+
+def test_a_recovering_replica_votes_no_further_than_what_the_others_verified() -> None:
+    """Its own vote could help verify a history without a tx it forgot: until the stream
+    recovered, it votes its verified seq, and the others' votes alone verify."""
+    r = forgetful_replica()
+    tx = Tx(BASE + 5, 0, 1, 7, "", 0, b"t")
+    assert r.take(tx)
+    promise_all(r, BASE + 9)
+    stabilize(r)
+    assert r.timeline.head_seq == BASE + 5
+    assert r.vote() == (0, genesis("s"))
+    digest = fold_tx(genesis("s"), tx)
+    r.take_ack(StreamAck("s", 1, 7, BASE + 5, 0, BASE + 5, digest, 0), 0)
+    r.verify(0)
+    assert r.verified_seq == 0, "one other's vote and its own do not make a quorum"
+    r.take_ack(StreamAck("s", 2, 7, BASE + 5, 0, BASE + 5, digest, 0), 0)
+    r.verify(0)
+    assert r.verified_seq == BASE + 5 and r.recovery is None
+    assert r.vote() == (BASE + 5, digest)

@@ -5,12 +5,13 @@ highest report of a quorum, so that every tx a quorum held is inside it. A node 
 replaced (a new machine, a lost data directory) may have been one of the quorum that verified
 a tx and forgotten it: its report on an epoch that began before it started says
 nothing about what that quorum held. So such a node withholds its reports on each origin's
-epochs up to the one it first heard that origin in (its own older epochs included), and counts
-no report of its own there, in every stream until that stream has *recovered*: the node heard
-acks from enough of the stream's other replicas that every quorum it may have been part of
-meets them (all but ``quorum - 1`` of the others), and its verified seq reached the highest
-head they voted when first heard. Every tx such a quorum verified was at or below one of those
-heads, so it is then verified history here, and what the node reports covers it.
+epochs up to the one it first heard that origin in (its own older epochs included), counts no
+report of its own there, and votes no further than its verified seq (the others verify without
+it), in every stream until that stream has *recovered*: the node heard acks from enough of the
+stream's other replicas that every quorum it may have been part of meets them (n - quorum + 1
+of them), and its verified seq, verified by the others, reached the highest floor or head they
+sent first. Every tx such a quorum verified was held by one of them, at or below that bound,
+so it is then verified history here, and the node is a replica like any other.
 """
 
 from __future__ import annotations
@@ -34,26 +35,27 @@ class Amnesia:
 
 
 class Recovery:
-    """One stream's side: until it recovered, the epochs the node cannot vouch for are not
-    reported."""
+    """One stream's side: until the stream recovered, the node vouches for no epoch older than
+    its start and its vote stands for no more than its verified seq."""
 
-    __slots__ = ("amnesia", "heads", "needed", "target")
+    __slots__ = ("amnesia", "bounds", "needed", "target")
 
     def __init__(self, amnesia: Amnesia, peers: int, quorum: int) -> None:
         self.amnesia = amnesia
-        self.needed = min(peers, peers - quorum + 2)  # others that meet every quorum with us
-        self.heads: dict[int, int] = {}  # each peer's head when first heard
-        self.target = 0 if self.needed <= 0 else -1  # -1: not known yet
+        # the others that meet every quorum this node may have been in: n - quorum + 1
+        self.needed = min(peers, peers - quorum + 2)
+        self.bounds: dict[int, int] = {}  # each peer's first bound heard (``heard``)
+        self.target: int | None = 0 if self.needed <= 0 else None
 
-    def heard(self, sender: int, head_seq: int) -> None:
-        if self.target >= 0 or sender in self.heads:
+    def heard(self, sender: int, floor: int, head_seq: int) -> None:
+        """A peer's first ack since the node started: every tx it held then is at or below its
+        floor (its clock observed the seq) or its head (a tx it took by a sync is verified,
+        and never refolded)."""
+        if self.target is not None or sender in self.bounds:
             return
-        self.heads[sender] = head_seq
-        if len(self.heads) >= self.needed:
-            self.target = max(self.heads.values())
+        self.bounds[sender] = max(floor, head_seq)
+        if len(self.bounds) >= self.needed:
+            self.target = max(self.bounds.values())
 
     def done(self, verified_seq: int) -> bool:
-        return 0 <= self.target <= verified_seq
-
-    def vouches(self, origin: int, epoch: int) -> bool:
-        return self.amnesia.vouches(origin, epoch)
+        return self.target is not None and verified_seq >= self.target

@@ -101,21 +101,21 @@ def settle(
             continue
         lane.cut_grace.start(elapsed_ms)
         cut = lane.cut_at
-        live = voters
+        counted = voters  # the replicas whose reports count
         if vouches(origin, lane.epoch):
             lane.cut_reports[self_id] = lane.contig
         else:
-            live = voters - {self_id}
-        reported = live & lane.cut_reports.keys()
+            counted = voters - {self_id}
+        reported = counted & lane.cut_reports.keys()
         if cut is None:
             if len(reported) < quorum:
                 continue
-            if reported != live and not lane.cut_grace.fired(elapsed_ms):
+            if reported != counted and not lane.cut_grace.fired(elapsed_ms):
                 continue
             cut = lane.cut_at = max(lane.cut_reports[r] for r in reported)
         elif (
             lane.contig < cut
-            and reported == live
+            and reported == counted
             and len(reported) >= quorum
             and lane.cut_grace.fired(elapsed_ms)
         ):

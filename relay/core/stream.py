@@ -210,7 +210,7 @@ class StreamReplica:
                 self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
                 self._ack_owed = True
         if self.recovery is not None:
-            self.recovery.heard(ack.sender, ack.head_seq)
+            self.recovery.heard(ack.sender, ack.floor, ack.head_seq)
         if self.heard is not None:
             self.heard.add(ack.sender)
             if len(self.heard) >= self.quorum:
@@ -240,12 +240,12 @@ class StreamReplica:
         if the readable seq moved since the last call (announce it). The node's flush is the
         only caller."""
         timeline = self.timeline
-        self.votes.verify(timeline, self.log.vote_seq(timeline))
+        self.votes.verify(timeline, self._vote_seq())
         if timeline.verified_seq > self.verified_noted:  # by votes or by an adopted slice
             self.verified_noted = timeline.verified_seq
             self.catchup.apply(CatchupInput.VERIFIED_MOVED, elapsed_ms)
         if self.recovery is not None and self.recovery.done(timeline.verified_seq):
-            self.recovery = None  # its reports count from now on
+            self.recovery = None  # its reports and its vote count from now on
             self._ack_owed = True
         readable = self.acked_seq
         if readable <= self.announced_seq:
@@ -268,11 +268,16 @@ class StreamReplica:
         return min(verified, self.votes.marked(self.log.durable_mark))
 
     def vote(self) -> tuple[int, bytes]:
-        """This replica's vote: its stable head, or with ``votes_wait`` its durable head."""
-        seq = self.log.vote_seq(self.timeline)
+        """This replica's vote: its stable head, or with ``votes_wait`` its durable head;
+        while it recovers (``amnesia``), its verified seq."""
+        seq = self._vote_seq()
         digest = self.timeline.digest_at(seq)
         assert digest is not None, "the timeline keeps what it has not yet made durable"
         return seq, digest
+
+    def _vote_seq(self) -> int:
+        seq = self.log.vote_seq(self.timeline)
+        return seq if self.recovery is None else min(seq, self.timeline.verified_seq)
 
     # --- the log on disk ----------------------------------------------------------------
 
@@ -391,7 +396,7 @@ class StreamReplica:
 
     def vouches(self, origin: int, epoch: int) -> bool:
         """Whether this replica's report on ``origin``'s ``epoch`` counts (``amnesia``)."""
-        return self.recovery is None or self.recovery.vouches(origin, epoch)
+        return self.recovery is None or self.recovery.amnesia.vouches(origin, epoch)
 
     # --- upkeep -------------------------------------------------------------------------
 

@@ -103,9 +103,9 @@ class NodeRuntime:
             raise StartupError(f"node {node_id}: {exc}") from None
         core_config = config.core_config(node_id)
         if floor == 0 and not recover:  # no reservation: the disk holds no node state
-            log.warning(
-                "node %d starts on an empty data directory; if it ran before (a replaced "
-                "disk), stop it and start it again with --recover",
+            log.info(
+                "node %d starts on an empty data directory: a new node (if it ran before, "
+                "its disk was replaced: stop it and start it again with --recover)",
                 node_id,
             )
         self.core = NodeCore(core_config, epoch, floor, reserved, forgot=recover)

@@ -296,7 +296,7 @@ class SimCluster:
             return False
         self.incarnation[n] = self.incarnation.get(n, 0) + 1 + n * 1000
         forgot = n in self.replaced  # its operator starts it with --recover
-        node = self.nodes[n] = NodeCore(config, epoch, floor, reserved, forgot)
+        node = self.nodes[n] = NodeCore(config, epoch, floor, reserved, forgot=forgot)
         answers = self.answers[n] = SimAnswers()
         reporter = SimReporter(self.checker, self.incarnation[n])
         mesh = SimMesh(n, self.network, list(self.ids), self.checker, lambda: self.now_ms)
