@@ -53,12 +53,8 @@ def test_a_cut_nobody_live_can_reach_comes_down_to_the_live_reports() -> None:
     lane.cut_reports = {1: 5, 3: 5, 5: 4, 4: 10}
     lane.cut_at = 10  # decided while node 4 was live
     lanes = {2: lane}
-
-    def vouches(origin: int, epoch: int) -> bool:
-        return True
-
-    settled, needs = cut.settle(lanes, 1, {1, 3, 5}, 3, head=3, elapsed_ms=0, vouches=vouches)
+    settled, needs = cut.settle(lanes, 1, {1, 3, 5}, 3, head=3, elapsed_ms=0)
     assert not settled and needs == [(2, 7, 5, 10)], "within the grace time: repair first"
-    settled, needs = cut.settle(lanes, 1, {1, 3, 5}, 3, head=3, elapsed_ms=100, vouches=vouches)
+    settled, needs = cut.settle(lanes, 1, {1, 3, 5}, 3, head=3, elapsed_ms=100)
     assert settled and not needs
     assert lanes[2].state is LaneState.CUT and lanes[2].contig == 5

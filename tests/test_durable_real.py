@@ -120,10 +120,9 @@ def test_a_node_on_a_replaced_disk_recovers_once_every_other_replica_was_heard(
     tmp_path: Path,
 ) -> None:
     """Node 3's data directory is lost and it starts again with --recover while node 2 is
-    down: it learns of the stream from node 1 but stays recovering (it vouches for nothing
-    older than its start, so its own old epoch cannot be cut without node 2). Once node 2 is
-    back, publishing goes on, the first txs verified recover the stream, and node 3 serves
-    everything."""
+    down: it learns of the stream from node 1 but stays recovering (it counts in no cut, so
+    its own old epoch cannot be cut without node 2). Once node 2 is back, publishing goes on,
+    the first txs verified recover the stream, and node 3 serves everything."""
     with LocalCluster(tmp_path / "c", 3) as cluster:
         cluster.start()
         cluster.wait_serving()

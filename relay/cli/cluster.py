@@ -241,7 +241,8 @@ def _print_status(statuses: dict[NodeAddress, NodeStatus | None]) -> None:
         if not status.streams:
             click.echo(f"{node:<5} {status.state:<10} {'-':<20} {'-':>20} {'-':<16} {'-':>6}")
         for s in status.streams:
-            state = "recovering" if s.recovering else status.state  # after --recover
+            serving = status.state == "serving"
+            state = "recovering" if s.recovering and serving else status.state  # --recover
             click.echo(
                 f"{node:<5} {state:<10} {s.name:<20} "
                 f"{s.verified_seq:>20} {s.digest[:16]:<16} {s.unverified_txs:>6}"

@@ -1,51 +1,33 @@
-"""What a node whose disk was replaced (``relay node --recover``) can vouch for in a cut.
+"""A node whose disk was replaced (``relay node --recover``): when each stream has recovered.
 
 How this works (the argument is in docs/design.md, *A replaced disk*): a cut takes the
-highest report of a quorum, so that every tx a quorum held is inside it. A node whose disk was
-replaced (a new machine, a lost data directory) may have been one of the quorum that verified
-a tx and forgotten it: its report on an epoch that began before it started says
-nothing about what that quorum held. So such a node withholds its reports on each origin's
-epochs up to the one it first heard that origin in (its own older epochs included), counts no
-report of its own there, and votes no further than its verified seq (the others verify without
-it), in every stream until that stream has *recovered*: the node heard acks from enough of the
-stream's other replicas that every quorum it may have been part of meets them (n - quorum + 1
-of them), and its verified seq, verified by the others, reached the highest floor or head they
-sent first. Every tx such a quorum verified was held by one of them, at or below that bound,
-so it is then verified history here, and the node is a replica like any other.
+highest report of a quorum, and a verification a quorum's votes, so that every tx a quorum
+held stays. A node whose disk was replaced (a new machine, a lost data directory) may have been
+one of the quorum that verified a tx and forgotten it. So, in each stream until it has
+*recovered*, such a node sends no cut report and counts none of its own, and votes no further
+than its verified seq: the others cut and verify without it, as if it were down. The stream
+has recovered once the node heard acks from n - quorum + 1 of the stream's other replicas
+(enough to meet every quorum it may have been part of) and its verified seq, verified by the
+others, reached the highest floor or head those first acks carried. Where the quorum is every
+replica, a node that forgot meets no quorum without the others, and nothing is needed.
 """
 
 from __future__ import annotations
 
 
-class Amnesia:
-    """The node's side: the epoch each origin was first heard in since the node started."""
-
-    __slots__ = ("first_epochs",)
-
-    def __init__(self, self_id: int, epoch: int) -> None:
-        self.first_epochs: dict[int, int] = {self_id: epoch - 1}  # its own older epochs too
-
-    def heard(self, origin: int, epoch: int) -> None:
-        self.first_epochs.setdefault(origin, epoch)
-
-    def vouches(self, origin: int, epoch: int) -> bool:
-        """Whether ``epoch`` of ``origin`` began after this node started."""
-        first = self.first_epochs.get(origin)
-        return first is not None and epoch > first
-
-
 class Recovery:
-    """One stream's side: until the stream recovered, the node vouches for no epoch older than
-    its start and its vote stands for no more than its verified seq."""
+    __slots__ = ("bounds", "needed", "target")
 
-    __slots__ = ("amnesia", "bounds", "needed", "target")
-
-    def __init__(self, amnesia: Amnesia, peers: int, quorum: int) -> None:
-        self.amnesia = amnesia
-        # the others that meet every quorum this node may have been in: n - quorum + 1
+    def __init__(self, peers: int, quorum: int) -> None:
+        # the others that meet every quorum with this node (n - quorum + 1)
         self.needed = min(peers, peers - quorum + 2)
         self.bounds: dict[int, int] = {}  # each peer's first bound heard (``heard``)
-        self.target: int | None = 0 if self.needed <= 0 else None
+        self.target: int | None = None
+
+    @staticmethod
+    def needed_for(peers: int, quorum: int) -> bool:
+        """Whether a replica that forgot must recover: the others alone make a quorum."""
+        return peers >= quorum
 
     def heard(self, sender: int, floor: int, head_seq: int) -> None:
         """A peer's first ack since the node started: every tx it held then is at or below its

@@ -12,8 +12,6 @@ then the lane is CUT and no longer holds the watermark back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from relay.core.lane import Lane, LaneInput, LaneState
 from relay.core.messages import OriginReport
 
@@ -89,11 +87,13 @@ def settle(
     quorum: int,
     head: int,
     elapsed_ms: int,
-    vouches: Callable[[int, int], bool],
+    counts_itself: bool = True,
 ) -> tuple[bool, list[RepairNeed]]:
     """Advance the cuts; ``voters`` are the live replicas (this one and the suspect included
-    if it is back: it holds everything it sent), this one only for the epochs it ``vouches``
-    for (``amnesia``). Returns (a lane was cut, repair needs for cuts beyond what we hold)."""
+    if it is back: it holds everything it sent), this one only if it ``counts_itself`` (not
+    while its stream recovers, ``amnesia``). Returns (a lane was cut, repair needs for cuts
+    beyond what we hold)."""
+    counted = voters if counts_itself else voters - {self_id}  # whose reports count
     needs: list[RepairNeed] = []
     moved = False
     for origin, lane in lanes.items():
@@ -101,11 +101,8 @@ def settle(
             continue
         lane.cut_grace.start(elapsed_ms)
         cut = lane.cut_at
-        counted = voters  # the replicas whose reports count
-        if vouches(origin, lane.epoch):
+        if counts_itself:
             lane.cut_reports[self_id] = lane.contig
-        else:
-            counted = voters - {self_id}
         reported = counted & lane.cut_reports.keys()
         if cut is None:
             if len(reported) < quorum:

@@ -12,7 +12,6 @@ out every ``heartbeat_ms``, and at once after a new epoch or a shutdown.
 
 from __future__ import annotations
 
-from relay.core.amnesia import Amnesia
 from relay.core.events import Broadcast, Effect, Notice
 from relay.core.messages import Heartbeat
 from relay.core.origin import Origin
@@ -29,10 +28,8 @@ class Membership:
         peers: Peers,
         stream_set: StreamSet,
         heartbeat_ms: int,
-        amnesia: Amnesia | None = None,
     ) -> None:
         self.node_id = node_id
-        self.amnesia = amnesia
         self.origin = origin
         self.peers = peers
         self.stream_set = stream_set
@@ -44,10 +41,8 @@ class Membership:
         if heard is Heard.STALE:
             return False
         if heard is not Heard.AGAIN:  # rare: the peer came back or restarted
-            if self.amnesia is not None:
-                self.amnesia.heard(sender, epoch)
             out.append(Notice("peer_up", f"node {sender} is up (epoch {epoch})"))
-            self.stream_set.peer_up(sender, epoch)
+            self.stream_set.peer_up(sender, epoch, heard is Heard.NEW_EPOCH)
         return True
 
     def suspect(self, out: list[Effect], origin: int, why: str) -> None:

@@ -20,7 +20,6 @@ from collections.abc import Iterable
 
 from relay import errors
 from relay.core import reads
-from relay.core.amnesia import Amnesia
 from relay.core.events import (
     Acked,
     Broadcast,
@@ -99,15 +98,14 @@ class NodeCore:
             stuck_after_ms=params.stuck_after_ms,
             votes_wait=params.votes_wait_for_disk,
         )
-        amnesia = Amnesia(self.node_id, epoch) if forgot else None
-        self.stream_set = StreamSet(config, limits, amnesia)
+        self.stream_set = StreamSet(config, limits, forgot)
         self.streams = self.stream_set.by_name  # every stream this node replicates
         self.active = self.stream_set.active  # the streams not at rest
         self.routing = self.stream_set.routing
         self.publishes = Publishes(params.publish_timeout_ms)
         self.parked = reads.ParkedFetches()
         self.membership = Membership(
-            self.node_id, self.origin, self.peers, self.stream_set, params.heartbeat_ms, amnesia
+            self.node_id, self.origin, self.peers, self.stream_set, params.heartbeat_ms
         )
         self.mesh_intake = MeshIntake(
             self.node_id, params, self.origin, self.peers, self.stream_set, self.membership

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from relay.core import cut, ordering, repair
-from relay.core.amnesia import Amnesia, Recovery
+from relay.core.amnesia import Recovery
 from relay.core.catchup import (
     Catchup,
     CatchupAction,
@@ -83,8 +83,9 @@ class StreamReplica:
         quorum: int,
         limits: StreamLimits,
         ring: RingBytes | None = None,
-        amnesia: Amnesia | None = None,
+        forgot: bool = False,
     ) -> None:
+        """``forgot``: this node's disk was replaced (``amnesia``)."""
         assert self_id in replicas
         self.stream = stream
         self.self_id = self_id
@@ -123,8 +124,9 @@ class StreamReplica:
         self.restored_tail: tuple[OriginReport, ...] = ()  # told until verified passes it
         self.restored_head = 0
         self.rejoin_epoch = 0  # this node's epoch, while its lane cuts an older one first
-        # on a node whose disk was replaced: until it recovered, the epochs it cannot vouch for
-        self.recovery = Recovery(amnesia, len(self.peers), quorum) if amnesia else None
+        # on a node whose disk was replaced: until the stream recovered, it counts for nothing
+        recovers = forgot and Recovery.needed_for(len(self.peers), quorum)
+        self.recovery = Recovery(len(self.peers), quorum) if recovers else None
 
     # --- the ack it owes ----------------------------------------------------------------
 
@@ -387,16 +389,12 @@ class StreamReplica:
         found = cut.reports(self.lanes, self.owed_reports)
         self.owed_reports.clear()
         if self.recovery is not None:
-            found = tuple(r for r in found if r.settled or self.vouches(r.origin, r.epoch))
+            found = ()  # it holds what it holds since it started: not evidence for a cut
         if self.restored_tail:
             if self.verified_seq >= self.restored_head:
                 self.restored_tail = ()
             return (*found, *self.restored_tail)
         return found
-
-    def vouches(self, origin: int, epoch: int) -> bool:
-        """Whether this replica's report on ``origin``'s ``epoch`` counts (``amnesia``)."""
-        return self.recovery is None or self.recovery.amnesia.vouches(origin, epoch)
 
     # --- upkeep -------------------------------------------------------------------------
 
@@ -418,7 +416,7 @@ class StreamReplica:
             self.quorum,
             self.timeline.head_seq,
             elapsed_ms,
-            self.vouches,
+            counts_itself=self.recovery is None,
         )
         if settled:
             self._ack_owed = True

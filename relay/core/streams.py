@@ -31,7 +31,6 @@ from itertools import islice
 
 from blake3 import blake3
 
-from relay.core.amnesia import Amnesia
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
 from relay.core.messages import tx_bytes
@@ -55,11 +54,9 @@ def name_mark(name: str) -> int:
 
 
 class StreamSet:
-    def __init__(
-        self, config: CoreConfig, limits: StreamLimits, amnesia: Amnesia | None = None
-    ) -> None:
+    def __init__(self, config: CoreConfig, limits: StreamLimits, forgot: bool = False) -> None:
         self.config = config
-        self.amnesia = amnesia  # the node's disk was replaced (``amnesia``)
+        self.forgot = forgot  # the node's disk was replaced (``amnesia``)
         self.node_id = config.node_id
         self.limits = limits
         self.routing = Routing(config.subscriptions, config.rules)
@@ -90,7 +87,7 @@ class StreamSet:
             return None
         quorum = self.config.quorum_of(len(replicas))
         state = StreamReplica(
-            name, self.node_id, replicas, quorum, self.limits, self.ring, self.amnesia
+            name, self.node_id, replicas, quorum, self.limits, self.ring, self.forgot
         )
         state.rejoin(epoch)
         for origin in state.peers:
@@ -171,10 +168,14 @@ class StreamSet:
             self.by_name[name].timeline.shed_before(min(keep, cutoff))
         self.shed_retry_at = elapsed_ms + SHED_RETRY_MS if freed < wanted else 0
 
-    def peer_up(self, origin: int, epoch: int) -> None:
-        """A peer came back or restarted: follow it, and owe it where we are everywhere."""
+    def peer_up(self, origin: int, epoch: int, restarted: bool) -> None:
+        """A peer came back or restarted: follow it, and owe it where we are everywhere. A
+        restarted peer votes again: its votes spoke for the incarnation that cast them (one on
+        a replaced disk no longer holds what it voted for)."""
         for name, state in self.with_origin(origin):
             state.follow(origin, epoch)
+            if restarted:
+                state.votes.forget_peer(origin)
             self.owed[name] = None
 
     def restored(self, name: str) -> None:

@@ -118,6 +118,14 @@ class Votes:
         timeline.verify_upto(verified)
         return True
 
+    def forget_peer(self, peer: int) -> None:
+        """``peer`` restarted: what it voted before counts no more; it votes again."""
+        if peer in self.matched:
+            self.matched[peer] = 0
+            self.pending[peer].clear()
+            self.heads.pop(peer, None)
+            self.verified.pop(peer, None)
+
     def forget_after(self, seq: int) -> None:
         """Our timeline was cut after ``seq``: matches and marks above it named the history
         it held, and no longer hold."""
