@@ -34,11 +34,11 @@ echo "== pytest"
 python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" --dist worksteal "$@"
 if [ "$(python -c 'import relay.compiled as c; print(c.MODE)')" = compiled ]; then
   echo "== pytest, from source (RELAY_PURE=1): the fast tier and the tests marked pure"
-  fast="not slow or pure" rest=()  # a marker expression given joins these
+  pure_pass="not slow or pure" rest=()  # a marker expression given joins these
   while [ "$#" -gt 0 ]; do
-    if [ "$1" = -m ] && [ "$#" -gt 1 ]; then fast="($fast) and ($2)"; shift 2
+    if [ "$1" = -m ] && [ "$#" -gt 1 ]; then pure_pass="($pure_pass) and ($2)"; shift 2
     else rest+=("$1"); shift; fi
   done
   RELAY_PURE=1 python -m pytest -q -p no:cacheprovider -rs -n "${RELAY_TEST_WORKERS:-2}" \
-    --dist worksteal -m "$fast" ${rest[@]+"${rest[@]}"}
+    --dist worksteal -m "$pure_pass" ${rest[@]+"${rest[@]}"}
 fi
