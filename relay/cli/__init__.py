@@ -55,8 +55,8 @@ main.add_command(queue_group)
 @click.option(
     "--recover",
     is_flag=True,
-    help="This node's disk was replaced or lost: it vouches for nothing it held before "
-    "until each stream has caught up from its peers.",
+    help="This node's disk was replaced or lost: in each stream it neither votes nor "
+    "counts in a cut until the stream has caught up from its peers.",
 )
 def node(
     config_path: str,
