@@ -389,3 +389,17 @@ def test_a_publish_before_the_replicas_admitted_this_node_waits_for_them() -> No
     assert sent_txs(effects) == []
     effects = node.handle(at(60), admitting(node))
     assert [msg_id for msg_id, _ in sent_txs(effects)] == [1, 2]
+
+
+def test_a_peers_new_epoch_takes_back_the_votes_of_its_old_one() -> None:
+    """A vote speaks for the incarnation that cast it (one on a replaced disk no longer holds
+    what it voted for): hearing a peer's new epoch, a node counts none of its old votes."""
+    node = core(1)
+    stream = "orders.x"
+    node.handle(at(0), heard(stream, 2))
+    votes = node.streams[stream].votes
+    votes.matched[2] = 5  # as a vote of epoch NOW + 2 would have matched
+    node.handle(at(10), [MeshReceived(Heartbeat(2, NOW + 2, 0, (), ()))])
+    assert votes.matched[2] == 5, "the same epoch: its votes stand"
+    node.handle(at(20), [MeshReceived(Heartbeat(2, NOW + 50, 0, (), ()))])
+    assert votes.matched[2] == 0 and 2 not in votes.verified

@@ -55,8 +55,9 @@ main.add_command(queue_group)
 @click.option(
     "--recover",
     is_flag=True,
-    help="This node's disk was replaced or lost: in each stream it neither votes nor "
-    "counts in a cut until the stream has caught up from its peers.",
+    help="This node's disk was replaced or lost: in each stream it votes no further than "
+    "its peers verified and counts in no cut until the stream has caught up from them. Pass "
+    "it on every start until no stream is recovering.",
 )
 def node(
     config_path: str,
