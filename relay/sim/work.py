@@ -130,7 +130,7 @@ class SimWorkGroup:
         self.jobs_sent = 0
         self.crashes = 0
         self.holder: dict[int, tuple[str, int, int]] = {}  # seq -> (member, delivery, until)
-        self.acked: set[int] = set()  # jobs a member saw acked
+        self.acked: dict[int, int] = {}  # job -> the delivery a member saw acked
         self.given: set[tuple[str, int, int]] = set()  # (member, seq, delivery) answered
         self.clients: SimClients | None = None  # the producer of jobs publishes through them
         self.placed: tuple[tuple[int, ...], int] = ((), 0)  # (replicas, quorum) of the stream
@@ -267,7 +267,7 @@ class SimWorkGroup:
                 self._settled(member, item, result, asked.sent_ms)
 
     def _given(self, member: Member, seq: int, delivery: int, asked: Asked, now_ms: int) -> None:
-        if seq in self.acked:
+        if delivery > self.acked.get(seq, delivery):  # an older one's late answer: stale, below
             raise InvariantViolation(f"job {seq} was acked and came back (delivery {delivery})")
         self.given.add((member.name, seq, delivery))
         until = asked.sent_ms + asked.lease_ms
@@ -330,7 +330,7 @@ class SimWorkGroup:
             if item.action == ACK:
                 if item.seq in self.acked:
                     raise InvariantViolation(f"job {item.seq} was acked twice")
-                self.acked.add(item.seq)
+                self.acked[item.seq] = item.delivery
 
     # --- the run's end ------------------------------------------------------------------------
 
