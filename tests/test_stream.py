@@ -118,26 +118,6 @@ def test_a_vote_ahead_of_us_counts_once_we_catch_up() -> None:
     assert not r.verify(0)
 
 
-def test_a_vote_kept_ahead_of_us_is_dropped_once_its_voter_takes_it_back() -> None:
-    """Seed 9892625 (3 nodes): node 3 kept node 1's vote for a tail past its own head; node 1
-    refolded and gave the tail up; node 3's head then reached the kept vote and matched it,
-    verifying a chain node 1 had left, and nodes 1 and 2 verified another. A lower vote from
-    the same voter now drops its kept votes above it."""
-    r = replica()
-    t1 = Tx(BASE + 1, 0, 2, 7, "", 0, b"a")
-    t2 = Tx(BASE + 2, BASE + 1, 2, 7, "", 0, b"b")
-    d1 = fold_tx(genesis("s"), t1)
-    d2 = fold_tx(d1, t2)
-    assert not take_vote(r, 2, BASE + 2, d2), "ahead of our head: kept"
-    assert not take_vote(r, 2, BASE + 1, d1), "the voter went back to BASE + 1"
-    assert r.take(t1) and r.take(t2)
-    promise_all(r, BASE + 9)
-    stabilize(r)
-    assert r.timeline.head_seq == BASE + 2
-    r.verify(0)
-    assert r.verified_seq == BASE + 1, "the vote for BASE + 2 was taken back"
-
-
 def test_a_retried_message_is_folded_once_wherever_it_was_coordinated() -> None:
     r = replica()
     r.take(Tx(BASE + 1, 0, 2, 7, "p", 9, b"x"))

@@ -56,8 +56,6 @@ class Votes:
         not know its history yet (``counting`` False) only notes where the peer is."""
         if sender not in self.matched:
             return False
-        if head_seq < self.heads.get(sender, 0):
-            self._taken_back(sender, head_seq)
         self.heads[sender] = head_seq
         self.verified[sender] = verified_seq
         if not counting or head_seq <= self.matched[sender]:
@@ -66,20 +64,6 @@ class Votes:
             return not self._match(sender, head_seq, digest, timeline)
         self.pending[sender].append((head_seq, digest))
         return False
-
-    def _taken_back(self, sender: int, head_seq: int) -> None:
-        """``sender`` votes below its last vote: it gave up the tail it voted for (a refold, a
-        lower cut), and its votes above its head speak for that tail no more. A vote kept until
-        our head passes it would otherwise be matched after it was taken back, and could
-        complete a quorum on a chain its voter left (seed 9892625). A vote already matched
-        stays matched (the open gap of docs/design.md, *Anti-entropy*); only a delayed ack
-        lowers a head without a take-back, and the voter says its head again."""
-        pending = self.pending[sender]
-        kept = [vote for vote in pending if vote[0] <= head_seq]
-        if len(kept) < len(pending):
-            pending.clear()
-            pending.extend(kept)
-        self.matched[sender] = min(self.matched[sender], head_seq)
 
     def recheck(self, timeline: Timeline) -> bool:
         """Match the kept votes our head has reached; True if one contradicts us."""
