@@ -193,6 +193,15 @@ def test_a_node_on_a_replaced_disk_does_not_cut_below_what_it_forgot() -> None:
     assert run_seed(9876123, 3).acked > 0
 
 
+def test_a_vote_its_voter_took_back_is_not_matched_later() -> None:
+    """Seed 9892625 (3 nodes, fsync never, from a campaign over 9,890,000-9,892,962): node 3
+    kept node 1's vote for node 1's own txs ahead of its head; node 1 refolded and gave them
+    up; node 3's head reached the kept vote later and verified the txs, while nodes 1 and 2
+    verified a chain without them. Votes now carry their voter's retreats, and a peer counts
+    none cast before a retreat it heard of."""
+    assert run_seed(9892625, 3).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and

@@ -118,6 +118,51 @@ def test_a_vote_ahead_of_us_counts_once_we_catch_up() -> None:
     assert not r.verify(0)
 
 
+def test_a_vote_kept_ahead_of_us_counts_no_more_once_its_voter_retreated() -> None:
+    """Seed 9892625: node 3 kept node 1's vote ahead of its head; node 1 refolded and gave
+    those txs up; node 3's head reached the kept vote later. A vote names the history its
+    voter held when it cast it, so it must not count after the voter's next retreat."""
+    r = replica()
+    digest = fold(genesis("s"), BASE + 1, 1, "", 0, b"x")
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=3), 0)
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, retreats=4), 0)  # it refolded
+    stable_one(r)
+    r.verify(0)
+    assert r.verified_seq == 0, "the vote named a tail node 2 gave up"
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=3), 0)  # delayed
+    r.verify(0)
+    assert r.verified_seq == 0, "an ack cast before a retreat heard of counts for nothing"
+    assert take_vote(r, 2, BASE + 1, digest) is False  # retreats 0 < 4: still stale
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=4), 0)
+    assert r.verify(0) and r.verified_seq == BASE + 1, "it voted again, after its retreat"
+
+
+def test_a_vote_matched_above_our_verified_seq_counts_no_more_once_its_voter_retreated() -> None:
+    r = StreamReplica("s", 1, (1, 2, 3, 4, 5), 3, LIMITS)
+    r.catchup.apply(CatchupInput.GENESIS_AGREED, 0)
+    r.heard = None
+    follow_all(r)
+    stable_one(r)
+    digest = r.timeline.digest_at(BASE + 1) or b""
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=1), 0)
+    assert r.votes.matched[2] == BASE + 1
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, retreats=2), 0)
+    r.take_ack(StreamAck("s", 3, 7, 0, 0, BASE + 1, digest, 0), 0)
+    r.verify(0)
+    assert r.verified_seq == 0, "node 2's match named a tail it gave up: 2 of 5 is no quorum"
+
+
+def test_a_retreat_is_counted_where_the_stable_timeline_gives_entries_up() -> None:
+    timeline = Timeline("s", 100, 1 << 20)
+    tx = Tx(BASE + 1, 0, 2, 7, "", 0, b"a")
+    timeline.extend([tx], [fold_tx(genesis("s"), tx)])
+    timeline.truncate_after(BASE + 1)
+    assert timeline.retreats == 0, "nothing was given up"
+    assert timeline.truncate_after(0) == [tx] and timeline.retreats == 1
+    timeline.restart_at(BASE + 9, b"d" * 32, 4)
+    assert timeline.retreats == 2
+
+
 def test_a_retried_message_is_folded_once_wherever_it_was_coordinated() -> None:
     r = replica()
     r.take(Tx(BASE + 1, 0, 2, 7, "p", 9, b"x"))

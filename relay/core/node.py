@@ -375,6 +375,7 @@ class NodeCore:
             marked_seq=state.log.durable_mark,
             marked_digest=state.timeline.digest_at(state.log.durable_mark) or b"",
             readable_seq=state.timeline.readable_seq,
+            retreats=state.timeline.retreats,
             reports=state.reports(),
         )
 

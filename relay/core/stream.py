@@ -222,6 +222,7 @@ class StreamReplica:
         )
         contradicted = self.votes.take(
             ack.sender,
+            (ack.epoch, ack.retreats),
             ack.head_seq,
             ack.head_digest,
             ack.verified_seq,

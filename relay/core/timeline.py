@@ -40,6 +40,7 @@ class Timeline:
         "capacity",
         "digests",
         "readable_seq",
+        "retreats",
         "ring",
         "seqs",
         "trimmed_count",
@@ -66,6 +67,9 @@ class Timeline:
         self.trimmed_seq = 0  # seq of the last entry dropped from the head, 0 if none
         self.trimmed_digest = genesis(stream)  # digest at trimmed_seq
         self.trimmed_count = 0  # txs in the stream's history up to trimmed_seq
+        # how many times the stable timeline gave up entries: a vote names the history of the
+        # retreat it was cast in, and a peer counts none cast before a later one
+        self.retreats = 0
 
     @property
     def head_seq(self) -> int:
@@ -165,6 +169,8 @@ class Timeline:
         assert seq >= self.verified_seq, "verified entries are never taken back"
         cut = bisect_right(self.seqs, seq)
         dropped = self.txs[cut:]
+        if dropped:
+            self.retreats += 1
         del self.seqs[cut:], self.digests[cut:], self.txs[cut:]
         self._count(-txs_bytes(dropped))
         return dropped
@@ -174,6 +180,7 @@ class Timeline:
         ``base_count``-th tx of the stream (a snapshot's base, verified by the peers); the txs
         it held."""
         dropped = self.txs
+        self.retreats += 1
         self.seqs, self.digests, self.txs = [], [], []
         self._count(-self.bytes)
         self.trimmed_seq = base_seq

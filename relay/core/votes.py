@@ -4,7 +4,11 @@ How this works: a replica's vote is its stable head ``(seq, digest)``, sent in e
 ``StreamAck``. A peer's vote *matches* ours at ``s`` when our digest at ``s`` equals its
 digest there; since digests chain, a match at ``s`` proves the whole prefix up to ``s``. A vote
 ahead of our head is kept (bounded) until our head passes it. A vote that contradicts our
-timeline never counts; it is reported so the replica can catch up. ``verify`` moves the
+timeline never counts; it is reported so the replica can catch up. A vote names the history
+its sender held when it cast it, which a later retreat of that sender (a refold, a sync that
+replaced its tail) may have given up: each ack carries the sender's epoch and retreats, and once
+a later pair is heard, what the sender matched or kept above our verified seq counts no more
+and an ack of an earlier pair is not counted at all. ``verify`` moves the
 verified seq to the highest seq a quorum of the stream's replicas (this one counted) matched,
 and it is the only code that moves it forward from votes; it says whether it moved.
 """
@@ -27,6 +31,7 @@ class Votes:
         "mismatches",
         "pending",
         "quorum",
+        "rounds",
         "verified",
     )
 
@@ -41,21 +46,31 @@ class Votes:
         self.verified: dict[int, int] = {}  # each peer's latest verified seq
         self.marks: dict[int, int] = {}  # each peer's durable verified mark
         self.mark_epochs: dict[int, int] = {}  # the peer epoch each mark was heard in
+        self.rounds: dict[int, tuple[int, int]] = {}  # each peer's (epoch, retreats) last heard
         self.mismatches = 0
 
     def take(
         self,
         sender: int,
+        round_: tuple[int, int],
         head_seq: int,
         digest: bytes,
         verified_seq: int,
         timeline: Timeline,
         counting: bool,
     ) -> bool:
-        """Record a peer's vote; True if it contradicts our timeline. A replica that does
-        not know its history yet (``counting`` False) only notes where the peer is."""
+        """Record a peer's vote, cast in ``round_`` (its epoch and retreats); True if it
+        contradicts our timeline. A replica that does not know its history yet (``counting``
+        False) only notes where the peer is."""
         if sender not in self.matched:
             return False
+        known = self.rounds.get(sender)
+        if known is None or round_ > known:
+            if known is not None:
+                self._retreated(sender, timeline.verified_seq)
+            self.rounds[sender] = round_
+        elif round_ < known:
+            return False  # cast before a retreat we heard of: it names a given-up history
         self.heads[sender] = head_seq
         self.verified[sender] = verified_seq
         if not counting or head_seq <= self.matched[sender]:
@@ -117,6 +132,12 @@ class Votes:
             return False
         timeline.verify_upto(verified)
         return True
+
+    def _retreated(self, peer: int, verified_seq: int) -> None:
+        """``peer`` gave up part of its timeline: its votes above what we verified may name
+        what it no longer holds (below, they are settled and count no more anyway)."""
+        self.matched[peer] = min(self.matched[peer], verified_seq)
+        self.pending[peer].clear()
 
     def forget_peer(self, peer: int) -> None:
         """``peer`` restarted: what it voted before counts no more; it votes again."""

@@ -42,7 +42,7 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 9  # every body's first field: a frame of another version is malformed, dropped
+VERSION = 10  # every body's first field: a frame of another version is malformed, dropped
 FRAME_BYTES_MAX = 64 << 20
 BUNDLE_MAX = 32  # messages in one bundle frame
 BUNDLE_BYTES_MAX = 1 << 20  # a bundle takes messages while its bodies stay below this
@@ -60,13 +60,13 @@ _U = Annotated[int, msgspec.Meta(ge=0)]
 _ACK_ROW = msgspec.msgpack.Decoder(
     tuple[
         int, int, str, _U, _U, _U, _U, _U, bytes, _U,
-        list[tuple[_U, _U, _U, bool, bool, bool]], _U, _U, bytes, _U,
+        list[tuple[_U, _U, _U, bool, bool, bool]], _U, _U, bytes, _U, _U,
     ]
 )  # fmt: skip
 _BUNDLE_ROW = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
-_ACK_HEAD = bytes([0x9F, VERSION, _ACK])  # an array of 15: the version, then the kind
+_ACK_HEAD = bytes([0xDC, 0, 16, VERSION, _ACK])  # an array of 16: the version, then the kind
 _BUNDLE_HEAD = bytes([0x93, VERSION, _BUNDLE])
-FIELDS_MAX = 15  # the most fields a mesh frame has (an ack)
+FIELDS_MAX = 16  # the most fields a mesh frame has (an ack)
 _ROWS_AT = {_REPLICATE: 6, _REPAIR_DATA: 6, _SYNC_DATA: 7}  # which field holds tx rows
 
 
@@ -126,6 +126,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.readable_seq,
             m.marked_digest,
             m.promise,
+            m.retreats,
         ]
         return topic(Channel.ACK, m.stream), _encode(body)
     if isinstance(m, Heartbeat):
@@ -240,7 +241,7 @@ def decode(body: bytes) -> MeshMessage:
     """The message in a body; ``MalformedFrame`` if it is not one."""
     if len(body) > FRAME_BYTES_MAX:
         raise MalformedFrame(f"frame of {len(body)} bytes exceeds {FRAME_BYTES_MAX}")
-    if body[:3] == _ACK_HEAD:
+    if body[:5] == _ACK_HEAD:
         return _ack(body)
     if array_len(body) > FIELDS_MAX:
         raise MalformedFrame(f"not a relay mesh frame: more than {FIELDS_MAX} fields")
@@ -256,7 +257,7 @@ def decode(body: bytes) -> MeshMessage:
         raise MalformedFrame(f"not msgpack: {exc}") from None
     try:
         if kind == _ACK:  # a well-formed one took the typed path above
-            raise ValueError(f"an ack of version {VERSION} has 15 fields, not {len(f)}")
+            raise ValueError(f"an ack of version {VERSION} has 16 fields, not {len(f)}")
         if kind == _REPLICATE:
             _, _, stream, origin, epoch, floor, rows = _shape(f, 7)
             return Replicate(
@@ -337,6 +338,7 @@ def _ack(body: bytes) -> StreamAck:
         readable_seq=row[12],
         marked_digest=row[13],
         promise=row[14],
+        retreats=row[15],
     )
 
 
