@@ -119,9 +119,10 @@ def test_a_vote_ahead_of_us_counts_once_we_catch_up() -> None:
 
 
 def test_a_vote_kept_ahead_of_us_counts_no_more_once_its_voter_retreated() -> None:
-    """Seed 9892625: node 3 kept node 1's vote ahead of its head; node 1 refolded and gave
-    those txs up; node 3's head reached the kept vote later. A vote names the history its
-    voter held when it cast it, so it must not count after the voter's next retreat."""
+    """Seed 9892625: a replica kept a peer's vote ahead of its head; the peer refolded and
+    gave those txs up; the replica's head reached the kept vote later. A vote names the
+    history its voter held when it cast it, so it must not count once the voter's next retreat
+    was heard."""
     r = replica()
     digest = fold(genesis("s"), BASE + 1, 1, "", 0, b"x")
     r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=3), 0)
@@ -138,6 +139,8 @@ def test_a_vote_kept_ahead_of_us_counts_no_more_once_its_voter_retreated() -> No
 
 
 def test_a_vote_matched_above_our_verified_seq_counts_no_more_once_its_voter_retreated() -> None:
+    """Five replicas: a peer's match counts with another's to verify, unless the first peer
+    retreated since (its match named a tail it gave up)."""
     r = StreamReplica("s", 1, (1, 2, 3, 4, 5), 3, LIMITS)
     r.catchup.apply(CatchupInput.GENESIS_AGREED, 0)
     r.heard = None
@@ -152,6 +155,14 @@ def test_a_vote_matched_above_our_verified_seq_counts_no_more_once_its_voter_ret
     assert r.verified_seq == 0, "node 2's match named a tail it gave up: 2 of 5 is no quorum"
 
 
+def test_a_restarted_peer_votes_in_its_new_epoch_with_its_retreats_counted_afresh() -> None:
+    r = replica()
+    digest = stable_one(r)
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, retreats=4), 0)
+    r.take_ack(StreamAck("s", 2, 8, 0, 0, BASE + 1, digest, 0, retreats=1), 0)
+    assert r.verify(0) and r.verified_seq == BASE + 1, "epoch 8 comes after epoch 7's round 4"
+
+
 def test_a_retreat_is_counted_where_the_stable_timeline_gives_entries_up() -> None:
     timeline = Timeline("s", 100, 1 << 20)
     tx = Tx(BASE + 1, 0, 2, 7, "", 0, b"a")
@@ -161,6 +172,9 @@ def test_a_retreat_is_counted_where_the_stable_timeline_gives_entries_up() -> No
     assert timeline.truncate_after(0) == [tx] and timeline.retreats == 1
     timeline.restart_at(BASE + 9, b"d" * 32, 4)
     assert timeline.retreats == 2
+    r = replica()
+    stable_one(r)
+    assert r.rebuild.refold(0) == 1 and r.timeline.retreats == 1, "a refold is a retreat"
 
 
 def test_a_retried_message_is_folded_once_wherever_it_was_coordinated() -> None:

@@ -66,6 +66,11 @@ messages = st.one_of(
             ),
             max_size=3,
         ).map(tuple),
+        marked_seq=u64,
+        marked_digest=st.binary(max_size=32),
+        readable_seq=u64,
+        promise=u64,
+        retreats=u64,
     ),
     st.builds(
         Heartbeat,

@@ -168,7 +168,7 @@ class StreamAck:
     marked_digest: bytes = b""  # its digest there: a mark vouches for one history
     readable_seq: int = 0  # how far a quorum's marks let it serve and acknowledge
     promise: int = 0  # it originates nothing more in this stream at or below this (>= floor)
-    retreats: int = 0  # how many times its stable timeline gave up entries (its votes' round)
+    retreats: int = 0  # times its stable timeline gave up entries: with the epoch, the votes' round
 
 
 @dataclass(frozen=True, slots=True)
