@@ -98,7 +98,7 @@ def test_a_restarted_peers_votes_count_no_more() -> None:
     promise_all(r, BASE + 9)
     stabilize(r)
     votes: Votes = r.votes
-    assert not votes.take(2, (1, 0), BASE + 5, fold_tx(genesis("s"), tx), 0, r.timeline, True)
+    assert not votes.take(2, BASE + 5, fold_tx(genesis("s"), tx), 0, r.timeline, True)
     assert votes.matched[2] == BASE + 5
     votes.forget_peer(2)
     assert votes.matched[2] == 0 and 2 not in votes.heads

@@ -155,6 +155,21 @@ def test_a_vote_matched_above_our_verified_seq_counts_no_more_once_its_voter_ret
     assert r.verified_seq == 0, "node 2's match named a tail it gave up: 2 of 5 is no quorum"
 
 
+def test_a_mark_counts_as_its_peers_latest_round_says_it() -> None:
+    """A rewind (after a power loss of every node) gives marks back within an epoch: a mark
+    heard before a retreat, or in an ack sent before it, counts no more."""
+    r = replica()
+    digest = stable_one(r)
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, marked_seq=BASE + 1,
+                         marked_digest=digest, retreats=1), 0)  # fmt: skip
+    assert r.votes.marks[2] == BASE + 1
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, retreats=2), 0)
+    assert 2 not in r.votes.marks, "it retreated and says no mark now"
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, marked_seq=BASE + 1,
+                         marked_digest=digest, retreats=1), 0)  # fmt: skip
+    assert 2 not in r.votes.marks, "an ack sent before the retreat"
+
+
 def test_a_restarted_peer_votes_in_its_new_epoch_with_its_retreats_counted_afresh() -> None:
     r = replica()
     digest = stable_one(r)

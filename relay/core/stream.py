@@ -217,20 +217,19 @@ class StreamReplica:
             self.heard.add(ack.sender)
             if len(self.heard) >= self.quorum:
                 self.heard = None  # a quorum told what it restored: folding may start
-        self.votes.take_mark(
-            ack.sender, ack.epoch, ack.marked_seq, ack.marked_digest, self.timeline
-        )
-        contradicted = self.votes.take(
-            ack.sender,
-            (ack.epoch, ack.retreats),
-            ack.head_seq,
-            ack.head_digest,
-            ack.verified_seq,
-            self.timeline,
-            self.catchup.synced,
-        )
-        if contradicted:
-            self.catchup.apply(CatchupInput.CONTRADICTED, elapsed_ms)
+        votes = self.votes
+        if votes.take_round(ack.sender, (ack.epoch, ack.retreats), self.timeline):
+            votes.take_mark(ack.sender, ack.epoch, ack.marked_seq, ack.marked_digest, self.timeline)
+            contradicted = votes.take(
+                ack.sender,
+                ack.head_seq,
+                ack.head_digest,
+                ack.verified_seq,
+                self.timeline,
+                self.catchup.synced,
+            )
+            if contradicted:
+                self.catchup.apply(CatchupInput.CONTRADICTED, elapsed_ms)
         # the peer is behind what we vote, or lacks our mark: tell it (our stable head may run
         # ahead of our vote, which waits for the disk, and an ack cannot tell it more)
         behind = ack.head_seq < self.log.vote_seq(self.timeline)

@@ -49,28 +49,32 @@ class Votes:
         self.rounds: dict[int, tuple[int, int]] = {}  # each peer's (epoch, retreats) last heard
         self.mismatches = 0
 
+    def take_round(self, sender: int, round_: tuple[int, int], timeline: Timeline) -> bool:
+        """The round (epoch, retreats) a peer's ack was sent in; False if it was sent before
+        a retreat we heard of: its vote and mark name a history the peer gave up, and count
+        for nothing."""
+        known = self.rounds.get(sender)
+        if known is not None and round_ < known:
+            return False
+        if known is not None and round_ > known and sender in self.matched:
+            self._retreated(sender, timeline.verified_seq)
+        self.rounds[sender] = round_
+        return True
+
     def take(
         self,
         sender: int,
-        round_: tuple[int, int],
         head_seq: int,
         digest: bytes,
         verified_seq: int,
         timeline: Timeline,
         counting: bool,
     ) -> bool:
-        """Record a peer's vote, cast in ``round_`` (its epoch and retreats); True if it
-        contradicts our timeline. A replica that does not know its history yet (``counting``
-        False) only notes where the peer is."""
+        """Record a peer's vote (of a round ``take_round`` let count); True if it contradicts
+        our timeline. A replica that does not know its history yet (``counting`` False) only
+        notes where the peer is."""
         if sender not in self.matched:
             return False
-        known = self.rounds.get(sender)
-        if known is None or round_ > known:
-            if known is not None:
-                self._retreated(sender, timeline.verified_seq)
-            self.rounds[sender] = round_
-        elif round_ < known:
-            return False  # cast before a retreat we heard of: it names a given-up history
         self.heads[sender] = head_seq
         self.verified[sender] = verified_seq
         if not counting or head_seq <= self.matched[sender]:
@@ -135,9 +139,13 @@ class Votes:
 
     def _retreated(self, peer: int, verified_seq: int) -> None:
         """``peer`` gave up part of its timeline: its votes above what we verified may name
-        what it no longer holds (below, they are settled and count no more anyway)."""
+        what it no longer holds (below, they are settled and count no more anyway), and its
+        mark may be one it gave back (a rewind, after a power loss of every node): it counts
+        again as its next ack says it."""
         self.matched[peer] = min(self.matched[peer], verified_seq)
         self.pending[peer].clear()
+        self.marks.pop(peer, None)
+        self.mark_epochs.pop(peer, None)
 
     def forget_peer(self, peer: int) -> None:
         """``peer`` restarted: what it voted before counts no more; it votes again."""
