@@ -13,6 +13,9 @@ from relay.errors import ProtocolError
 from relay.wire.replies import Reply, decode_reply
 
 HWM_FRAMES = 100_000
+# a connection to a node that is down tries again after 100 ms, then twice as long each time up
+# to this: its monitor (``ConnectionPool``) then queues at most about one event a second
+RECONNECT_MAX_MS = 1000
 
 
 class Connection:
@@ -24,6 +27,7 @@ class Connection:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, HWM_FRAMES)
         self.sock.setsockopt(zmq.RCVHWM, HWM_FRAMES)
+        self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
         if address.public_key:
             connect_to(self.sock, address.public_key, pair)
         self.sock.connect(address.endpoint)

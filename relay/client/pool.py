@@ -1,11 +1,12 @@
 """A client's connections to nodes, polled together, with disconnects noticed at once.
 
 ZeroMQ reconnects silently and drops what was in flight on a connection that broke, so each
-connection carries a socket monitor, polled with the connections (an event wakes a wait for
-replies; a monitor is read only when the poll found it readable, so a reply costs no poll of
-each monitor): a broken or refused connection, or a CURVE handshake that failed (the node does
-not hold the key we expect, or does not admit ours), is reported by ``disconnected`` and the
-client fails over instead of waiting out a timeout. A node that
+connection carries a socket monitor (``relay.wire.monitor``: its pipe never fills, so a pool
+nobody polls for a while cannot stop the process's other sockets), polled with the connections
+(an event wakes a wait for replies; a monitor is read only when the poll found it readable, so
+a reply costs no poll of each monitor): a broken or refused connection, or a CURVE handshake
+that failed (the node does not hold the key we expect, or does not admit ours), is reported by
+``disconnected`` and the client fails over instead of waiting out a timeout. A node that
 refused this client's key is remembered (``refused``) until a handshake with it succeeds: once
 every node has, ``refusal`` says so and the client stops with an ``auth`` error.
 """
@@ -22,6 +23,7 @@ from relay.auth.keys import KeyPair, generate
 from relay.client.connection import Connection
 from relay.client.directory import NodeAddress
 from relay.wire.drain import holds_more
+from relay.wire.monitor import watch
 from relay.wire.replies import Reply
 
 _WATCHED = (
@@ -52,7 +54,7 @@ class ConnectionPool:
         conn = self._conns.get(address)
         if conn is None:
             conn = Connection(self.ctx, address, self.pair)
-            monitor = conn.sock.get_monitor_socket(_WATCHED)
+            monitor = watch(conn.sock, _WATCHED)
             self._conns[address] = conn
             self._monitors[address] = monitor
             self._by_socket[conn.sock] = address

@@ -22,6 +22,8 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from relay.wire.monitor import watch
+
 EVENTS_PER_TURN = 2000
 HANDSHAKE_MS = 5000  # a connection that has not completed its handshake by then is dropped
 BACKLOG = 1024  # connections the kernel queues before libzmq accepts them (a burst of clients)
@@ -34,13 +36,8 @@ class ClientConnections:
         sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
         sock.setsockopt(zmq.BACKLOG, BACKLOG)
         self.sock = sock
-        # libzmq's IO thread blocks on a full monitor pipe, and with it every socket of the
-        # node: the pipe is unbounded (its events are few bytes, drained every turn)
-        endpoint = f"inproc://relay.client-monitor.{id(self)}"
-        sock.monitor(endpoint, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-        self.monitor = sock.context.socket(zmq.PAIR)
-        self.monitor.setsockopt(zmq.RCVHWM, 0)
-        self.monitor.connect(endpoint)
+        # a pipe with no limit (``relay.wire.monitor``): its events are drained every turn
+        self.monitor = watch(sock, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.port = port
         self.per_address_max = per_address_max
         self.total_max = total_max
