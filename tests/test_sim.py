@@ -202,6 +202,14 @@ def test_a_vote_its_voter_took_back_is_not_matched_later() -> None:
     assert run_seed(9892625, 3).acked > 0
 
 
+def test_an_empty_streams_new_replica_hears_every_live_peer() -> None:
+    """Seed 9927715 (5 nodes, from a campaign over 9,925,000-9,929,999): with nodes 3 and 4
+    stopped for good, node 1 created the work group's dead-letter stream, empty everywhere,
+    and stayed unsynced: it waits for every live peer's word, node 5's was lost, and node 5,
+    at rest, owed it no ack. A replica that knows its history now answers one that does not."""
+    assert run_seed(9927715, 5).acked > 0
+
+
 def test_a_group_seed_a_campaign_found() -> None:
     """Seed 971020: with a node stopped for good and every other node power-cycled, the group
     member's commit records, each waiting for its answer, kept going to the stopped node and

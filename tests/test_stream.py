@@ -178,6 +178,21 @@ def test_a_restarted_peer_votes_in_its_new_epoch_with_its_retreats_counted_afres
     assert r.verify(0) and r.verified_seq == BASE + 1, "epoch 8 comes after epoch 7's round 4"
 
 
+def test_a_replica_that_knows_its_history_answers_one_that_does_not() -> None:
+    """Seed 9927715 (5 nodes, two stopped for good): an empty stream's new replica waits for
+    every live peer's word before it syncs at genesis, and a peer at rest never owed it an
+    ack once its first was lost; an unsynced replica's acks now ask for one."""
+    r = replica()
+    assert not r.owes_ack
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0), 0)
+    assert not r.owes_ack, "a synced peer with nothing new is not answered"
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, synced=False), 0)
+    assert r.owes_ack
+    fresh = StreamReplica("s", 1, (1, 2, 3), 2, LIMITS)
+    fresh.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, synced=False), 0)
+    assert not fresh.owes_ack, "two replicas that both lack the history do not ping-pong"
+
+
 def test_a_retreat_is_counted_where_the_stable_timeline_gives_entries_up() -> None:
     timeline = Timeline("s", 100, 1 << 20)
     tx = Tx(BASE + 1, 0, 2, 7, "", 0, b"a")

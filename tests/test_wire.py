@@ -71,6 +71,7 @@ messages = st.one_of(
         readable_seq=u64,
         promise=u64,
         retreats=u64,
+        synced=st.booleans(),
     ),
     st.builds(
         Heartbeat,
@@ -151,16 +152,19 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
         ),
         msgpack.packb([mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", []]),  # a short ack
         msgpack.packb(  # an ack with a negative sender
-            [mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", 0, [], 0, 0, b"", 0, 0]
+            [mesh.VERSION, 2, "s", -1, 0, 0, 0, 0, b"", 0, [], 0, 0, b"", 0, 0, True]
         ),
         msgpack.packb(  # an ack with negative retreats
-            [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [], 0, 0, b"", 0, -1]
+            [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [], 0, 0, b"", 0, -1, True]
         ),
-        msgpack.packb(  # an ack of the fields of the version before (no retreats)
+        msgpack.packb(  # an ack whose synced flag is not a bool
+            [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [], 0, 0, b"", 0, 0, 1]
+        ),
+        msgpack.packb(  # an ack of the fields of version 9 (no retreats, no synced flag)
             [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [], 0, 0, b"", 0]
         ),
         msgpack.packb(  # an ack whose report is not a bool where one is asked
-            [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [[1, 1, 1, 1, 0]], 0, 0, b"", 0, 0]
+            [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [[1, 1, 1, 1, 0]], 0, 0, b"", 0, 0, True]
         ),
         msgpack.packb([1, 3]),  # another version
         msgpack.packb({"kind": "replicate"}),
@@ -183,7 +187,7 @@ def test_the_refused_shapes_differ_from_good_frames_only_where_they_say() -> Non
     assert mesh.decode(msgpack.packb([mesh.VERSION, 1, "s", 1, 1, 1, [tx]]))
     assert mesh.decode(msgpack.packb([mesh.VERSION, 3, 1, 1, 1, [], [[1, 0]], False, [], []]))
     report = [1, 1, 1, True, False, False]
-    ack = [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [report], 0, 0, b"", 0, 0]
+    ack = [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [report], 0, 0, b"", 0, 0, False]
     assert mesh.decode(msgpack.packb(ack))
 
 

@@ -169,6 +169,7 @@ class StreamAck:
     readable_seq: int = 0  # how far a quorum's marks let it serve and acknowledge
     promise: int = 0  # it originates nothing more in this stream at or below this (>= floor)
     retreats: int = 0  # times its stable timeline gave up entries: with the epoch, the votes' round
+    synced: bool = True  # it knows its history; one that does not waits for every live peer's word
 
 
 @dataclass(frozen=True, slots=True)

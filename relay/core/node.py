@@ -376,6 +376,7 @@ class NodeCore:
             marked_digest=state.timeline.digest_at(state.log.durable_mark) or b"",
             readable_seq=state.timeline.readable_seq,
             retreats=state.timeline.retreats,
+            synced=state.catchup.synced,
             reports=state.reports(),
         )
 

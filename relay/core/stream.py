@@ -234,6 +234,9 @@ class StreamReplica:
         # ahead of our vote, which waits for the disk, and an ack cannot tell it more)
         behind = ack.head_seq < self.log.vote_seq(self.timeline)
         behind |= ack.verified_seq < self.verified_seq
+        # a peer that does not know the history yet waits for every live replica's word, even
+        # where nothing is verified (an empty stream): say it again, lest a lost ack hold it
+        behind |= not ack.synced and self.catchup.synced
         if behind or ack.readable_seq < min(self.log.durable_mark, ack.verified_seq):
             self._ack_owed = True
 

@@ -60,13 +60,13 @@ _U = Annotated[int, msgspec.Meta(ge=0)]
 _ACK_ROW = msgspec.msgpack.Decoder(
     tuple[
         int, int, str, _U, _U, _U, _U, _U, bytes, _U,
-        list[tuple[_U, _U, _U, bool, bool, bool]], _U, _U, bytes, _U, _U,
+        list[tuple[_U, _U, _U, bool, bool, bool]], _U, _U, bytes, _U, _U, bool,
     ]
 )  # fmt: skip
 _BUNDLE_ROW = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
-_ACK_HEAD = bytes([0xDC, 0, 16, VERSION, _ACK])  # an array of 16: the version, then the kind
+_ACK_HEAD = bytes([0xDC, 0, 17, VERSION, _ACK])  # an array of 17: the version, then the kind
 _BUNDLE_HEAD = bytes([0x93, VERSION, _BUNDLE])
-FIELDS_MAX = 16  # the most fields a mesh frame has (an ack)
+FIELDS_MAX = 17  # the most fields a mesh frame has (an ack)
 _ROWS_AT = {_REPLICATE: 6, _REPAIR_DATA: 6, _SYNC_DATA: 7}  # which field holds tx rows
 
 
@@ -127,6 +127,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.marked_digest,
             m.promise,
             m.retreats,
+            m.synced,
         ]
         return topic(Channel.ACK, m.stream), _encode(body)
     if isinstance(m, Heartbeat):
@@ -257,7 +258,7 @@ def decode(body: bytes) -> MeshMessage:
         raise MalformedFrame(f"not msgpack: {exc}") from None
     try:
         if kind == _ACK:  # a well-formed one took the typed path above
-            raise ValueError(f"an ack of version {VERSION} has 16 fields, not {len(f)}")
+            raise ValueError(f"an ack of version {VERSION} has 17 fields, not {len(f)}")
         if kind == _REPLICATE:
             _, _, stream, origin, epoch, floor, rows = _shape(f, 7)
             return Replicate(
@@ -339,6 +340,7 @@ def _ack(body: bytes) -> StreamAck:
         marked_digest=row[13],
         promise=row[14],
         retreats=row[15],
+        synced=row[16],
     )
 
 
