@@ -15,7 +15,7 @@ _STOPPED: list[object] = []  # a stopped context's sockets: closing them would w
 def test_a_monitor_nobody_reads_does_not_stop_the_other_sockets() -> None:
     """A client whose owner does not poll, connected to a node that is down, queues an event
     per reconnect attempt; with a bounded monitor pipe, libzmq's I/O thread blocks once it is
-    full and every socket of the context stops (a chaos run's harness froze so)."""
+    full and every socket of the context stops."""
     ctx: zmq.Context[Any] = zmq.Context()
     down = ctx.socket(zmq.ROUTER)
     port = down.bind_to_random_port("tcp://127.0.0.1")
