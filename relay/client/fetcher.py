@@ -23,6 +23,7 @@ from relay.wire.replies import ErrorReply, RedirectReply, Reply, SpanReply, TxsR
 ReplyKinds = tuple[type[Reply], ...]
 Fetched = TxsReply  # rows of verified txs, with the digest just before the first
 Spanned = SpanReply  # one (last seq, digest there, tx count) per part of a range
+RETRY_AFTER_S = 0.5  # a node that failed is asked again no sooner (each ask is a connection)
 
 
 class Fetcher:
@@ -45,6 +46,7 @@ class Fetcher:
         self.node: NodeAddress | None = None  # the node that answered last
         self.last_refusal = ""  # the last retryable error a node answered (say it on giving up)
         self._current = 0
+        self._failed_at: dict[NodeAddress, float] = {}  # when each node last failed us
         self._pool = ConnectionPool(pair)
         self.pair = self._pool.pair
         self._req_id = 0
@@ -103,6 +105,9 @@ class Fetcher:
     def _ask(self, request: bytes, wait_ms: int, kinds: ReplyKinds = (TxsReply, SpanReply)) -> Any:
         """One request, answered or failed over; None if this node did not serve it."""
         address = self.order[self._current]
+        wait = self._failed_at.get(address, -RETRY_AFTER_S) + RETRY_AFTER_S - time.monotonic()
+        if wait > 0:  # it failed just now (every node may be down): not a connection a turn
+            time.sleep(wait)
         conn = self._pool.get(address)
         conn.send(request)
         deadline = time.monotonic() + wait_ms / 1000 + self.reply_timeout_s
@@ -147,5 +152,6 @@ class Fetcher:
         return avoid is not None and (address.host, address.port) == (avoid.host, avoid.port)
 
     def _next_node(self, address: NodeAddress) -> None:
+        self._failed_at[address] = time.monotonic()
         self._pool.drop(address)
         self._current = (self._current + 1) % len(self.order)

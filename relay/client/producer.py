@@ -259,6 +259,8 @@ class Producer:
             if now - request.sent_at > self.request_timeout_s:
                 self._fail_over(request.address, now, "no answer in time")
         self._dispatch(now)
+        if self._queue and not self._inflight:  # every node put aside: wait, do not spin
+            time.sleep(min(wait_ms / 1000, self._routes.ready_in(now)))
 
     def _dispatch(self, now: float) -> None:
         queue = self._queue
@@ -274,8 +276,11 @@ class Producer:
                     ),
                 )
                 continue
-            items = self._request_items(first)
             address = self._routes.pick(first.stream, now)
+            if address is None:  # every node failed just now: wait for one (``_pump``)
+                queue.appendleft(first)
+                return
+            items = self._request_items(first)
             req_id = self._next_req_id
             self._next_req_id += 1
             rows = list(map(_ROW, items))

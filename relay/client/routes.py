@@ -24,7 +24,10 @@ class Routes:
     by_stream: dict[str, NodeAddress] = field(default_factory=dict)
     avoid_until: dict[NodeAddress, float] = field(default_factory=dict)
 
-    def pick(self, stream: str, now: float) -> NodeAddress:
+    def pick(self, stream: str, now: float) -> NodeAddress | None:
+        """The node for ``stream``; None while every node is put aside (``ready_in``): a
+        producer that tried again at once, with every node down, would make a connection per
+        attempt, thousands a second."""
         chosen = self.by_stream.get(stream)
         if chosen is not None and self.avoid_until.get(chosen, 0) <= now:
             return chosen
@@ -32,7 +35,11 @@ class Routes:
             if self.avoid_until.get(address, 0) <= now:
                 self.by_stream[stream] = address
                 return address
-        return min(self.order, key=lambda a: self.avoid_until.get(a, 0))
+        return None
+
+    def ready_in(self, now: float) -> float:
+        """Seconds until a node put aside may be tried again (0: one may be now)."""
+        return max(0.0, min(self.avoid_until.get(a, 0) for a in self.order) - now)
 
     def avoid(self, address: NodeAddress, now: float, seconds: float) -> None:
         self.avoid_until[address] = now + seconds
