@@ -394,12 +394,14 @@ def run_seed(
     delivery: bool | None = None,
     work: bool | None = None,
     compacted: bool | None = None,
+    third_lose_power: bool = True,
 ) -> SimResult:
     """Run one seed; ``delivery``, ``work`` and ``compacted`` override the draws (a seed found
     before the simulator had groups and batches, work groups or a compacted stream replays as it
     was found without them; ``work=True`` gives every seed a work group, ``compacted=True`` a
-    compacted stream)."""
-    plan = SimPlan.draw(seed, nodes, with_faults)
+    compacted stream); ``third_lose_power=False`` replays a seed found before a third of all
+    runs lost power on every node (``SimPlan.draw``)."""
+    plan = SimPlan.draw(seed, nodes, with_faults, third_lose_power)
     if delivery is not None:
         plan = replace(plan, delivery=delivery)
     if work is not None:
@@ -414,5 +416,6 @@ def run_seed(
         raise InvariantViolation(
             f"seed {seed} ({nodes} nodes) failed: {exc}\n  replay: relay sim --seed {seed} "
             f"--nodes {nodes}{' --work' if work else ''}{' --compacted' if compacted else ''}"
+            f"{'' if third_lose_power else ' (run_seed with third_lose_power=False)'}"
             f"\n  {trace}"
         ) from exc
