@@ -145,10 +145,10 @@ class MeshSockets:
 
     def send(self, messages: list[MeshMessage]) -> None:
         """Broadcast ``messages`` in order (a run about one stream in one frame)."""
-        for frames in mesh.frames(messages):
+        for frame in mesh.frames(messages):
             # pyzmq copies a frame under 64 KiB anyway; a larger one goes to libzmq without
             # a copy (copying a 500 KiB bundle cost ~180 us, mostly faulting in fresh pages)
-            self.pub.send_multipart(frames, copy=False)
+            self.pub.send(frame, copy=False)
 
     def drain(
         self,
@@ -175,10 +175,10 @@ class MeshSockets:
         taken = count = messages = 0
         try:  # a bundle's messages count toward the bound one by one
             while messages < DRAIN_FRAMES_MAX and taken <= DRAIN_BYTES_MAX:
-                frames = sub.recv_multipart(zmq.NOBLOCK)
-                taken += sum(map(len, frames))
+                frame = sub.recv(zmq.NOBLOCK)
+                taken += len(frame)
                 count += 1
-                messages += self._take(frames, peer, elapsed_ms, hooks, metrics, events)
+                messages += self._take(frame, peer, elapsed_ms, hooks, metrics, events)
                 if not holds_more(sub):
                     break
             else:
@@ -189,7 +189,7 @@ class MeshSockets:
 
     def _take(
         self,
-        frames: list[bytes],
+        frame: bytes,
         peer: int,
         elapsed_ms: int,
         hooks: FaultHooks,
@@ -198,11 +198,10 @@ class MeshSockets:
     ) -> int:
         """One frame from ``peer``: decoded, checked and admitted into ``events``; a frame
         with one message claiming another sender counts for none of them. How many messages
-        it held (1 if none could be read)."""
+        it held (1 if none could be read). Each part of a message of several parts (which a
+        node never sends) is read as a frame of its own."""
         try:
-            if len(frames) != 2:
-                raise mesh.MalformedFrame(f"{len(frames)} parts, not topic and body")
-            messages = mesh.decode_frame(frames[1])
+            messages = mesh.decode_frame(frame)
         except mesh.MalformedFrame as exc:
             self.fault(peer, elapsed_ms, metrics, str(exc), "malformed_mesh_frame")
             return 1

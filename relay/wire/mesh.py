@@ -1,5 +1,8 @@
-"""Mesh frames: a topic frame (channel and stream, for ZeroMQ's prefix filtering) and a
-msgpack body ``[version, kind, ...fields]``.
+"""Mesh frames: one ZeroMQ message, a topic (channel and stream, for ZeroMQ's prefix
+filtering), a NUL (which no topic holds: stream names have no control characters), then a
+msgpack body ``[version, kind, ...fields]``. One part, not two: pyzmq sends and receives a
+message of several parts in Python, a part at a time (8.2 us to send a topic and an ack's body
+against 2.4 us for one part of both, 2.8 us to receive them against 0.4 us).
 
 A run of consecutive messages about one stream (a coordinator's ``Replicate`` and its ack, say)
 travels as one *bundle* frame, ``[version, BUNDLE, [body, body, ...]]``, under the first one's
@@ -31,6 +34,7 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
+from relay.core.routing import STREAM_NAME_BYTES_MAX
 from relay.wire.fields import (
     TxRow,
     array_len,
@@ -42,8 +46,10 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 10  # every body's first field: a frame of another version is malformed, dropped
+VERSION = 11  # every body's first field: a frame of another version is malformed, dropped
 FRAME_BYTES_MAX = 64 << 20
+TOPIC_BYTES_MAX = 3 + STREAM_NAME_BYTES_MAX  # "ack|" and a stream name
+_SEP = b"\0"  # ends the topic
 BUNDLE_MAX = 32  # messages in one bundle frame
 BUNDLE_BYTES_MAX = 1 << 20  # a bundle takes messages while its bodies stay below this
 
@@ -188,10 +194,15 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
     return topic(Channel.REPAIR, m.stream), _encode(body)
 
 
-def frames(messages: Sequence[MeshMessage]) -> list[tuple[bytes, bytes]]:
-    """(topic, body) frames carrying ``messages`` in order, each run of consecutive messages
-    about one stream bundled into one frame."""
-    found: list[tuple[bytes, bytes]] = []
+def frame(topic_: bytes, body: bytes) -> bytes:
+    """The one-part frame of a topic and a body."""
+    return b"".join((topic_, _SEP, body))
+
+
+def frames(messages: Sequence[MeshMessage]) -> list[bytes]:
+    """Frames carrying ``messages`` in order, each run of consecutive messages about one
+    stream bundled into one frame."""
+    found: list[bytes] = []
     run: list[bytes] = []
     run_topic, run_stream, run_bytes = b"", "", 0
     for message in messages:
@@ -208,10 +219,10 @@ def frames(messages: Sequence[MeshMessage]) -> list[tuple[bytes, bytes]]:
             run_bytes += len(body)
             continue
         if run:
-            found.append((run_topic, _bundled(run)))
+            found.append(frame(run_topic, _bundled(run)))
         run, run_topic, run_stream, run_bytes = [body], topic_, stream, len(body)
     if run:
-        found.append((run_topic, _bundled(run)))
+        found.append(frame(run_topic, _bundled(run)))
     return found
 
 
@@ -221,9 +232,18 @@ def _bundled(bodies: list[bytes]) -> bytes:
     return _encode([VERSION, _BUNDLE, [msgspec.Raw(b) for b in bodies]])
 
 
-def decode_frame(body: bytes) -> list[MeshMessage]:
-    """The messages in a frame's body (one, or a bundle's); ``MalformedFrame`` if any is not
-    a message (then none of them counts)."""
+def decode_frame(data: bytes) -> list[MeshMessage]:
+    """The messages in a frame (one, or a bundle's); ``MalformedFrame`` if any is not a
+    message (then none of them counts). The topic is not read: a peer's frame says what it
+    is about in its body, which the core checks against what this node replicates."""
+    end = data.find(_SEP, 0, TOPIC_BYTES_MAX + 1)
+    if end < 0:
+        raise MalformedFrame(f"no topic of at most {TOPIC_BYTES_MAX} bytes ends the frame's start")
+    return decode_body(data[end + 1 :])
+
+
+def decode_body(body: bytes) -> list[MeshMessage]:
+    """The messages in a frame's body (one, or a bundle's), as ``decode_frame``."""
     if body[:3] != _BUNDLE_HEAD:
         return [decode(body)]
     if len(body) > FRAME_BYTES_MAX:
