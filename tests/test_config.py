@@ -83,6 +83,10 @@ def test_init_writes_loadable_3_and_5_node_configs() -> None:
         ),
         (lambda t: t.replace("client_port = 7201", "client_port = 70000"), "node[0].client_port"),
         (lambda t: t.replace('streams = ["*"]', 'streams = ["solo"]', 1), "node[1].streams"),
+        (  # a NUL would end a mesh topic early: its prefix would match another stream's frames
+            lambda t: t.replace('streams = ["*"]', 'streams = ["a\\u0000*"]', 1),
+            "node[0].streams",
+        ),
         (lambda t: t.replace('host = "127.0.0.1"\n', "", 1), "node[0].host"),
         (
             lambda t: t.replace("[[node]]\nid = 1", "[[node]]\nid = 1\ncolour = 3", 1),

@@ -112,7 +112,7 @@ def impersonate(
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             for frame in frames:
-                fake.send(mesh.frame(*frame))
+                fake.send(b"\0".join(frame))
             while monitor.poll(0):
                 event = recv_monitor_message(monitor)["event"]
                 handshakes += event == zmq.EVENT_HANDSHAKE_SUCCEEDED

@@ -21,7 +21,7 @@ from relay.core.messages import (
     SyncRequest,
     Tx,
 )
-from relay.core.routing import stream_name_problem
+from relay.core.routing import STREAM_NAME_BYTES_MAX, stream_name_problem
 from relay.errors import ProtocolError, RelayError
 from relay.queue.ops import SettleItem
 from relay.wire import client, mesh, replies
@@ -339,6 +339,14 @@ def test_a_frame_starts_with_its_topic_and_one_without_a_topic_is_malformed() ->
     (frame,) = mesh.frames([ack])
     assert frame.startswith(mesh.topic(Channel.ACK, "orders.eu") + b"\0")  # SUB prefixes match
     assert mesh.decode_frame(frame) == [ack]
+    longest = "s" * STREAM_NAME_BYTES_MAX  # every channel's topic of the longest name
+    tx = Tx(1, 0, 1, 1, "p", 1, b"x")
+    for message in (
+        replace(ack, stream=longest),
+        Replicate(longest, 1, 1, 1, (tx,)),
+        RepairRequest(longest, 1, 1, 1, 0, 1),
+    ):
+        assert [m for f in mesh.frames([message]) for m in mesh.decode_frame(f)] == [message]
     body = mesh.encode(ack)[1]
     for hostile in (body, b"x" * (mesh.TOPIC_BYTES_MAX + 1) + b"\0" + body, b"", b"\0"):
         with pytest.raises(mesh.MalformedFrame):

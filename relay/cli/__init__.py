@@ -185,7 +185,22 @@ def fault(
     is_flag=True,
     help="Every seed has a compacted stream (else 30% of them draw one).",
 )
-def sim(seed: int | None, seeds: int, first: int, nodes: str, work: bool, compacted: bool) -> None:
+@click.option(
+    "--third-lose-power/--no-third-lose-power",
+    default=True,
+    show_default=True,
+    help="A third of all runs lose power on every node at once; --no-third-lose-power draws "
+    "a seed as before 2026-11-30 (a third of the fsync=always runs), to replay one found then.",
+)
+def sim(
+    seed: int | None,
+    seeds: int,
+    first: int,
+    nodes: str,
+    work: bool,
+    compacted: bool,
+    third_lose_power: bool,
+) -> None:
     """Run the deterministic simulator: one seed, or a campaign of many."""
     from relay.sim.campaign import CampaignSummary, run_campaign
 
@@ -212,6 +227,7 @@ def sim(seed: int | None, seeds: int, first: int, nodes: str, work: bool, compac
         progress=progress,
         work=work or None,
         compacted=compacted or None,
+        third_lose_power=third_lose_power,
     )
     if tty:
         click.echo(err=True)

@@ -104,6 +104,12 @@ def parse_node(where: str, i: int, n: Any) -> NodeSpec:
             f"{where}: '{label}.streams' must be a non-empty list of glob "
             f'patterns such as ["*"] or ["orders.*"], got {streams!r}'
         )
+    for pattern in streams:
+        if any(c in pattern for c in " \t\r\n\0"):  # no stream name holds one
+            raise NodeError(
+                f"{where}: '{label}.streams' pattern {pattern!r} holds a space or a control "
+                "character, which no stream name holds"
+            )
     return NodeSpec(
         node_id,
         n["host"],

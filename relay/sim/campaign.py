@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from relay.sim.checker import InvariantViolation
-from relay.sim.cluster import run_seed
+from relay.sim.cluster import replay_flags, run_seed
 
 
 @dataclass(slots=True)
@@ -33,24 +33,27 @@ def run_campaign(
     progress: Callable[[CampaignSummary], None] | None = None,
     work: bool | None = None,
     compacted: bool | None = None,
+    third_lose_power: bool = True,
 ) -> CampaignSummary:
     """Run every seed on every size (``work``, ``compacted``: None, the share of seeds that
-    draw a work group or a compacted stream, or True, each seed with one); ``progress`` sees
-    the summary after each seed."""
+    draw a work group or a compacted stream, or True, each seed with one;
+    ``third_lose_power``: as ``run_seed``); ``progress`` sees the summary after each seed."""
     summary = CampaignSummary()
     started = time.monotonic()
     for seed in seeds:
         for nodes in sizes:
             summary.runs += 1
             try:
-                result = run_seed(seed, nodes, work=work, compacted=compacted)
+                result = run_seed(
+                    seed, nodes, work=work, compacted=compacted, third_lose_power=third_lose_power
+                )
             except InvariantViolation as exc:
                 summary.failures.append(str(exc))
                 echo(f"FAIL {exc}")
                 continue
             except Exception as exc:  # the code under test broke: a failure of the seed too
-                flags = (" --work" if work else "") + (" --compacted" if compacted else "")
-                replay = f"relay sim --seed {seed} --nodes {nodes}{flags}"
+                replay = f"relay sim --seed {seed} --nodes {nodes}"
+                replay += replay_flags(work, compacted, third_lose_power)
                 why = f"seed {seed} ({nodes} nodes) raised {exc!r}\n  replay: {replay}"
                 summary.failures.append(why)
                 echo(f"FAIL {why}")

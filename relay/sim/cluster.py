@@ -387,6 +387,12 @@ class SimCluster:
         return f"{nodes}; {consumers}"
 
 
+def replay_flags(work: bool | None, compacted: bool | None, third_lose_power: bool) -> str:
+    """The ``relay sim`` options that replay a seed run with these overrides."""
+    flags = (" --work" if work else "") + (" --compacted" if compacted else "")
+    return flags + ("" if third_lose_power else " --no-third-lose-power")
+
+
 def run_seed(
     seed: int,
     nodes: int = 3,
@@ -415,7 +421,5 @@ def run_seed(
         trace = "\n  ".join(cluster.trace[-20:])
         raise InvariantViolation(
             f"seed {seed} ({nodes} nodes) failed: {exc}\n  replay: relay sim --seed {seed} "
-            f"--nodes {nodes}{' --work' if work else ''}{' --compacted' if compacted else ''}"
-            f"{'' if third_lose_power else ' (run_seed with third_lose_power=False)'}"
-            f"\n  {trace}"
+            f"--nodes {nodes}{replay_flags(work, compacted, third_lose_power)}\n  {trace}"
         ) from exc

@@ -46,7 +46,7 @@ def as_rows(v: Any, width: int) -> list[list[Any]]:
     return found
 
 
-def array_len(body: bytes) -> int:
+def array_len(body: bytes | bytearray | memoryview) -> int:
     """How many items the msgpack array at the start of ``body`` declares (0 if it is not an
     array): a frame can be refused by its field count before anything is decoded."""
     if not body:

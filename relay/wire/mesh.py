@@ -1,5 +1,5 @@
 """Mesh frames: one ZeroMQ message, a topic (channel and stream, for ZeroMQ's prefix
-filtering), a NUL (which no topic holds: stream names have no control characters), then a
+filtering), a NUL (which no topic holds: no stream name or node pattern does), then a
 msgpack body ``[version, kind, ...fields]``. One part, not two: pyzmq sends and receives a
 message of several parts in Python, a part at a time (8.2 us to send a topic and an ack's body
 against 2.4 us for one part of both, 2.8 us to receive them against 0.4 us).
@@ -48,8 +48,10 @@ from relay.wire.fields import (
 
 VERSION = 11  # every body's first field: a frame of another version is malformed, dropped
 FRAME_BYTES_MAX = 64 << 20
-TOPIC_BYTES_MAX = 3 + STREAM_NAME_BYTES_MAX  # "ack|" and a stream name
+# the longest topic: the longest channel, "|", the longest stream name
+TOPIC_BYTES_MAX = max(len(c.value) for c in Channel) + 1 + STREAM_NAME_BYTES_MAX
 _SEP = b"\0"  # ends the topic
+Buffer = bytes | bytearray | memoryview  # a frame, or a body inside one (read without a copy)
 BUNDLE_MAX = 32  # messages in one bundle frame
 BUNDLE_BYTES_MAX = 1 << 20  # a bundle takes messages while its bodies stay below this
 
@@ -57,7 +59,8 @@ _REPLICATE, _ACK, _HEARTBEAT, _REPAIR_REQUEST, _REPAIR_DATA, _SYNC_REQUEST, _SYN
 _BUNDLE = 8
 
 
-_encode = msgspec.msgpack.Encoder().encode
+_ENCODER = msgspec.msgpack.Encoder()
+_encode, _encode_into = _ENCODER.encode, _ENCODER.encode_into
 _ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still encoded
 _ANY = msgspec.msgpack.Decoder()
 _TXS = msgspec.msgpack.Decoder(tuple[TxRow, ...])  # tx rows straight into checked types
@@ -100,6 +103,21 @@ def topic_prefixes(patterns: tuple[str, ...]) -> list[bytes]:
 
 def encode(message: MeshMessage) -> tuple[bytes, bytes]:
     """(topic, body) for one message."""
+    topic_, fields = _fields(message)
+    return topic_, _encode(fields)
+
+
+def _framed(message: MeshMessage) -> bytearray:
+    """The frame of one message: its topic, a NUL, its body encoded in place."""
+    topic_, fields = _fields(message)
+    frame = bytearray(topic_)
+    frame += _SEP
+    _encode_into(fields, frame, -1)
+    return frame
+
+
+def _fields(message: MeshMessage) -> tuple[bytes, list[Any]]:
+    """(topic, the body's fields) for one message."""
     m = message
     if isinstance(m, Replicate):
         body = [
@@ -111,7 +129,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.floor,
             m.txs,
         ]
-        return topic(Channel.TX, m.stream), _encode(body)
+        return topic(Channel.TX, m.stream), body
     if isinstance(m, StreamAck):
         reports = [
             [r.origin, r.epoch, r.contig, r.settled, r.answer, r.restored] for r in m.reports
@@ -135,7 +153,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.retreats,
             m.synced,
         ]
-        return topic(Channel.ACK, m.stream), _encode(body)
+        return topic(Channel.ACK, m.stream), body
     if isinstance(m, Heartbeat):
         body = [
             VERSION,
@@ -149,7 +167,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             [list(x) for x in m.epochs],
             [list(x) for x in m.shared],
         ]
-        return topic(Channel.HEARTBEAT), _encode(body)
+        return topic(Channel.HEARTBEAT), body
     if isinstance(m, RepairRequest):
         body = [
             VERSION,
@@ -161,10 +179,10 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.after_seq,
             m.upto_seq,
         ]
-        return topic(Channel.REPAIR, m.stream), _encode(body)
+        return topic(Channel.REPAIR, m.stream), body
     if isinstance(m, SyncRequest):
         body = [VERSION, _SYNC_REQUEST, m.stream, m.requester, m.after_seq]
-        return topic(Channel.REPAIR, m.stream), _encode(body)
+        return topic(Channel.REPAIR, m.stream), body
     if isinstance(m, SyncData):
         body = [
             VERSION,
@@ -179,7 +197,7 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
             m.dedup,
             m.base_count,
         ]
-        return topic(Channel.REPAIR, m.stream), _encode(body)
+        return topic(Channel.REPAIR, m.stream), body
     body = [
         VERSION,
         _REPAIR_DATA,
@@ -191,58 +209,62 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
         m.after_seq,
         m.complete_upto,
     ]
-    return topic(Channel.REPAIR, m.stream), _encode(body)
+    return topic(Channel.REPAIR, m.stream), body
 
 
-def frame(topic_: bytes, body: bytes) -> bytes:
-    """The one-part frame of a topic and a body."""
-    return b"".join((topic_, _SEP, body))
-
-
-def frames(messages: Sequence[MeshMessage]) -> list[bytes]:
+def frames(messages: Sequence[MeshMessage]) -> list[bytearray]:
     """Frames carrying ``messages`` in order, each run of consecutive messages about one
-    stream bundled into one frame."""
-    found: list[bytes] = []
-    run: list[bytes] = []
-    run_topic, run_stream, run_bytes = b"", "", 0
+    stream bundled into one frame. Each body is encoded once, into its own frame, and a
+    bundle takes its messages' bodies from those frames as they are."""
+    found: list[bytearray] = []
+    run: list[tuple[bytearray, int]] = []  # frames of one message, and where each body starts
+    run_stream, run_bytes = "", 0
     for message in messages:
-        topic_, body = encode(message)
+        frame = _framed(message)
+        start = frame.index(_SEP) + 1
+        size = len(frame) - start
         stream = "" if isinstance(message, Heartbeat) else message.stream
         if (
             run
             and stream
             and stream == run_stream
             and len(run) < BUNDLE_MAX
-            and run_bytes + len(body) <= BUNDLE_BYTES_MAX
+            and run_bytes + size <= BUNDLE_BYTES_MAX
         ):
-            run.append(body)
-            run_bytes += len(body)
+            run.append((frame, start))
+            run_bytes += size
             continue
         if run:
-            found.append(frame(run_topic, _bundled(run)))
-        run, run_topic, run_stream, run_bytes = [body], topic_, stream, len(body)
+            found.append(_bundled(run))
+        run, run_stream, run_bytes = [(frame, start)], stream, size
     if run:
-        found.append(frame(run_topic, _bundled(run)))
+        found.append(_bundled(run))
     return found
 
 
-def _bundled(bodies: list[bytes]) -> bytes:
-    if len(bodies) == 1:
-        return bodies[0]
-    return _encode([VERSION, _BUNDLE, [msgspec.Raw(b) for b in bodies]])
+def _bundled(run: list[tuple[bytearray, int]]) -> bytearray:
+    """A run of one message: its frame as it is; of several: a bundle under the first one's
+    topic."""
+    first, start = run[0]
+    if len(run) == 1:
+        return first
+    bundle = first[:start]
+    bodies = [msgspec.Raw(memoryview(frame)[at:]) for frame, at in run]
+    _encode_into([VERSION, _BUNDLE, bodies], bundle, -1)
+    return bundle
 
 
-def decode_frame(data: bytes) -> list[MeshMessage]:
+def decode_frame(data: bytes | bytearray) -> list[MeshMessage]:
     """The messages in a frame (one, or a bundle's); ``MalformedFrame`` if any is not a
     message (then none of them counts). The topic is not read: a peer's frame says what it
     is about in its body, which the core checks against what this node replicates."""
     end = data.find(_SEP, 0, TOPIC_BYTES_MAX + 1)
     if end < 0:
         raise MalformedFrame(f"no topic of at most {TOPIC_BYTES_MAX} bytes ends the frame's start")
-    return decode_body(data[end + 1 :])
+    return decode_body(memoryview(data)[end + 1 :])
 
 
-def decode_body(body: bytes) -> list[MeshMessage]:
+def decode_body(body: Buffer) -> list[MeshMessage]:
     """The messages in a frame's body (one, or a bundle's), as ``decode_frame``."""
     if body[:3] != _BUNDLE_HEAD:
         return [decode(body)]
@@ -258,7 +280,7 @@ def decode_body(body: bytes) -> list[MeshMessage]:
     return [decode(bytes(inner)) for inner in bodies]  # a bundle inside is an unknown kind
 
 
-def decode(body: bytes) -> MeshMessage:
+def decode(body: Buffer) -> MeshMessage:
     """The message in a body; ``MalformedFrame`` if it is not one."""
     if len(body) > FRAME_BYTES_MAX:
         raise MalformedFrame(f"frame of {len(body)} bytes exceeds {FRAME_BYTES_MAX}")
@@ -347,7 +369,7 @@ def decode(body: bytes) -> MeshMessage:
     raise MalformedFrame(f"unknown mesh frame kind {kind!r}")
 
 
-def _ack(body: bytes) -> StreamAck:
+def _ack(body: Buffer) -> StreamAck:
     try:
         row = _ACK_ROW.decode(body)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
