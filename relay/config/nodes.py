@@ -107,8 +107,8 @@ def parse_node(where: str, i: int, n: Any) -> NodeSpec:
     for pattern in streams:
         if any(c in pattern for c in " \t\r\n\0"):  # no stream name holds one
             raise NodeError(
-                f"{where}: '{label}.streams' pattern {pattern!r} holds a space or a control "
-                "character, which no stream name holds"
+                f"{where}: '{label}.streams' pattern {pattern!r} holds a space, a tab, a line "
+                "break or a NUL, which no stream name holds"
             )
     return NodeSpec(
         node_id,

@@ -148,8 +148,8 @@ class MeshSockets:
         for frame in mesh.frames(messages):
             # pyzmq copies a frame under 64 KiB anyway; a larger one goes to libzmq without
             # a copy (copying a 500 KiB bundle cost ~180 us, mostly faulting in fresh pages),
-            # and ``frames`` encodes each body into its frame, so it is never copied here
-            self.pub.send(frame, copy=False)
+            # through a view, which keeps the bytearray from being resized while libzmq reads
+            self.pub.send(memoryview(frame), copy=False)
 
     def drain(
         self,

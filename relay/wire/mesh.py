@@ -107,13 +107,14 @@ def encode(message: MeshMessage) -> tuple[bytes, bytes]:
     return topic_, _encode(fields)
 
 
-def _framed(message: MeshMessage) -> bytearray:
-    """The frame of one message: its topic, a NUL, its body encoded in place."""
+def _framed(message: MeshMessage) -> tuple[bytearray, int]:
+    """The frame of one message (its topic, a NUL, its body encoded in place) and where its
+    body starts."""
     topic_, fields = _fields(message)
     frame = bytearray(topic_)
     frame += _SEP
     _encode_into(fields, frame, -1)
-    return frame
+    return frame, len(topic_) + 1
 
 
 def _fields(message: MeshMessage) -> tuple[bytes, list[Any]]:
@@ -215,13 +216,13 @@ def _fields(message: MeshMessage) -> tuple[bytes, list[Any]]:
 def frames(messages: Sequence[MeshMessage]) -> list[bytearray]:
     """Frames carrying ``messages`` in order, each run of consecutive messages about one
     stream bundled into one frame. Each body is encoded once, into its own frame, and a
-    bundle takes its messages' bodies from those frames as they are."""
+    bundle takes its messages' bodies from those frames as they are. A frame handed to a
+    socket is never changed: libzmq may still be reading it."""
     found: list[bytearray] = []
     run: list[tuple[bytearray, int]] = []  # frames of one message, and where each body starts
     run_stream, run_bytes = "", 0
     for message in messages:
-        frame = _framed(message)
-        start = frame.index(_SEP) + 1
+        frame, start = _framed(message)
         size = len(frame) - start
         stream = "" if isinstance(message, Heartbeat) else message.stream
         if (
@@ -277,7 +278,7 @@ def decode_body(body: Buffer) -> list[MeshMessage]:
         _, _, bodies = _BUNDLE_ROW.decode(body)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
         raise MalformedFrame(f"not a bundle: {exc}") from None
-    return [decode(bytes(inner)) for inner in bodies]  # a bundle inside is an unknown kind
+    return [decode(memoryview(inner)) for inner in bodies]  # a bundle inside: unknown kind
 
 
 def decode(body: Buffer) -> MeshMessage:
