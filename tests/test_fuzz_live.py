@@ -17,6 +17,7 @@ import msgpack
 import pytest
 import zmq
 from load import Load
+from mesh_frames import encode
 from test_faults_real import FAST, assert_all_acked_held, converged
 
 from relay.auth.sockets import serve
@@ -64,9 +65,9 @@ def client_frames(rng: random.Random) -> list[list[bytes]]:
 def mesh_frames(rng: random.Random) -> list[list[bytes]]:
     tx = Tx(2**60, 0, 3, 7, "p", 1, b"payload")
     good = [
-        mesh.encode(Replicate("orders", 3, 7, 2**60, (tx,))),
-        mesh.encode(StreamAck("orders", 3, 7, 2**60, 0, 2**60, bytes(32), 0, ())),
-        mesh.encode(Heartbeat(3, 7, 2**60, (), (), False)),
+        encode(Replicate("orders", 3, 7, 2**60, (tx,))),
+        encode(StreamAck("orders", 3, 7, 2**60, 0, 2**60, bytes(32), 0, ())),
+        encode(Heartbeat(3, 7, 2**60, (), (), False)),
     ]
     frames: list[list[bytes]] = []
     while len(frames) < FRAMES:

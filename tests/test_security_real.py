@@ -14,6 +14,7 @@ from urllib.request import urlopen
 import pytest
 import zmq
 from click.testing import CliRunner
+from mesh_frames import encode
 from prometheus_client.parser import text_string_to_metric_families
 from test_faults_real import FAST
 from waits import until
@@ -30,7 +31,6 @@ from relay.core.messages import Heartbeat, Replicate, SyncData, Tx, fold_tx
 from relay.errors import RelayError
 from relay.runtime.admin import admin_call
 from relay.runtime.local_cluster import LocalCluster
-from relay.wire import mesh
 
 pytestmark = pytest.mark.slow
 
@@ -73,12 +73,12 @@ def forgeries(claimed: int, victim_seq: int) -> list[tuple[bytes, bytes]]:
         digest = fold_tx(digest, tx)
         digests.append(digest)
     return [
-        mesh.encode(Heartbeat(claimed, 1 << 62, 1 << 62, (("orders", 1 << 62),), (), False)),
-        mesh.encode(Replicate("orders", claimed, 7, victim_seq, tuple(fake))),
-        mesh.encode(
+        encode(Heartbeat(claimed, 1 << 62, 1 << 62, (("orders", 1 << 62),), (), False)),
+        encode(Replicate("orders", claimed, 7, victim_seq, tuple(fake))),
+        encode(
             SyncData("orders", claimed, 1, 0, genesis("orders"), tuple(fake), tuple(digests), ())
         ),
-        mesh.encode(
+        encode(
             SyncData("orders", claimed, 2, 0, genesis("orders"), tuple(fake), tuple(digests), ())
         ),
     ]
@@ -188,7 +188,7 @@ def compromised(claimed: int, victim_seq: int) -> list[tuple[bytes, bytes]]:
     fake = Tx(victim_seq + 2000, 0, claimed, now, "evil", 1, b"forged")
     base = bytes(32)
     snapshots = [
-        mesh.encode(
+        encode(
             SyncData(
                 "orders", claimed, n, victim_seq + 1000, base, (fake,), (fold_tx(base, fake),), ()
             )
@@ -197,7 +197,7 @@ def compromised(claimed: int, victim_seq: int) -> list[tuple[bytes, bytes]]:
     ]
     named = Heartbeat(claimed, now, 0, (), (), False, ((1, 1 << 62), (2, 1 << 62)))
     frozen = Heartbeat(claimed, now, 0, (), (), False)
-    return [*forgeries(claimed, victim_seq), *snapshots, mesh.encode(named), mesh.encode(frozen)]
+    return [*forgeries(claimed, victim_seq), *snapshots, encode(named), encode(frozen)]
 
 
 def test_a_compromised_node_cannot_make_the_others_lose_or_rewrite_acknowledged_txs(

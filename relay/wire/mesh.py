@@ -60,7 +60,7 @@ _BUNDLE = 8
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_encode, _encode_into = _ENCODER.encode, _ENCODER.encode_into
+_encode_into = _ENCODER.encode_into
 _ENVELOPE = msgspec.msgpack.Decoder(list[msgspec.Raw])  # the fields, each still encoded
 _ANY = msgspec.msgpack.Decoder()
 _TXS = msgspec.msgpack.Decoder(tuple[TxRow, ...])  # tx rows straight into checked types
@@ -101,13 +101,7 @@ def topic_prefixes(patterns: tuple[str, ...]) -> list[bytes]:
     return sorted(set(prefixes))
 
 
-def encode(message: MeshMessage) -> tuple[bytes, bytes]:
-    """(topic, body) for one message."""
-    topic_, fields = _fields(message)
-    return topic_, _encode(fields)
-
-
-def _framed(message: MeshMessage) -> tuple[bytearray, int]:
+def framed(message: MeshMessage) -> tuple[bytearray, int]:
     """The frame of one message (its topic, a NUL, its body encoded in place) and where its
     body starts."""
     topic_, fields = _fields(message)
@@ -222,7 +216,7 @@ def frames(messages: Sequence[MeshMessage]) -> list[bytearray]:
     run: list[tuple[bytearray, int]] = []  # frames of one message, and where each body starts
     run_stream, run_bytes = "", 0
     for message in messages:
-        frame, start = _framed(message)
+        frame, start = framed(message)
         size = len(frame) - start
         stream = "" if isinstance(message, Heartbeat) else message.stream
         if (
