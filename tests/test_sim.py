@@ -437,19 +437,32 @@ def test_a_retry_given_a_seq_before_the_first_copy_arrived_is_answered_once_it_d
     assert answered_at - retried_at < quiet.params.publish_timeout_ms // 5
 
 
+def _cuts_every_node(plan: SimPlan) -> bool:
+    return any(
+        f.kind is FaultKind.CRASH and len(f.nodes) == plan.nodes and f.amount == CrashKind.POWER
+        for f in plan.faults
+    )
+
+
 def _power_loss_seeds(count: int) -> list[int]:
     """Seeds whose plan cuts the power of every node at once (fsync = "always")."""
     found = []
     for seed in range(2000):
-        plan = SimPlan.draw(seed, 3)
-        if any(
-            f.kind is FaultKind.CRASH and len(f.nodes) == plan.nodes and f.amount == CrashKind.POWER
-            for f in plan.faults
-        ):
+        if _cuts_every_node(SimPlan.draw(seed, 3)):
             found.append(seed)
         if len(found) == count:
             break
     return found
+
+
+@pytest.mark.parametrize("third_lose_power", [True, False])
+def test_a_third_of_the_runs_cut_the_power_of_every_node(third_lose_power: bool) -> None:
+    plans = [SimPlan.draw(s, n, True, third_lose_power) for s in range(3000) for n in (3, 5)]
+    share = sum(map(_cuts_every_node, plans)) / len(plans)
+    if third_lose_power:
+        assert 0.31 < share < 0.36
+    else:  # as before 2026-11-30: a third of the runs with fsync = "always", 7 in 10
+        assert 0.21 < share < 0.26
 
 
 def test_a_power_loss_of_every_node_loses_nothing_acknowledged() -> None:
