@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from relay.cli import main
 from relay.core.durable import LogCursor
 from relay.core.events import Acked, Persisted, PublishRequested, PublishResults, Reserved
 from relay.core.messages import Heartbeat, Item, MeshMessage
@@ -16,7 +18,7 @@ from relay.core.routing import Subscription
 from relay.core.stream import StreamReplica
 from relay.sim.campaign import run_campaign
 from relay.sim.checker import InvariantViolation
-from relay.sim.cluster import SimCluster, run_seed
+from relay.sim.cluster import SimCluster, replay_flags, run_seed
 from relay.sim.faults import CrashKind, Fault, FaultKind
 from relay.sim.network import SimNetwork
 from relay.sim.plan import SimPlan
@@ -578,3 +580,14 @@ def test_the_simulator_catches_a_recovery_that_keeps_a_torn_record(
     monkeypatch.setattr(segment, "entries", torn_kept)
     monkeypatch.setattr(recovery, "_check", check_keeping)
     assert _caught_with_power_losses(80)
+
+
+def test_the_replay_line_replays_the_run_a_test_made() -> None:
+    """A failing run prints ``relay sim`` options that draw the same plan, overrides and all."""
+    flags = replay_flags(False, False, True, False)
+    assert flags == " --no-delivery --no-work --compacted --no-third-lose-power"
+    assert replay_flags(None, None, None, True) == ""
+    done = CliRunner().invoke(main, ["sim", "--seed", "956186", "--nodes", "3", *flags.split()])
+    assert done.exit_code == 0, done.output
+    ran = run_seed(956186, 3, delivery=False, work=False, compacted=True, third_lose_power=False)
+    assert f"{ran.acked} acked publishes" in done.output

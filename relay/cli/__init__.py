@@ -178,12 +178,19 @@ def fault(
 @click.option("--first", type=int, default=0, show_default=True)
 @click.option("--nodes", type=click.Choice(["3", "5", "both"]), default="both", show_default=True)
 @click.option(
-    "--work", is_flag=True, help="Every seed runs a work group (else 30% of them draw one)."
+    "--delivery/--no-delivery",
+    default=None,
+    help="Every seed runs a fan-out batch and a consumer group, or none (else half of them do).",
 )
 @click.option(
-    "--compacted",
-    is_flag=True,
-    help="Every seed has a compacted stream (else 30% of them draw one).",
+    "--work/--no-work",
+    default=None,
+    help="Every seed runs a work group, or none (else 30% of them draw one).",
+)
+@click.option(
+    "--compacted/--no-compacted",
+    default=None,
+    help="Every seed has a compacted stream, or none (else 30% of them draw one).",
 )
 @click.option(
     "--third-lose-power/--no-third-lose-power",
@@ -197,8 +204,9 @@ def sim(
     seeds: int,
     first: int,
     nodes: str,
-    work: bool,
-    compacted: bool,
+    delivery: bool | None,
+    work: bool | None,
+    compacted: bool | None,
     third_lose_power: bool,
 ) -> None:
     """Run the deterministic simulator: one seed, or a campaign of many."""
@@ -225,8 +233,9 @@ def sim(
         sizes,
         echo=click.echo,
         progress=progress,
-        work=work or None,
-        compacted=compacted or None,
+        delivery=delivery,
+        work=work,
+        compacted=compacted,
         third_lose_power=third_lose_power,
     )
     if tty:

@@ -31,13 +31,13 @@ def run_campaign(
     sizes: tuple[int, ...],
     echo: Callable[[str], None] = print,
     progress: Callable[[CampaignSummary], None] | None = None,
+    delivery: bool | None = None,
     work: bool | None = None,
     compacted: bool | None = None,
     third_lose_power: bool = True,
 ) -> CampaignSummary:
-    """Run every seed on every size (``work``, ``compacted``: None, the share of seeds that
-    draw a work group or a compacted stream, or True, each seed with one;
-    ``third_lose_power``: as ``run_seed``); ``progress`` sees the summary after each seed."""
+    """Run every seed on every size (``delivery``, ``work``, ``compacted`` and
+    ``third_lose_power`` as ``run_seed``); ``progress`` sees the summary after each seed."""
     summary = CampaignSummary()
     started = time.monotonic()
     for seed in seeds:
@@ -45,7 +45,12 @@ def run_campaign(
             summary.runs += 1
             try:
                 result = run_seed(
-                    seed, nodes, work=work, compacted=compacted, third_lose_power=third_lose_power
+                    seed,
+                    nodes,
+                    delivery=delivery,
+                    work=work,
+                    compacted=compacted,
+                    third_lose_power=third_lose_power,
                 )
             except InvariantViolation as exc:
                 summary.failures.append(str(exc))
@@ -53,7 +58,7 @@ def run_campaign(
                 continue
             except Exception as exc:  # the code under test broke: a failure of the seed too
                 replay = f"relay sim --seed {seed} --nodes {nodes}"
-                replay += replay_flags(work, compacted, third_lose_power)
+                replay += replay_flags(delivery, work, compacted, third_lose_power)
                 why = f"seed {seed} ({nodes} nodes) raised {exc!r}\n  replay: {replay}"
                 summary.failures.append(why)
                 echo(f"FAIL {why}")

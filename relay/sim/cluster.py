@@ -387,10 +387,15 @@ class SimCluster:
         return f"{nodes}; {consumers}"
 
 
-def replay_flags(work: bool | None, compacted: bool | None, third_lose_power: bool) -> str:
-    """The ``relay sim`` options that replay a seed run with these overrides."""
-    flags = (" --work" if work else "") + (" --compacted" if compacted else "")
-    return flags + ("" if third_lose_power else " --no-third-lose-power")
+def replay_flags(
+    delivery: bool | None, work: bool | None, compacted: bool | None, third_lose_power: bool
+) -> str:
+    """The ``relay sim`` options that replay a seed run with these overrides (None: drawn)."""
+    chosen = {"delivery": delivery, "work": work, "compacted": compacted}
+    chosen["third-lose-power"] = None if third_lose_power else False
+    return "".join(
+        f" --{'' if value else 'no-'}{name}" for name, value in chosen.items() if value is not None
+    )
 
 
 def run_seed(
@@ -421,5 +426,6 @@ def run_seed(
         trace = "\n  ".join(cluster.trace[-20:])
         raise InvariantViolation(
             f"seed {seed} ({nodes} nodes) failed: {exc}\n  replay: relay sim --seed {seed} "
-            f"--nodes {nodes}{replay_flags(work, compacted, third_lose_power)}\n  {trace}"
+            f"--nodes {nodes}{replay_flags(delivery, work, compacted, third_lose_power)}"
+            f"\n  {trace}"
         ) from exc
