@@ -14,6 +14,7 @@ from typing import Any
 from relay.auth import settings as auth
 from relay.auth.settings import AuthSettings
 from relay.core.flake import NODE_ID_MAX
+from relay.core.routing import NO_NAME_HOLDS
 
 _NODE_KEYS = {"id", "host", "mesh_port", "client_port", "metrics_port", "streams"}
 _NODE_OPTIONAL = {"data_dir", "public_key", "bind_host", "metrics_host", "http_port"}
@@ -105,7 +106,7 @@ def parse_node(where: str, i: int, n: Any) -> NodeSpec:
             f'patterns such as ["*"] or ["orders.*"], got {streams!r}'
         )
     for pattern in streams:
-        if any(c in pattern for c in " \t\r\n\0"):  # no stream name holds one
+        if any(c in pattern for c in NO_NAME_HOLDS):
             raise NodeError(
                 f"{where}: '{label}.streams' pattern {pattern!r} holds a space, a tab, a line "
                 "break or a NUL, which no stream name holds"

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 STREAM_NAME_BYTES_MAX = 200
+GLOB_CHARACTERS = "*?[]"
+NO_NAME_HOLDS = " \t\r\n\0"  # spaces and the control characters no stream name holds
 QUEUE_SUFFIX = ".__queue."  # <stream>.__queue.<group>: a work group's control stream
 DEAD_SUFFIX = ".dead"  # <stream>.dead: the jobs that died in its work groups
 GROUP_SUFFIX = ".__group."  # <stream>.__group.<group>: a consumer group's commits
@@ -66,7 +68,7 @@ def stream_name_problem(stream: str) -> str | None:
         return "a stream name must not be empty"
     if len(stream.encode()) > STREAM_NAME_BYTES_MAX:
         return f"a stream name is at most {STREAM_NAME_BYTES_MAX} bytes"
-    if any(c in stream for c in "*?[] \t\r\n\0"):
+    if any(c in stream for c in GLOB_CHARACTERS + NO_NAME_HOLDS):
         return "a stream name may not contain spaces, control characters or glob characters"
     return None
 
