@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import zmq
 from prometheus_client import Counter
@@ -40,6 +40,9 @@ CONNECTION_BYTES_MAX = 16 << 20
 OTHERS_MAX = 64
 WAIT_MS = 3_000  # a producer gives a request up after 3 s
 RETRY_FIRST_MS, RETRY_MAX_MS = 1, 64
+
+NOBLOCK: Final = int(zmq.NOBLOCK)
+ROUTE_FLAGS: Final = int(zmq.NOBLOCK | zmq.SNDMORE)  # the connection's id, then the answer
 
 Answer = tuple[bytes, int | None, float]  # body, the admitted request's id, since (ms)
 
@@ -130,9 +133,10 @@ class ClientOutbox:
     def _hand_over(self, client: bytes, body: bytes) -> bool | None:
         """Send an answer: True if handed over, False if the connection went away, None if
         its queue is full."""
-        try:
+        try:  # part by part: ``send_multipart`` is Python code, 2.6 us more per answer
+            self.sock.send(client, ROUTE_FLAGS)
             # a large answer (a fetch's txs) without a copy, as the mesh's bundles
-            self.sock.send_multipart((client, body), zmq.NOBLOCK, copy=False)
+            self.sock.send(body, NOBLOCK, copy=False)
         except zmq.Again:
             return None
         except zmq.ZMQError:  # the client went away (ROUTER_MANDATORY: unroutable)
