@@ -19,7 +19,7 @@ from relay.core.stream import StreamReplica
 from relay.sim.campaign import run_campaign
 from relay.sim.checker import InvariantViolation
 from relay.sim.cluster import SimCluster, replay_flags, run_seed
-from relay.sim.faults import CrashKind, Fault, FaultKind
+from relay.sim.faults import PARTITION_KINDS, CrashKind, Fault, FaultKind
 from relay.sim.network import SimNetwork
 from relay.sim.plan import SimPlan
 from relay.storage import recovery, segment
@@ -582,6 +582,54 @@ def test_the_simulator_catches_a_recovery_that_keeps_a_torn_record(
     assert _caught_with_power_losses(80)
 
 
+@pytest.mark.pure
+def test_the_checker_catches_one_round_acks_behind_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found with partition plans (``relay sim --partitions``) acknowledging at the verified seq
+    (an experiment, nothing else changed; 2026-11-30): seed 9980153 (3 nodes, fsync always,
+    no power loss) made two timelines readable. Node 1 came back from a crash in a new epoch;
+    node 3 counted its vote for a chain holding two of its new txs and was then isolated; node
+    1 gave that tail up (node 2, which votes without them, disagreed) and verified the chain
+    without them with node 2, while node 3, still isolated, verified the first chain with node
+    1's old vote: the open gap of a vote counted before its voter retreated. As built, a read
+    and an acknowledgement wait for a quorum's marks, and node 1 never marked the first chain."""
+    assert run_seed(9980153, 3, partitions=True).acked > 0
+    monkeypatch.setattr(StreamReplica, "acked_seq", property(lambda self: self.verified_seq))
+    with pytest.raises(InvariantViolation, match="one timeline"):
+        run_seed(9980153, 3, partitions=True)
+
+
+def test_partition_plans_cut_nodes_off_and_change_nothing_else() -> None:
+    """``--partitions`` draws only faults that cut nodes off (process crashes, isolations,
+    pauses, stops, one-way cuts), never more than a minority out at once, and leaves the rest
+    of each seed's plan as drawn."""
+    one_way = 0
+    for seed in range(150):
+        for nodes in (3, 5):
+            plan = SimPlan.draw(seed, nodes, partitions=True)
+            drawn = SimPlan.draw(seed, nodes)
+            assert plan.disk_errors == ()
+            assert (
+                dataclasses.replace(plan, faults=drawn.faults, disk_errors=drawn.disk_errors)
+                == drawn
+            )
+            for fault in plan.faults:
+                assert fault.kind in PARTITION_KINDS or fault.kind is FaultKind.ONE_WAY
+                assert fault.kind is not FaultKind.CRASH or fault.amount == CrashKind.PROCESS
+                one_way += fault.kind is FaultKind.ONE_WAY
+            for at in {f.start_ms for f in plan.faults}:
+                out = {
+                    n
+                    for f in plan.faults
+                    if f.kind in PARTITION_KINDS
+                    for n in f.nodes
+                    if f.start_ms <= at < (1 << 40 if f.kind is FaultKind.STOP else f.end_ms)
+                }
+                assert 2 * len(out) < nodes
+    assert one_way > 1200  # 5.6 a plan on these seeds
+
+
 def test_the_replay_line_replays_the_run_a_test_made() -> None:
     """A failing run prints ``relay sim`` options that draw the same plan, overrides and all."""
     flags = replay_flags(False, False, True, False)
@@ -591,3 +639,7 @@ def test_the_replay_line_replays_the_run_a_test_made() -> None:
     assert done.exit_code == 0, done.output
     ran = run_seed(956186, 3, delivery=False, work=False, compacted=True, third_lose_power=False)
     assert f"{ran.acked} acked publishes" in done.output
+    assert replay_flags(None, None, None, True, partitions=True) == " --partitions"
+    done = CliRunner().invoke(main, ["sim", "--seed", "9980153", "--nodes", "3", "--partitions"])
+    assert done.exit_code == 0, done.output
+    assert f"{run_seed(9980153, 3, partitions=True).acked} acked publishes" in done.output

@@ -199,6 +199,12 @@ def fault(
     help="A third of all runs lose power on every node at once; --no-third-lose-power draws "
     "a seed as before 2026-11-30 (a third of the fsync=always runs), to replay one found then.",
 )
+@click.option(
+    "--partitions",
+    is_flag=True,
+    help="Every run's faults cut nodes off: crashes, isolations, pauses and stops, and up to "
+    "twelve one-way cuts beside them (no power loss, no disk errors).",
+)
 def sim(
     seed: int | None,
     seeds: int,
@@ -208,6 +214,7 @@ def sim(
     work: bool | None,
     compacted: bool | None,
     third_lose_power: bool,
+    partitions: bool,
 ) -> None:
     """Run the deterministic simulator: one seed, or a campaign of many."""
     from relay.sim.campaign import CampaignSummary, run_campaign
@@ -237,6 +244,7 @@ def sim(
         work=work,
         compacted=compacted,
         third_lose_power=third_lose_power,
+        partitions=partitions,
     )
     if tty:
         click.echo(err=True)

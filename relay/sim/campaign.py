@@ -35,9 +35,11 @@ def run_campaign(
     work: bool | None = None,
     compacted: bool | None = None,
     third_lose_power: bool = True,
+    partitions: bool = False,
 ) -> CampaignSummary:
-    """Run every seed on every size (``delivery``, ``work``, ``compacted`` and
-    ``third_lose_power`` as ``run_seed``); ``progress`` sees the summary after each seed."""
+    """Run every seed on every size (``delivery``, ``work``, ``compacted``,
+    ``third_lose_power`` and ``partitions`` as ``run_seed``); ``progress`` sees the summary
+    after each seed."""
     summary = CampaignSummary()
     started = time.monotonic()
     for seed in seeds:
@@ -51,6 +53,7 @@ def run_campaign(
                     work=work,
                     compacted=compacted,
                     third_lose_power=third_lose_power,
+                    partitions=partitions,
                 )
             except InvariantViolation as exc:
                 summary.failures.append(str(exc))
@@ -58,7 +61,7 @@ def run_campaign(
                 continue
             except Exception as exc:  # the code under test broke: a failure of the seed too
                 replay = f"relay sim --seed {seed} --nodes {nodes}"
-                replay += replay_flags(delivery, work, compacted, third_lose_power)
+                replay += replay_flags(delivery, work, compacted, third_lose_power, partitions)
                 why = f"seed {seed} ({nodes} nodes) raised {exc!r}\n  replay: {replay}"
                 summary.failures.append(why)
                 echo(f"FAIL {why}")

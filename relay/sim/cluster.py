@@ -388,14 +388,19 @@ class SimCluster:
 
 
 def replay_flags(
-    delivery: bool | None, work: bool | None, compacted: bool | None, third_lose_power: bool
+    delivery: bool | None,
+    work: bool | None,
+    compacted: bool | None,
+    third_lose_power: bool,
+    partitions: bool = False,
 ) -> str:
     """The ``relay sim`` options that replay a seed run with these overrides (None: drawn)."""
     chosen = {"delivery": delivery, "work": work, "compacted": compacted}
     chosen["third-lose-power"] = None if third_lose_power else False
-    return "".join(
+    flags = "".join(
         f" --{'' if value else 'no-'}{name}" for name, value in chosen.items() if value is not None
     )
+    return flags + (" --partitions" if partitions else "")
 
 
 def run_seed(
@@ -406,13 +411,15 @@ def run_seed(
     work: bool | None = None,
     compacted: bool | None = None,
     third_lose_power: bool = True,
+    partitions: bool = False,
 ) -> SimResult:
     """Run one seed; ``delivery``, ``work`` and ``compacted`` override the draws (a seed found
     before the simulator had groups and batches, work groups or a compacted stream replays as it
     was found without them; ``work=True`` gives every seed a work group, ``compacted=True`` a
     compacted stream); ``third_lose_power=False`` replays a seed found before a third of all
-    runs lost power on every node (``SimPlan.draw``)."""
-    plan = SimPlan.draw(seed, nodes, with_faults, third_lose_power)
+    runs lost power on every node, ``partitions=True`` draws the faults of
+    ``partition_faults`` (``SimPlan.draw``)."""
+    plan = SimPlan.draw(seed, nodes, with_faults, third_lose_power, partitions)
     if delivery is not None:
         plan = replace(plan, delivery=delivery)
     if work is not None:
@@ -426,6 +433,7 @@ def run_seed(
         trace = "\n  ".join(cluster.trace[-20:])
         raise InvariantViolation(
             f"seed {seed} ({nodes} nodes) failed: {exc}\n  replay: relay sim --seed {seed} "
-            f"--nodes {nodes}{replay_flags(delivery, work, compacted, third_lose_power)}"
+            f"--nodes {nodes}"
+            f"{replay_flags(delivery, work, compacted, third_lose_power, partitions)}"
             f"\n  {trace}"
         ) from exc

@@ -126,6 +126,25 @@ def draw_faults(
     return tuple(sorted(faults, key=lambda f: f.start_ms))
 
 
+PARTITION_KINDS = (FaultKind.CRASH, FaultKind.ISOLATE, FaultKind.PAUSE, FaultKind.STOP)
+ONE_WAY_DRAWS = 3  # draws of zero to four one-way cuts each
+
+
+def partition_faults(
+    rng: random.Random,
+    nodes: int,
+    horizon_ms: int,
+    replica_sets: tuple[frozenset[int], ...],
+) -> tuple[Fault, ...]:
+    """Faults that cut nodes off: process crashes, isolations, pauses and stops (at most a
+    minority out at once, as ``draw_faults``), and up to twelve one-way cuts beside them, which
+    take no node out: where a vote is counted by a peer that the voter never hears again."""
+    found = list(draw_faults(rng, nodes, horizon_ms, PARTITION_KINDS, replica_sets))
+    for _ in range(ONE_WAY_DRAWS):
+        found += draw_faults(rng, nodes, horizon_ms, (FaultKind.ONE_WAY,), replica_sets)
+    return tuple(sorted(found, key=lambda f: f.start_ms))
+
+
 def crashes_of(
     rng: random.Random,
     faults: tuple[Fault, ...],

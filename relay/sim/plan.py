@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from relay.core.params import CoreParams
 from relay.core.routing import Subscription
-from relay.sim.faults import Fault, FaultKind, crashes_of, draw_faults
+from relay.sim.faults import Fault, FaultKind, crashes_of, draw_faults, partition_faults
 
 SKEW_MS_MAX = 10_000
 LEADS_MS = (0, 5, 20, 20, 100)  # how far an idle origin promises ahead (0: no lead)
@@ -51,10 +51,16 @@ class SimPlan:
 
     @staticmethod
     def draw(
-        seed: int, nodes: int, with_faults: bool = True, third_lose_power: bool = True
+        seed: int,
+        nodes: int,
+        with_faults: bool = True,
+        third_lose_power: bool = True,
+        partitions: bool = False,
     ) -> SimPlan:
         """The plan of ``seed`` on ``nodes``; without ``third_lose_power`` as drawn before a
-        third of all runs lost power on every node (a third of the ``always`` runs did)."""
+        third of all runs lost power on every node (a third of the ``always`` runs did); with
+        ``partitions``, its faults are those of ``partition_faults`` instead, with no power
+        loss and no disk errors (the rest of the plan as drawn)."""
         rng = random.Random(seed * 7919 + nodes)
         publish_ms = rng.randint(200, 1500)
         many = rng.random() < 0.1
@@ -78,7 +84,7 @@ class SimPlan:
         compacted = random.Random(seed * 122_949_829 + nodes).random() < COMPACTED_SHARE
         dedup = {"dedup_window_ms": COMPACTED_DEDUP_MS} if compacted else {}
         faults = draw_faults(rng, nodes, publish_ms, enabled, replica_sets) if with_faults else ()
-        return SimPlan(
+        plan = SimPlan(
             nodes=nodes,
             streams=streams,
             subscriptions=subscriptions,
@@ -118,6 +124,12 @@ class SimPlan:
             else (),
             compacted=compacted,
         )
+        if not (partitions and with_faults):
+            return plan
+        cuts = partition_faults(
+            random.Random(seed * 999_331 + nodes), nodes, publish_ms, replica_sets
+        )
+        return replace(plan, faults=cuts, disk_errors=())
 
 
 WORK_SHARE = 0.3  # of the seeds that run a work group
