@@ -397,10 +397,10 @@ def replay_flags(
     """The ``relay sim`` options that replay a seed run with these overrides (None: drawn)."""
     chosen = {"delivery": delivery, "work": work, "compacted": compacted}
     chosen["third-lose-power"] = None if third_lose_power else False
-    flags = "".join(
+    chosen["partitions"] = partitions or None
+    return "".join(
         f" --{'' if value else 'no-'}{name}" for name, value in chosen.items() if value is not None
     )
-    return flags + (" --partitions" if partitions else "")
 
 
 def run_seed(

@@ -1,8 +1,9 @@
 """The faults a simulated run injects, drawn from its seed.
 
 Each fault has a window ``[start_ms, end_ms)`` of simulated time after the cluster started.
-At most a minority of the nodes is down, paused or cut off at any moment, so a healthy
-quorum always exists and every run must end with all nodes agreeing once the faults heal.
+At most a minority of the nodes is down, paused or isolated at any moment (one-way cuts are
+not counted, so together with them a quorum may be cut off until they heal), and every run
+must end with all nodes agreeing once the faults heal.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ class CrashKind:
 
 
 # Faults that take nodes out of the quorum; at most a minority may overlap.
-TAKES_NODES_OUT = {FaultKind.CRASH, FaultKind.STOP, FaultKind.ISOLATE, FaultKind.PAUSE}
+# in the order ``partition_faults`` draws them (a seed's draws depend on it)
+NODES_OUT_KINDS = (FaultKind.CRASH, FaultKind.ISOLATE, FaultKind.PAUSE, FaultKind.STOP)
+TAKES_NODES_OUT = frozenset(NODES_OUT_KINDS)
 
 
 def _out_until(fault: Fault) -> int:
@@ -126,7 +129,6 @@ def draw_faults(
     return tuple(sorted(faults, key=lambda f: f.start_ms))
 
 
-PARTITION_KINDS = (FaultKind.CRASH, FaultKind.ISOLATE, FaultKind.PAUSE, FaultKind.STOP)
 ONE_WAY_DRAWS = 3  # draws of zero to four one-way cuts each
 
 
@@ -138,8 +140,9 @@ def partition_faults(
 ) -> tuple[Fault, ...]:
     """Faults that cut nodes off: process crashes, isolations, pauses and stops (at most a
     minority out at once, as ``draw_faults``), and up to twelve one-way cuts beside them, which
-    take no node out: where a vote is counted by a peer that the voter never hears again."""
-    found = list(draw_faults(rng, nodes, horizon_ms, PARTITION_KINDS, replica_sets))
+    that bound does not count (as in ``draw_faults``; with the others they may leave no quorum
+    until they heal): where a vote is counted by a peer that the voter never hears again."""
+    found = list(draw_faults(rng, nodes, horizon_ms, NODES_OUT_KINDS, replica_sets))
     for _ in range(ONE_WAY_DRAWS):
         found += draw_faults(rng, nodes, horizon_ms, (FaultKind.ONE_WAY,), replica_sets)
     return tuple(sorted(found, key=lambda f: f.start_ms))
