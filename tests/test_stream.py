@@ -37,10 +37,14 @@ def stabilize(r: StreamReplica) -> bool:
     return r.stabilize({}, 0)
 
 
-def take_vote(r: StreamReplica, sender: int, seq: int, digest: bytes) -> bool:
-    """A peer's vote arrives and the node flushes: True if the verified seq moved."""
-    r.take_ack(StreamAck("s", sender, 7, 0, 0, seq, digest, 0), 0)
-    return r.verify(0)
+def take_vote(r: StreamReplica, sender: int, seq: int, digest: bytes, marked: bool = False) -> bool:
+    """A peer's vote arrives and the node flushes: True if the verified seq moved. A peer
+    that ``marked`` says it verified its vote too."""
+    before = r.verified_seq
+    mark = (seq, digest) if marked else (0, b"")
+    r.take_ack(StreamAck("s", sender, 7, 0, 0, seq, digest, 0, (), *mark), 0)
+    r.verify(0)
+    return r.verified_seq > before
 
 
 def promise_all(r: StreamReplica, floor: int) -> None:
@@ -113,8 +117,11 @@ def test_a_vote_ahead_of_us_counts_once_we_catch_up() -> None:
     take_vote(r, 2, BASE + 1, digest)
     assert r.verified_seq == 0
     stable_one(r)
-    assert r.verify(0), "the advance is reported to the one caller that announces it"
+    assert not r.verify(0), "verified, but no peer marked it: nothing to announce"
     assert r.verified_seq == BASE + 1
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, (), BASE + 1, digest), 0)
+    assert r.verify(0), "the advance is reported to the one caller that announces it"
+    assert r.timeline.readable_seq == BASE + 1
     assert not r.verify(0)
 
 
@@ -135,7 +142,8 @@ def test_a_vote_kept_ahead_of_us_counts_no_more_once_its_voter_retreated() -> No
     assert r.verified_seq == 0, "an ack cast before a retreat heard of counts for nothing"
     assert take_vote(r, 2, BASE + 1, digest) is False  # retreats 0 < 4: still stale
     r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=4), 0)
-    assert r.verify(0) and r.verified_seq == BASE + 1, "it voted again, after its retreat"
+    r.verify(0)
+    assert r.verified_seq == BASE + 1, "it voted again, after its retreat"
 
 
 def test_a_vote_matched_above_our_verified_seq_counts_no_more_once_its_voter_retreated() -> None:
@@ -175,7 +183,8 @@ def test_a_restarted_peer_votes_in_its_new_epoch_with_its_retreats_counted_afres
     digest = stable_one(r)
     r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, retreats=4), 0)
     r.take_ack(StreamAck("s", 2, 8, 0, 0, BASE + 1, digest, 0, retreats=1), 0)
-    assert r.verify(0) and r.verified_seq == BASE + 1, "epoch 8 comes after epoch 7's round 4"
+    r.verify(0)
+    assert r.verified_seq == BASE + 1, "epoch 8 comes after epoch 7's round 4"
 
 
 def test_a_replica_that_knows_its_history_answers_one_that_does_not() -> None:
@@ -245,7 +254,7 @@ def test_the_buffer_trims_only_verified_txs() -> None:
     promise_all(r, BASE + 100)
     stabilize(r)
     assert len(r.timeline.seqs) == 30  # nothing verified yet: nothing may go
-    take_vote(r, 2, r.timeline.head_seq, r.timeline.head_digest)
+    take_vote(r, 2, r.timeline.head_seq, r.timeline.head_digest, marked=True)
     r.timeline.trim(keep_from=BASE + 5)  # a publish still waits for the answer about BASE + 5
     assert r.timeline.seqs[0] == BASE + 5 and r.timeline.trimmed_seq == BASE + 4
     r.timeline.trim(keep_from=SEQ_MAX)

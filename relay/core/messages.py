@@ -164,7 +164,7 @@ class StreamAck:
     head_digest: bytes
     verified_seq: int
     reports: tuple[OriginReport, ...] = ()
-    marked_seq: int = 0  # how far its log durably records the timeline as verified
+    marked_seq: int = 0  # how far it verified the timeline (fsync always: durably, in its log)
     marked_digest: bytes = b""  # its digest there: a mark vouches for one history
     readable_seq: int = 0  # how far a quorum's marks let it serve and acknowledge
     promise: int = 0  # it originates nothing more in this stream at or below this (>= floor)

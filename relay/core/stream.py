@@ -237,7 +237,7 @@ class StreamReplica:
         # a peer that does not know the history yet waits for every live replica's word, even
         # where nothing is verified (an empty stream): say it again, lest a lost ack hold it
         behind |= not ack.synced and self.catchup.synced
-        if behind or ack.readable_seq < min(self.log.durable_mark, ack.verified_seq):
+        if behind or ack.readable_seq < min(self.mark, ack.verified_seq):
             self._ack_owed = True
 
     def verify(self, elapsed_ms: int) -> bool:
@@ -249,6 +249,7 @@ class StreamReplica:
         if timeline.verified_seq > self.verified_noted:  # by votes or by an adopted slice
             self.verified_noted = timeline.verified_seq
             self.catchup.apply(CatchupInput.VERIFIED_MOVED, elapsed_ms)
+            self._ack_owed |= not self.log.votes_wait  # the mark moved: peers count it
         if self.recovery is not None and self.recovery.done(timeline.verified_seq):
             self.recovery = None  # its reports and its vote count from now on
             self._ack_owed = True
@@ -265,12 +266,17 @@ class StreamReplica:
 
     @property
     def acked_seq(self) -> int:
-        """How far a publish may be acknowledged and a reader served: the verified seq, and
-        with ``votes_wait`` no further than a quorum's durable marks."""
-        verified = self.timeline.verified_seq
-        if not self.log.votes_wait:
-            return verified
-        return min(verified, self.votes.marked(self.log.durable_mark))
+        """How far a publish may be acknowledged and a reader served: the verified seq, no
+        further than a quorum's marks."""
+        return min(self.timeline.verified_seq, self.votes.marked(self.mark))
+
+    @property
+    def mark(self) -> int:
+        """How far this replica tells its peers it verified the timeline: with ``votes_wait``,
+        as far as its log durably records that; otherwise its verified seq (nothing is
+        durable, but a peer's vote counted before it retreated is never a mark:
+        docs/design.md, "Marks for every fsync")."""
+        return self.log.durable_mark if self.log.votes_wait else self.timeline.verified_seq
 
     def vote(self) -> tuple[int, bytes]:
         """This replica's vote: its stable head, or with ``votes_wait`` its durable head;
