@@ -615,14 +615,14 @@ def test_never_keeps_one_timeline_behind_one_way_cuts() -> None:
     assert run_seed(9993118, 3, partitions=True).acked > 0
 
 
-@pytest.mark.xfail(strict=True, raises=InvariantViolation, reason="not live, not closed")
+@pytest.mark.xfail(strict=True, raises=InvariantViolation, reason="the open gap, not live")
 def test_two_replicas_agree_after_the_third_stops_behind_one_way_cuts() -> None:
-    """Found by ``relay sim --partitions`` (2026-11-30), fsync always: node 2 lowered the
-    closed cut of its own old epoch to its head after a refold, while node 3, which had closed
-    that epoch at the higher cut, kept three txs above it; node 1 then stopped for good, and
-    nodes 2 and 3 stayed diverged from each other with different closed cuts
-    (*docs/design.md*, An epoch closed, then refolded). Kept as a known failure: it passes
-    once they agree, and then this mark must go."""
+    """Found by ``relay sim --partitions`` (2026-11-30), fsync always: node 3 verified a chain
+    with node 1's vote; node 1, cut off from node 3, refolded and verified and marked another
+    chain at the same seq with node 2, then stopped for good. Node 3's chain was never
+    readable, but it gives a verified chain up only on two peers' word, and one is left
+    (*docs/design.md*, Anti-entropy, the open gap). Kept as a known failure: it passes once
+    the two agree, and then this mark must go."""
     run_seed(9990499, 3, partitions=True)
 
 
