@@ -1,5 +1,5 @@
 """CPU per transaction of each process: a 3-node cluster (or 5, the stream on all five), one
-`relay bench` producer, and each process's utime + stime from /proc over the run (steadier than
+`relay bench` producer, and each process's user + system CPU (psutil) over the run (steadier than
 throughput on a shared VM, so two commits compare well when run alternately). Also, per tx and
 node, from its /metrics: loop turns that handled input, mesh messages sent by kind, and group
 commits.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -21,12 +20,14 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 from relay.runtime.local_cluster import LocalCluster
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def children_cpu() -> float:
