@@ -54,6 +54,14 @@ def main() -> None:
     "worker processes of a work group, some killed with SIGKILL; compacted: updates of 50 "
     "keys, some tombstones, on a compacted stream.",
 )
+@click.option(
+    "--fsync",
+    type=click.Choice(["always", "interval", "never"]),
+    default="always",
+    show_default=True,
+    help="The cluster's fsync: always syncs before a vote; interval and never leave writes to "
+    "the kernel (a SIGKILL, even of every node, keeps what the processes wrote).",
+)
 def run(
     nodes: str,
     duration: float,
@@ -63,6 +71,7 @@ def run(
     out: Path | None,
     net: str,
     workload: str,
+    fsync: str,
 ) -> None:
     """Run a workload against a fresh cluster while injecting faults; check the history."""
     try:
@@ -86,7 +95,7 @@ def run(
         raise click.BadParameter(netns.unavailable(), param_hint="--net")
     click.echo(
         f"chaos run: {nodes} nodes, {duration:.0f} s, seed {seed}, {rate:.0f} tx/s, "
-        f"network {net} -> {out}"
+        f"network {net}, fsync {fsync} -> {out}"
     )
     for fault in faults:
         click.echo(f"  {fault.start_s:6.1f}-{fault.end_s:6.1f} s  {fault.label()}")
@@ -98,6 +107,7 @@ def run(
         "rate": rate,
         "net": net,
         "workload": workload,
+        "fsync": fsync,
     }
     try:
         runner.run(

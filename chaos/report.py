@@ -53,7 +53,7 @@ def headline(settings: dict[str, Any]) -> str:
         f"chaos run: {settings['nodes']} nodes, {settings['duration_s']:.0f} s, "
         f"faults {','.join(settings['faults'])}, seed {settings['seed']}, "
         f"{settings['rate']:.0f} publishes/s offered, network {net} "
-        f"({NETWORKS.get(net, 'unknown')})"
+        f"({NETWORKS.get(net, 'unknown')}), fsync {settings.get('fsync', 'always')}"
     )
 
 

@@ -61,7 +61,7 @@ def run(
     "compacted" (updates of keys, some tombstones, on a compacted stream)."""
     streams = {"queue": [JOB_STREAM], "compacted": [KV_STREAM]}.get(workload_kind, STREAMS)
     out.mkdir(parents=True, exist_ok=True)
-    overrides: dict[str, int | str] = {}
+    overrides: dict[str, int | str] = {"fsync": settings.get("fsync", "always")}
     if any(f.kind == "corrupt" for f in faults):
         overrides["segment_bytes"] = CORRUPT_SEGMENT_BYTES
     compacted = workload_kind == "compacted"

@@ -1,6 +1,7 @@
 """The chaos smokes CI runs: 3 nodes, kills, partitions and loss for half a minute, a clean
 verdict; once with the nodes on 127.0.0.1 (faults by admin hooks), once with each node in a
-network namespace of its own (partitions and loss by nftables)."""
+network namespace of its own (partitions and loss by nftables), and once more on 127.0.0.1
+with ``fsync = "never"``."""
 
 from __future__ import annotations
 
@@ -16,21 +17,24 @@ from relay.runtime.netns import unavailable
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 NETS = [
-    "local",
+    ("local", "always"),
     pytest.param(
-        "netns", marks=pytest.mark.skipif(bool(unavailable()), reason=f"netns: {unavailable()}")
+        "netns",
+        "always",
+        marks=pytest.mark.skipif(bool(unavailable()), reason=f"netns: {unavailable()}"),
     ),
+    ("local", "never"),  # acknowledged once a quorum verified, nothing synced
 ]
 
 
-@pytest.mark.parametrize("net", NETS)
+@pytest.mark.parametrize(("net", "fsync"), NETS)
 def test_a_short_chaos_run_with_kills_and_partitions_keeps_every_invariant(
-    tmp_path: Path, net: str
+    tmp_path: Path, net: str, fsync: str
 ) -> None:
     out = tmp_path / "run"
     command = [sys.executable, "-m", "chaos", "run", "--nodes", "3", "--duration", "30"]
     command += ["--faults", "kill,partition,loss", "--seed", "1", "--out", str(out)]
-    command += ["--net", net]
+    command += ["--net", net, "--fsync", fsync]
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = run.communicate(timeout=240)
@@ -47,7 +51,7 @@ def test_a_short_chaos_run_with_kills_and_partitions_keeps_every_invariant(
     text = (out / "report.txt").read_text()
     assert "verdict: every invariant held" in text
     assert "kill" in text and "partition" in text
-    assert f"network {net}" in text
+    assert f"network {net}" in text and f"fsync {fsync}" in text
     assert (out / "report.png").stat().st_size > 1000
 
 
