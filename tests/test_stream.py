@@ -96,6 +96,19 @@ def test_a_quorum_must_agree_on_the_digest_to_verify() -> None:
     assert r.verified_seq == BASE + 1
 
 
+def test_without_waiting_for_the_disk_a_replica_acks_its_mark_and_tells_a_peer_lacking_it() -> None:
+    """With ``fsync`` never or interval the mark is the verified seq: the replica acks when it
+    moves, and answers a peer whose ack shows it lacking the mark."""
+    r = replica()
+    digest = stable_one(r)
+    r.ack_sent(0)
+    assert take_vote(r, 2, BASE + 1, digest)
+    assert r.mark == BASE + 1 and r.owes_ack, "the mark moved: the peers count it"
+    r.ack_sent(0)
+    r.take_ack(StreamAck("s", 3, 7, 0, 0, BASE + 1, digest, BASE + 1, readable_seq=0), 0)
+    assert r.owes_ack, "node 3 verified, but lacks a second mark"
+
+
 def test_marks_above_a_cut_are_forgotten_with_the_history_they_named() -> None:
     timeline = Timeline("s", 100, 1 << 20)
     txs = [Tx(BASE + i, BASE + i - 1 if i > 1 else 0, 2, 7, "", 0, bytes([i])) for i in range(1, 6)]

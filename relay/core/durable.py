@@ -12,13 +12,14 @@ head: it never tells a peer it holds what a power loss could take from it, so a 
 agreement means a quorum's disks. Otherwise the vote is the stable head and the log trails it.
 
 Every ``Persist`` also records how far the timeline is verified (a *mark*); the disk reports
-which mark each sync covered, so the cursor knows which mark is durable (``durable_mark``) and
-the replica reports it in its acks. The head a sync covered does not tell it: a mark written,
-with no new records, while an earlier sync of that head was running is not covered by that sync,
-and counting it would let a reader be served a seq that a power loss of every node takes back. A
-publish is acknowledged only once a quorum's durable marks cover it: then, whatever crashes,
-every quorum that comes back holds a node that knows the tx is verified, and verified history is
-never given up (docs/design.md, invariant 8).
+which mark each sync covered, so the cursor knows which mark is durable (``durable_mark``) and,
+with ``votes_wait``, the replica reports it in its acks (otherwise its mark is its verified
+seq: ``StreamReplica.mark``). The head a sync covered does not tell it: a mark written, with no
+new records, while an earlier sync of that head was running is not covered by that sync, and
+counting it would let a reader be served a seq that a power loss of every node takes back. A
+publish is acknowledged only once a quorum's marks cover it: with ``votes_wait``, whatever
+crashes, every quorum that comes back holds a node that knows the tx is verified, and verified
+history is never given up (docs/design.md, invariant 8).
 """
 
 from __future__ import annotations

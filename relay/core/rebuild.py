@@ -170,9 +170,10 @@ class TimelineRebuild:
         if not reset:
             if held_base != base_digest:
                 # peers verified another history below our verified seq: after a power loss of
-                # every node they may hold one without txs this replica verified and never made
-                # readable. Diverged, it asks again from what it made readable, where the two
-                # join (``_rewind``); a replica behind every vote would otherwise ask from its
+                # every node, or in the open gap of docs/design.md (Anti-entropy), they may
+                # hold one without txs this replica verified and never made readable.
+                # Diverged, it asks again from what it made readable, where the two join
+                # (``_rewind``); a replica behind every vote would otherwise ask from its
                 # verified seq, be refused there, and never learn it diverged
                 self.catchup.apply(CatchupInput.CONTRADICTED, elapsed_ms)
                 return SliceRefused(CONTRADICTS)
@@ -227,10 +228,12 @@ class TimelineRebuild:
 
     def _rewind(self, joint_seq: int) -> None:
         """Give up the verified txs after ``joint_seq`` for a slice that leaves them out.
-        Only after a power loss of every node can honest peers hold a verified history
-        without txs this replica verified (it marked them, no quorum did, so they were never
-        acknowledged, and the others refolded them). So the slice needs the voices of enough
-        peers (``Vouchers``), and never takes back what readers may have seen."""
+        Honest peers hold a verified history without txs this replica verified in two cases:
+        after a power loss of every node (it marked them, no quorum did, so they were never
+        acknowledged, and the others refolded them), and in the open gap of a vote counted
+        before its voter retreated (docs/design.md, Anti-entropy). So the slice needs the
+        voices of enough peers (``Vouchers``), and never takes back what readers may have
+        seen."""
         self.timeline.rewind_to(joint_seq)
         self.log.rewind(joint_seq)
 

@@ -241,7 +241,7 @@ class StreamReplica:
             self._ack_owed = True
 
     def verify(self, elapsed_ms: int) -> bool:
-        """Let the votes move the verified seq, and the durable marks the readable seq; True
+        """Let the votes move the verified seq, and a quorum's marks the readable seq; True
         if the readable seq moved since the last call (announce it). The node's flush is the
         only caller."""
         timeline = self.timeline
@@ -299,7 +299,8 @@ class StreamReplica:
     def persisted(self, generation: int, seq: int, mark: int) -> None:
         """The disk's answer. Only with ``votes_wait`` does it move what an ack tells: the
         vote (the durable head) and the durable mark that acknowledgements wait for; otherwise
-        the vote is the stable head and no peer counts marks, so nothing is said again."""
+        the vote is the stable head and the mark the verified seq, which no disk moves, so
+        nothing is said again."""
         if self.log.persisted(generation, seq, mark) and self.log.votes_wait:
             self._ack_owed = True
 

@@ -4,8 +4,9 @@ How this works: three parallel lists (seqs, digests, txs) grow at the tail as tr
 become stable and are trimmed at the head, in chunks, once they are verified, the list holds
 more than ``capacity`` entries or ``bytes_max`` bytes (``tx_bytes``) and no publish is still
 waiting to be answered with them.
-``verified_seq`` marks how far a quorum agreed, ``readable_seq`` how far a quorum's logs
-durably record that (the same without ``fsync = "always"``); readers see only that prefix.
+``verified_seq`` marks how far a quorum agreed, ``readable_seq`` how far a quorum's marks say
+they verified it (with ``fsync = "always"``, durably in their logs); readers see only that
+prefix.
 The digest of the last trimmed entry is kept so a reader starting at the head of the buffer
 can still check the chain. Every timeline of a node adds its bytes to one ``RingBytes``, so
 the node can shed the oldest verified entries of all its rings when they outgrow its memory

@@ -44,7 +44,7 @@ class Votes:
         }
         self.heads: dict[int, int] = {}  # each peer's latest vote (its stable head)
         self.verified: dict[int, int] = {}  # each peer's latest verified seq
-        self.marks: dict[int, int] = {}  # each peer's durable verified mark
+        self.marks: dict[int, int] = {}  # each peer's mark (``StreamReplica.mark``)
         self.mark_epochs: dict[int, int] = {}  # the peer epoch each mark was heard in
         self.rounds: dict[int, tuple[int, int]] = {}  # each peer's (epoch, retreats) last heard
         self.mismatches = 0
@@ -108,9 +108,10 @@ class Votes:
     def take_mark(
         self, sender: int, epoch: int, mark: int, digest: bytes, timeline: Timeline
     ) -> None:
-        """A peer's durable mark: its log records history as verified up to ``mark``, where
-        its digest is ``digest``. It counts only for the history it names: where our digest
-        there is the same (below our memory ring, both are verified history, which is one).
+        """A peer's mark: it verified history up to ``mark`` (with ``fsync = "always"``, its
+        log records that durably), where its digest is ``digest``. It counts only for the
+        history it names: where our digest there is the same (below our memory ring, both are
+        verified history, which is one).
         It only grows within an epoch; a restarted peer starts over (what its old
         incarnation marked may not be on its disk any more)."""
         if sender not in self.matched:
@@ -123,7 +124,7 @@ class Votes:
             self.marks[sender], self.mark_epochs[sender] = mark, epoch
 
     def marked(self, own_mark: int) -> int:
-        """The seq a quorum's durable marks cover (this replica counting for ``own_mark``)."""
+        """The seq a quorum's marks cover (this replica counting for ``own_mark``)."""
         marks = sorted([own_mark, *self.marks.values()], reverse=True)
         return marks[self.quorum - 1] if len(marks) >= self.quorum else 0
 
@@ -140,7 +141,7 @@ class Votes:
     def _retreated(self, peer: int, verified_seq: int) -> None:
         """``peer`` gave up part of its timeline: its votes above what we verified may name
         what it no longer holds (below, they are settled and count no more anyway), and its
-        mark may be one it gave back (a rewind, after a power loss of every node): it counts
+        mark may be one it gave back (a rewind, ``TimelineRebuild._rewind``): it counts
         again as its next ack says it."""
         self.matched[peer] = min(self.matched[peer], verified_seq)
         self.pending[peer].clear()
