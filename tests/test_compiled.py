@@ -1,6 +1,8 @@
 """relay's compiled group (mypyc) runs only whole and only when current; otherwise, or with
 RELAY_PURE=1, every module of it runs from source (relay/compiled.py)."""
 
+import dataclasses
+import importlib
 import importlib.machinery
 import os
 import subprocess
@@ -110,3 +112,39 @@ def test_relay_pure_runs_every_module_of_the_group_from_source(
     monkeypatch.delenv("RELAY_PURE", raising=False)  # as in the interpreter just run
     assert mode == compiled.choose()
     assert kinds == ("so" if mode == "compiled" else "py"), out.stderr
+
+
+def written_out_inits() -> list[type]:
+    """The dataclasses of the compiled group whose ``__init__`` is written out
+    (``init=False``), so that mypyc compiles it."""
+    found = []
+    for path in compiled.sources():
+        module = importlib.import_module(".".join(path.with_suffix("").parts))
+        for value in vars(module).values():
+            params = getattr(value, "__dataclass_params__", None)
+            if isinstance(value, type) and value.__module__ == module.__name__ and params:
+                found += [value] if not params.init else []
+    return found
+
+
+@pytest.mark.pure
+def test_a_written_out_init_takes_the_fields_in_order_with_their_defaults() -> None:
+    """Each written-out ``__init__`` sets every field from the argument of its name, takes
+    them in field order (positionally and by keyword), and defaults each as the field does.
+    From source: a compiled ``__init__`` (built from the same code) checks its arguments'
+    types, and the stand-ins here have none."""
+    classes = written_out_inits()
+    assert len(classes) >= 15
+    for cls in classes:
+        fields = dataclasses.fields(cls)
+        given = {f.name: object() for f in fields}
+        by_name = cls(**given)
+        by_place = cls(*given.values())
+        for f in fields:
+            assert getattr(by_name, f.name) is given[f.name], (cls, f.name)
+            assert getattr(by_place, f.name) is given[f.name], (cls, f.name)
+        required = {f.name: given[f.name] for f in fields if f.default is dataclasses.MISSING}
+        defaulted = cls(**required)
+        for f in fields:
+            if f.default is not dataclasses.MISSING:
+                assert getattr(defaulted, f.name) == f.default, (cls, f.name)

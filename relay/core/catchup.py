@@ -69,7 +69,7 @@ class CatchupAction(Enum):
     GENESIS = "genesis"  # synced at genesis just now: fold what waited, and say so
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PeerView:
     """What the replica knows of its live peers' votes, for one decision."""
 
@@ -78,6 +78,21 @@ class PeerView:
     any_verified: bool  # one of them verified something
     verified_ahead: bool  # one of them verified beyond our verified seq
     heads_ahead: bool  # one of them votes a head beyond our verified seq
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        live: int,
+        verified_known: int,
+        any_verified: bool,
+        verified_ahead: bool,
+        heads_ahead: bool,
+    ) -> None:
+        object.__setattr__(self, "live", live)
+        object.__setattr__(self, "verified_known", verified_known)
+        object.__setattr__(self, "any_verified", any_verified)
+        object.__setattr__(self, "verified_ahead", verified_ahead)
+        object.__setattr__(self, "heads_ahead", heads_ahead)
 
 
 class Catchup:

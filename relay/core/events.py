@@ -10,18 +10,37 @@ from relay.core.messages import FETCH_BYTES_MAX, Item, KeyRecord, MeshMessage, T
 # --- events ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class MeshReceived:
     message: MeshMessage
 
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(self, message: MeshMessage) -> None:
+        object.__setattr__(self, "message", message)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class PublishRequested:
     client: bytes  # the shell's opaque address of the requester
     req_id: int
     stream: str
     producer_id: str  # "" for none: then no dedup
     items: tuple[Item, ...]
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        client: bytes,
+        req_id: int,
+        stream: str,
+        producer_id: str,
+        items: tuple[Item, ...],
+    ) -> None:
+        object.__setattr__(self, "client", client)
+        object.__setattr__(self, "req_id", req_id)
+        object.__setattr__(self, "stream", stream)
+        object.__setattr__(self, "producer_id", producer_id)
+        object.__setattr__(self, "items", items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +60,7 @@ class FetchRequested:
     # (a negative one counts back from the readable end: -N, the last N)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Tick:
     """Time passed: check timers (heartbeats, suspicion, publish timeouts, cuts, repairs).
 
@@ -51,13 +70,17 @@ class Tick:
 
     behind: frozenset[int] = frozenset()
 
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(self, behind: frozenset[int] = frozenset()) -> None:
+        object.__setattr__(self, "behind", behind)
+
 
 @dataclass(frozen=True, slots=True)
 class ShutdownRequested:
     """The node is stopping: tell the peers so they cut it at once."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Persisted:
     """The stream's log holds write generation ``generation`` up to ``seq`` on disk, and the
     verified mark ``mark``: the disk says which mark its sync covered (a mark written while an
@@ -67,6 +90,13 @@ class Persisted:
     generation: int
     seq: int
     mark: int = 0
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(self, stream: str, generation: int, seq: int, mark: int = 0) -> None:
+        object.__setattr__(self, "stream", stream)
+        object.__setattr__(self, "generation", generation)
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "mark", mark)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,17 +252,34 @@ class SpanResult:
 # --- effects -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Broadcast:
     message: MeshMessage
 
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(self, message: MeshMessage) -> None:
+        object.__setattr__(self, "message", message)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class PublishReply:
     client: bytes
     req_id: int
     body: PublishResults | Rejected | Redirect
     latency_ms: int
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        client: bytes,
+        req_id: int,
+        body: PublishResults | Rejected | Redirect,
+        latency_ms: int,
+    ) -> None:
+        object.__setattr__(self, "client", client)
+        object.__setattr__(self, "req_id", req_id)
+        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "latency_ms", latency_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,13 +301,18 @@ class LogSync:
     limit: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Verified:
     stream: str
     seq: int
 
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(self, stream: str, seq: int) -> None:
+        object.__setattr__(self, "stream", stream)
+        object.__setattr__(self, "seq", seq)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Persist:
     """Make the stream's log after ``base_seq`` equal to ``txs``."""
 
@@ -275,12 +327,41 @@ class Persist:
     rewind: bool = False  # the cut reaches below the verified mark (``TimelineRebuild.adopt``)
     base_count: int = 0  # with ``reset``: txs in the stream's history up to base_seq
 
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        stream: str,
+        generation: int,
+        base_seq: int,
+        base_digest: bytes,
+        reset: bool,
+        txs: tuple[Tx, ...],
+        digests: tuple[bytes, ...],
+        verified_seq: int,
+        rewind: bool = False,
+        base_count: int = 0,
+    ) -> None:
+        object.__setattr__(self, "stream", stream)
+        object.__setattr__(self, "generation", generation)
+        object.__setattr__(self, "base_seq", base_seq)
+        object.__setattr__(self, "base_digest", base_digest)
+        object.__setattr__(self, "reset", reset)
+        object.__setattr__(self, "txs", txs)
+        object.__setattr__(self, "digests", digests)
+        object.__setattr__(self, "verified_seq", verified_seq)
+        object.__setattr__(self, "rewind", rewind)
+        object.__setattr__(self, "base_count", base_count)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Reserve:
     """Make the bound on this node's seqs durable: after a restart it starts above it."""
 
     seq: int
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(self, seq: int) -> None:
+        object.__setattr__(self, "seq", seq)
 
 
 @dataclass(frozen=True, slots=True)

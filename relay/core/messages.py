@@ -117,7 +117,7 @@ def fold_tx(previous: bytes, tx: Tx) -> bytes:
     return fold(previous, seq, origin, producer_id, msg_id, payload, key, headers)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Replicate:
     """An origin's new transactions for one stream, in seq order, chained by ``prev``."""
 
@@ -126,6 +126,21 @@ class Replicate:
     epoch: int
     floor: int  # the origin's promise: it will never originate a seq at or below this
     txs: tuple[Tx, ...]
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        stream: str,
+        origin: int,
+        epoch: int,
+        floor: int,
+        txs: tuple[Tx, ...],
+    ) -> None:
+        object.__setattr__(self, "stream", stream)
+        object.__setattr__(self, "origin", origin)
+        object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "floor", floor)
+        object.__setattr__(self, "txs", txs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +160,7 @@ class OriginReport:
     restored: bool = False  # what a restarted replica's unverified tail holds of the epoch
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class StreamAck:
     """A replica's promise and vote for one stream.
 
@@ -171,8 +186,43 @@ class StreamAck:
     retreats: int = 0  # times its stable timeline gave up entries: with the epoch, the votes' round
     synced: bool = True  # it knows its history; one that does not waits for every live peer's word
 
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        stream: str,
+        sender: int,
+        epoch: int,
+        floor: int,
+        origin_last: int,
+        head_seq: int,
+        head_digest: bytes,
+        verified_seq: int,
+        reports: tuple[OriginReport, ...] = (),
+        marked_seq: int = 0,
+        marked_digest: bytes = b"",
+        readable_seq: int = 0,
+        promise: int = 0,
+        retreats: int = 0,
+        synced: bool = True,
+    ) -> None:
+        object.__setattr__(self, "stream", stream)
+        object.__setattr__(self, "sender", sender)
+        object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "floor", floor)
+        object.__setattr__(self, "origin_last", origin_last)
+        object.__setattr__(self, "head_seq", head_seq)
+        object.__setattr__(self, "head_digest", head_digest)
+        object.__setattr__(self, "verified_seq", verified_seq)
+        object.__setattr__(self, "reports", reports)
+        object.__setattr__(self, "marked_seq", marked_seq)
+        object.__setattr__(self, "marked_digest", marked_digest)
+        object.__setattr__(self, "readable_seq", readable_seq)
+        object.__setattr__(self, "promise", promise)
+        object.__setattr__(self, "retreats", retreats)
+        object.__setattr__(self, "synced", synced)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class Heartbeat:
     """A node's liveness and promise: its floor and, per stream, its last originated seq.
 
@@ -191,6 +241,27 @@ class Heartbeat:
     epochs: tuple[tuple[int, int], ...] = ()
     # (peer, bucket, digest of the names of the streams both replicate), to find streams missed
     shared: tuple[tuple[int, int, int], ...] = ()
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        sender: int,
+        epoch: int,
+        floor: int,
+        origin_last: tuple[tuple[str, int], ...],
+        accepts: tuple[tuple[int, int], ...],
+        leaving: bool = False,
+        epochs: tuple[tuple[int, int], ...] = (),
+        shared: tuple[tuple[int, int, int], ...] = (),
+    ) -> None:
+        object.__setattr__(self, "sender", sender)
+        object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "floor", floor)
+        object.__setattr__(self, "origin_last", origin_last)
+        object.__setattr__(self, "accepts", accepts)
+        object.__setattr__(self, "leaving", leaving)
+        object.__setattr__(self, "epochs", epochs)
+        object.__setattr__(self, "shared", shared)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,13 +62,24 @@ class StreamLimits:
     votes_wait: bool = False  # a vote waits for the disk (fsync = "always")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Upkeep:
     """What one tick of a stream asks of the node."""
 
     repairs: tuple[cut.RepairNeed, ...] = ()
     sync_after: int | None = None  # ask peers for their verified timeline after this seq
     refolded: int | None = None  # the unverified tail was given up: how many txs
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        repairs: tuple[cut.RepairNeed, ...] = (),
+        sync_after: int | None = None,
+        refolded: int | None = None,
+    ) -> None:
+        object.__setattr__(self, "repairs", repairs)
+        object.__setattr__(self, "sync_after", sync_after)
+        object.__setattr__(self, "refolded", refolded)
 
 
 PeerStates = Mapping[int, tuple[bool, int]]  # peer -> (up, epoch)

@@ -18,10 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Now:
     wall_ms: int  # unix ms from the system clock: may step; stamps seqs only
     elapsed_ms: int  # monotonic ms since an arbitrary origin: drives every timer
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(self, wall_ms: int, elapsed_ms: int) -> None:
+        object.__setattr__(self, "wall_ms", wall_ms)
+        object.__setattr__(self, "elapsed_ms", elapsed_ms)
 
 
 class WallGuard:

@@ -38,12 +38,25 @@ INLINE_BYTES_MAX = 64 << 10  # and at most this many bytes written runs in the l
 RETRY_MS = 100  # after a sync the disk refused, the next starts no sooner than this
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SyncJob:
     work: list[tuple[StreamLog, Unsynced]]
     reserve: int  # a seq reservation to make durable in node.json (0: none)
     done: list[Persisted | Reserved]
     failed: list[tuple[str, str]]  # (stream or node.json, what the disk said)
+
+    # written out, so that mypyc compiles it (docs/design.md, Compiled)
+    def __init__(
+        self,
+        work: list[tuple[StreamLog, Unsynced]],
+        reserve: int,
+        done: list[Persisted | Reserved],
+        failed: list[tuple[str, str]],
+    ) -> None:
+        self.work = work
+        self.reserve = reserve
+        self.done = done
+        self.failed = failed
 
 
 class SyncRunner(Protocol):
