@@ -32,6 +32,8 @@ class CatchupState(Enum):
     SYNCED = "synced"
     DIVERGED = "diverged"
 
+    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
+
 
 class CatchupInput(Enum):
     GENESIS_AGREED = "genesis agreed"  # every live peer reports nothing verified yet
@@ -39,6 +41,8 @@ class CatchupInput(Enum):
     CONTRADICTED = "contradicted"  # a peer's vote contradicts our stable timeline
     VERIFIED_MOVED = "verified moved"
     REFOLDED = "refolded"  # the unverified tail was given up to be folded again
+
+    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
 
 
 ST, IN = CatchupState, CatchupInput
@@ -67,6 +71,8 @@ class CatchupAction(Enum):
     SYNC = "sync"  # ask the peers for their verified timeline
     REFOLD = "refold"  # give up the unverified tail and fold it again
     GENESIS = "genesis"  # synced at genesis just now: fold what waited, and say so
+
+    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -17,11 +17,15 @@ class NodeState(Enum):
     SERVING = "serving"
     LEAVING = "leaving"
 
+    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
+
 
 class FenceInput(Enum):
     QUORUM_HEARD = "quorum heard"
     QUORUM_LOST = "quorum lost"
     SHUTDOWN = "shutdown"
+
+    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
 
 
 TRANSITIONS: dict[tuple[NodeState, FenceInput], NodeState] = {

@@ -39,6 +39,8 @@ class LaneState(Enum):
     CUTTING = "cutting"
     CUT = "cut"
 
+    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
+
 
 class LaneInput(Enum):
     ADMITTED = "admitted"  # the origin's promise passed the stable head
@@ -48,6 +50,8 @@ class LaneInput(Enum):
     NEWER_EPOCH = "newer epoch"  # the origin announced a newer epoch
     REJOINED = "rejoined"  # (this node's own lane) the node starts a new epoch
     UNSETTLED = "unsettled"  # the timeline went back below the cut: hold its txs again
+
+    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
 
 
 ST, IN = LaneState, LaneInput
