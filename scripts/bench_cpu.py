@@ -1,8 +1,9 @@
 """CPU per transaction of each process: a 3-node cluster (or 5, the stream on all five), one
 `relay bench` producer, and each process's user + system CPU (psutil) over the run (steadier than
-throughput on a shared VM, so two commits compare well when run alternately). Also, per tx and
-node, from its /metrics: loop turns that handled input, mesh messages sent by kind, and group
-commits.
+throughput on a shared VM, so two commits compare well when run alternately), and of that how
+much its loop's thread spent (the rest is zmq's I/O thread and the sync, HTTP and metrics
+threads). Also, per tx and node, from its /metrics: loop turns that handled input, mesh
+messages sent by kind, and group commits.
 
 Usage: scripts/bench_cpu.sh [--fsync always] [--count 300000] [--nodes 3|5] [-- extra relay bench
 options]
@@ -25,9 +26,12 @@ import psutil
 from relay.runtime.local_cluster import LocalCluster
 
 
-def cpu_seconds(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """The process's user + system CPU, and its main thread's (a node's loop)."""
+    process = psutil.Process(pid)
+    times = process.cpu_times()
+    main = [t.user_time + t.system_time for t in process.threads() if t.id == pid]
+    return times.user + times.system, sum(main)
 
 
 def children_cpu() -> float:
@@ -71,15 +75,20 @@ def main() -> None:
         command += ["--json", "--stream", stream, "--count", str(args.count), "--node", "1"]
         out = subprocess.run([*command, *args.extra], capture_output=True, text=True, check=True)
         client = children_cpu() - client_before
-        used = {n: cpu_seconds(p.pid) - before[n] for n, p in cluster.procs.items()}
+        used = {
+            n: tuple(a - b for a, b in zip(cpu_seconds(p.pid), before[n], strict=True))
+            for n, p in cluster.procs.items()
+        }
         moved = {
             n: {k: v - counted[n].get(k, 0.0) for k, v in counters(port).items()}
             for n, port in ports.items()
         }
     report = json.loads(out.stdout)
-    per_tx = {f"node {n}": round(1e6 * s / args.count, 1) for n, s in used.items()}
+    per_tx = {f"node {n}": round(1e6 * whole / args.count, 1) for n, (whole, _) in used.items()}
     per_tx["producer"] = round(1e6 * client / args.count, 1)
+    loops = {f"node {n}": round(1e6 * loop / args.count, 1) for n, (_, loop) in used.items()}
     print(f"fsync={args.fsync} {report['tx_per_s']:,.0f} tx/s; CPU us per tx: {per_tx}")
+    print(f"  of which the node's loop thread: {loops}")
     print(f"p50 {report['p50_ms']:.2f} ms, p99 {report['p99_ms']:.2f} ms; per tx and node:")
     for n, found in sorted(moved.items()):
         shown = {k: float(f"{v / args.count:.3g}") for k, v in sorted(found.items()) if v}
