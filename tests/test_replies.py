@@ -60,6 +60,17 @@ _D = bytes(32)
 _ROW = [5, 1, "p", 9, b"x", b"k", [], _D]
 
 
+def test_a_txs_reply_read_field_by_field_is_the_reply_the_typed_decoder_reads() -> None:
+    """A ``txs`` reply another msgpack encoder wrote (its array's length in 16 bits) is read
+    by the field readers, into the same reply: its first index stays the first index."""
+    read = ReadResult("s", (_TX,), (b"d",), b"p", 5, 5, False, first_index=7)
+    body = replies.encode_txs(4, read)
+    assert body[0] == 0x9A  # a fixarray of 10: the typed decoder's case
+    wide = b"\xdc\x00\x0a" + body[1:]
+    assert replies.decode_reply(wide) == replies.decode_reply(body)
+    assert replies.decode_reply(wide).first_index == 7
+
+
 @pytest.mark.parametrize(
     ("body", "names"),
     [
@@ -77,6 +88,10 @@ _ROW = [5, 1, "p", 9, b"x", b"k", [], _D]
         (
             pack("txs", 1, "s", b"p", 5, 5, False, [[5, 1, "p", 9, 3, None, [], b"d"]], 0),
             "[0]: expected bytes",
+        ),
+        (
+            pack("txs", 1, "s", b"p", 5, 5, False, [[5, 1024, "p", 9, b"x", None, [], b"d"]], 0),
+            "[0]: expected a node id of 0..1023, got 1024",
         ),
         (
             pack("txs", 1, "s", b"p", 5, 5, False, [[5, 1, "p", 9, b"x", None, [["h"]], b"d"]], 0),

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from relay.core.flake import NODE_ID_MAX
 from relay.core.messages import Tx
 
 
@@ -17,6 +18,13 @@ def as_int(v: Any) -> int:
     if type(v) is not int or v < 0:
         raise ValueError(f"expected a non-negative integer, got {v!r:.40}")
     return v
+
+
+def as_node_id(v: Any) -> int:
+    node = as_int(v)
+    if node > NODE_ID_MAX:
+        raise ValueError(f"expected a node id of 0..{NODE_ID_MAX}, got {node}")
+    return node
 
 
 def as_str(v: Any) -> str:
@@ -85,7 +93,7 @@ HeaderName = Annotated[str, msgspec.Meta(min_length=1)]
 HeaderRows = tuple[tuple[HeaderName, bytes], ...]
 # A tx as a typed decoder reads it: exactly these nine fields (``Tx`` itself would let the
 # trailing key and headers be left out), each in range but for ``seq > prev``.
-NodeId = Annotated[int, msgspec.Meta(ge=0, le=1023)]
+NodeId = Annotated[int, msgspec.Meta(ge=0, le=NODE_ID_MAX)]
 TxRow = tuple[U64, U64, NodeId, U64, str, U64, bytes, bytes | None, HeaderRows]
 _SEQ, _PREV = itemgetter(0), itemgetter(1)
 

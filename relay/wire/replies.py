@@ -34,6 +34,7 @@ from relay.wire.fields import (
     as_int,
     as_key,
     as_list,
+    as_node_id,
     as_str,
 )
 
@@ -385,7 +386,7 @@ def _tx_row(row: list[Any]) -> TxRow:
     seq, origin, pid, mid, payload, key, headers, digest = row
     return TxRow(
         as_int(seq),
-        as_int(origin),
+        as_node_id(origin),
         as_str(pid),
         as_int(mid),
         as_bytes(payload),
@@ -411,6 +412,23 @@ def _job_row(row: list[Any]) -> JobRow:
 
 def _results(v: Any) -> tuple[str, ...]:
     return tuple(as_str(r) for r in as_list(v))
+
+
+def _txs(
+    req_id: int,
+    stream: str,
+    prev_digest: bytes,
+    verified_seq: int,
+    earliest_seq: int,
+    lost: bool,
+    rows: tuple[TxRow, ...],
+    first_index: int,
+) -> TxsReply:
+    """A plain ``txs`` reply read field by field (``_txs_reply`` could not): the first row's
+    index is the reply's last field, which ``TxsReply`` keeps after a kept reply's fields."""
+    return TxsReply(
+        req_id, stream, prev_digest, verified_seq, earliest_seq, lost, rows, first_index=first_index
+    )
 
 
 def _kept(
@@ -480,7 +498,7 @@ Reader = tuple[str, Callable[[Any], Any]]
 SHAPES: dict[str, tuple[Callable[..., Reply], tuple[Reader, ...]]] = {
     "acks": (AcksReply, (("rows", rows_of(_ack_row, 3)),)),
     "txs": (
-        TxsReply,
+        _txs,
         (
             ("stream", as_str),
             ("prev_digest", as_bytes),
