@@ -30,8 +30,8 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     """The process's user + system CPU, and its main thread's (a node's loop)."""
     process = psutil.Process(pid)
     times = process.cpu_times()
-    main = [t.user_time + t.system_time for t in process.threads() if t.id == pid]
-    return times.user + times.system, sum(main)
+    main = next(t for t in process.threads() if t.id == pid)  # a process always has it
+    return times.user + times.system, main.user_time + main.system_time
 
 
 def children_cpu() -> float:

@@ -4,6 +4,7 @@ RELAY_PURE=1, every module of it runs from source (relay/compiled.py)."""
 import dataclasses
 import importlib
 import importlib.machinery
+import inspect
 import os
 import subprocess
 import sys
@@ -129,22 +130,23 @@ def written_out_inits() -> list[type]:
 
 @pytest.mark.pure
 def test_a_written_out_init_takes_the_fields_in_order_with_their_defaults() -> None:
-    """Each written-out ``__init__`` sets every field from the argument of its name, takes
-    them in field order (positionally and by keyword), and defaults each as the field does.
-    From source: a compiled ``__init__`` (built from the same code) checks its arguments'
-    types, and the stand-ins here have none."""
+    """Each written-out ``__init__`` takes exactly the fields, in their order, with their
+    annotations and defaults, and sets each from the argument of its name. From source: a
+    compiled ``__init__`` (built from the same code) has no signature to read, and checks its
+    arguments' types, which the stand-ins here have not."""
     classes = written_out_inits()
-    assert len(classes) >= 15
+    assert len(classes) == 16
     for cls in classes:
         fields = dataclasses.fields(cls)
+        assert all(f.default_factory is dataclasses.MISSING for f in fields), cls
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        assert [(p.name, p.kind, p.annotation, p.default) for p in params] == [
+            (f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, f.type, f.default)
+            if f.default is not dataclasses.MISSING
+            else (f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, f.type, inspect.Parameter.empty)
+            for f in fields
+        ], cls
         given = {f.name: object() for f in fields}
-        by_name = cls(**given)
         by_place = cls(*given.values())
         for f in fields:
-            assert getattr(by_name, f.name) is given[f.name], (cls, f.name)
             assert getattr(by_place, f.name) is given[f.name], (cls, f.name)
-        required = {f.name: given[f.name] for f in fields if f.default is dataclasses.MISSING}
-        defaulted = cls(**required)
-        for f in fields:
-            if f.default is not dataclasses.MISSING:
-                assert getattr(defaulted, f.name) == f.default, (cls, f.name)

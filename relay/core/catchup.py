@@ -72,8 +72,6 @@ class CatchupAction(Enum):
     REFOLD = "refold"  # give up the unverified tail and fold it again
     GENESIS = "genesis"  # synced at genesis just now: fold what waited, and say so
 
-    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
-
 
 @dataclass(frozen=True, slots=True, init=False)
 class PeerView:

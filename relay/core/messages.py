@@ -23,8 +23,6 @@ class Channel(Enum):
     REPAIR = "ae"
     HEARTBEAT = "hb"
 
-    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
-
 
 class Tx(NamedTuple):
     """One transaction as it travels between replicas.

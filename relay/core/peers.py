@@ -25,8 +25,6 @@ class Heard(Enum):
     CAME_UP = "came up"  # it was down (or never heard), same epoch
     NEW_EPOCH = "new epoch"  # it restarted
 
-    __hash__ = object.__hash__  # members are singletons: a C hash for the tables' keys
-
 
 class Peer:
     __slots__ = ("accepts", "behind_at", "epoch", "floor", "heard", "silence", "up", "up_since")
