@@ -59,7 +59,7 @@ def test_a_recovering_replica_neither_reports_nor_counts_itself_in_a_cut() -> No
     assert r.lanes[1].cut_at is None, "one report is not a quorum's"
 
     r.take_ack(StreamAck("s", 1, 7, 0, 0, 0, genesis("s"), 0), 0)  # heard both others
-    r.verify(0)
+    r.verify(0, {})
     assert r.recovery is None
     assert r.reports() == (OriginReport(1, 7, 0),)
     r.on_tick(30_000, peers)
@@ -79,10 +79,10 @@ def test_a_recovering_replica_votes_no_further_than_what_the_others_verified() -
     assert r.vote() == (0, genesis("s"))
     digest = fold_tx(genesis("s"), tx)
     r.take_ack(StreamAck("s", 1, 7, BASE + 5, 0, BASE + 5, digest, 0), 0)
-    r.verify(0)
+    r.verify(0, {})
     assert r.verified_seq == 0, "one other's vote and its own do not make a quorum"
     r.take_ack(StreamAck("s", 2, 7, BASE + 6, 0, BASE + 5, digest, 0), 0)
-    r.verify(0)
+    r.verify(0, {})
     assert r.verified_seq == BASE + 5
     assert r.recovery is not None, "node 2's floor was past it: a tx may lie between"
     assert r.vote() == (BASE + 5, digest)

@@ -43,7 +43,7 @@ def take_vote(r: StreamReplica, sender: int, seq: int, digest: bytes, marked: bo
     before = r.verified_seq
     mark = (seq, digest) if marked else (0, b"")
     r.take_ack(StreamAck("s", sender, 7, 0, 0, seq, digest, 0, (), *mark), 0)
-    r.verify(0)
+    r.verify(0, {})
     return r.verified_seq > before
 
 
@@ -98,15 +98,67 @@ def test_a_quorum_must_agree_on_the_digest_to_verify() -> None:
 
 def test_without_waiting_for_the_disk_a_replica_acks_its_mark_and_tells_a_peer_lacking_it() -> None:
     """With ``fsync`` never or interval the mark is the verified seq: the replica acks when it
-    moves, and answers a peer whose ack shows it lacking the mark."""
+    moves, and answers a peer whose ack shows it lacking the mark, at once if its last ack
+    did not carry it, else once that ack is ``mark_again_ms`` old."""
     r = replica()
     digest = stable_one(r)
-    r.ack_sent(0)
+    r.ack_sent(0, r.mark, 0)
     assert take_vote(r, 2, BASE + 1, digest)
     assert r.mark == BASE + 1 and r.owes_ack, "the mark moved: the peers count it"
-    r.ack_sent(0)
-    r.take_ack(StreamAck("s", 3, 7, 0, 0, BASE + 1, digest, BASE + 1, readable_seq=0), 0)
+    lacking = StreamAck("s", 3, 7, 0, 0, BASE + 1, digest, BASE + 1, readable_seq=0)
+    r.ack_sent(0, 0, 0)  # an ack that did not carry the mark
+    r.take_ack(lacking, 1)
     assert r.owes_ack, "node 3 verified, but lacks a second mark"
+    r.ack_sent(0, r.mark, 1)
+    r.take_ack(lacking, 1 + LIMITS.mark_again_ms - 1)
+    assert not r.owes_ack, "the ack that crossed node 3's carries the mark"
+    r.take_ack(lacking, 1 + LIMITS.mark_again_ms)
+    assert r.owes_ack, "node 3 still lacks it: the ack may have been lost"
+
+
+def test_a_mark_the_peers_can_make_without_this_replica_waits_for_their_acks() -> None:
+    """A replica whose mark moved while a live peer is yet to fold waits for that peer's own
+    ack: the peers' two marks make their quorum without this one. It tells its mark when
+    nothing is coming, or after ``mark_again_ms``."""
+    up = {2: (True, 7), 3: (True, 7)}
+    r = replica()
+    digest = stable_one(r)
+    r.ack_sent(0, r.mark, 0)
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, BASE + 1, (), BASE + 1, digest), 0)
+    r.verify(0, up)
+    assert r.mark == BASE + 1 and not r.owes_ack, "node 3 is yet to fold and mark"
+    assert not r.at_rest(up), "a tick may have to tell the mark"
+    r.take_ack(StreamAck("s", 3, 7, 0, 0, BASE + 1, digest, BASE + 1, (), BASE + 1, digest), 1)
+    r.verify(1, up)
+    assert not r.owes_ack and r.mark_waits_since is None, "the peers' marks make a quorum"
+
+    r = replica()
+    digest = stable_one(r)
+    r.ack_sent(0, r.mark, 0)
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, BASE + 1, (), BASE + 1, digest), 0)
+    r.verify(0, {2: (True, 7), 3: (False, 7)})
+    assert r.owes_ack, "node 3 is down: node 2 counts this replica's mark"
+
+    r = replica()
+    digest = stable_one(r)
+    r.ack_sent(0, r.mark, 0)
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, BASE + 1, (), BASE + 1, digest), 0)
+    r.verify(0, up)
+    r.on_tick(LIMITS.mark_again_ms, up)
+    assert r.owes_ack, "node 3's mark did not come: this one is told"
+
+
+def test_a_mark_ahead_of_our_head_counts_once_our_head_reaches_it() -> None:
+    """A peer that folded first marks before this replica folds: its mark is kept and counts
+    once this replica's head reaches it, digest checked."""
+    r = replica()
+    digest = fold(genesis("s"), BASE + 1, 1, "", 0, b"x")
+    r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, BASE + 1, (), BASE + 1, digest), 0)
+    assert r.votes.marks.get(2, 0) == 0
+    stable_one(r)
+    r.verify(0, {})
+    assert r.votes.marks[2] == BASE + 1
+    assert r.timeline.readable_seq == BASE + 1, "two marks: readable"
 
 
 def test_marks_above_a_cut_are_forgotten_with_the_history_they_named() -> None:
@@ -130,12 +182,12 @@ def test_a_vote_ahead_of_us_counts_once_we_catch_up() -> None:
     take_vote(r, 2, BASE + 1, digest)
     assert r.verified_seq == 0
     stable_one(r)
-    assert not r.verify(0), "verified, but no peer marked it: nothing to announce"
+    assert not r.verify(0, {}), "verified, but no peer marked it: nothing to announce"
     assert r.verified_seq == BASE + 1
     r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, (), BASE + 1, digest), 0)
-    assert r.verify(0), "the advance is reported to the one caller that announces it"
+    assert r.verify(0, {}), "the advance is reported to the one caller that announces it"
     assert r.timeline.readable_seq == BASE + 1
-    assert not r.verify(0)
+    assert not r.verify(0, {})
 
 
 def test_a_vote_kept_ahead_of_us_counts_no_more_once_its_voter_retreated() -> None:
@@ -148,14 +200,14 @@ def test_a_vote_kept_ahead_of_us_counts_no_more_once_its_voter_retreated() -> No
     r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=3), 0)
     r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, retreats=4), 0)  # it refolded
     stable_one(r)
-    r.verify(0)
+    r.verify(0, {})
     assert r.verified_seq == 0, "the vote named a tail node 2 gave up"
     r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=3), 0)  # delayed
-    r.verify(0)
+    r.verify(0, {})
     assert r.verified_seq == 0, "an ack cast before a retreat heard of counts for nothing"
     assert take_vote(r, 2, BASE + 1, digest) is False  # retreats 0 < 4: still stale
     r.take_ack(StreamAck("s", 2, 7, 0, 0, BASE + 1, digest, 0, retreats=4), 0)
-    r.verify(0)
+    r.verify(0, {})
     assert r.verified_seq == BASE + 1, "it voted again, after its retreat"
 
 
@@ -172,7 +224,7 @@ def test_a_vote_matched_above_our_verified_seq_counts_no_more_once_its_voter_ret
     assert r.votes.matched[2] == BASE + 1
     r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, retreats=2), 0)
     r.take_ack(StreamAck("s", 3, 7, 0, 0, BASE + 1, digest, 0), 0)
-    r.verify(0)
+    r.verify(0, {})
     assert r.verified_seq == 0, "node 2's match named a tail it gave up: 2 of 5 is no quorum"
 
 
@@ -196,7 +248,7 @@ def test_a_restarted_peer_votes_in_its_new_epoch_with_its_retreats_counted_afres
     digest = stable_one(r)
     r.take_ack(StreamAck("s", 2, 7, 0, 0, 0, genesis("s"), 0, retreats=4), 0)
     r.take_ack(StreamAck("s", 2, 8, 0, 0, BASE + 1, digest, 0, retreats=1), 0)
-    r.verify(0)
+    r.verify(0, {})
     assert r.verified_seq == BASE + 1, "epoch 8 comes after epoch 7's round 4"
 
 

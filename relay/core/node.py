@@ -97,6 +97,7 @@ class NodeCore:
             cut_grace_ms=params.suspect_after_ms,
             stuck_after_ms=params.stuck_after_ms,
             votes_wait=params.votes_wait_for_disk,
+            mark_again_ms=params.mark_again_ms,
         )
         self.stream_set = StreamSet(config, limits, forgot)
         self.streams = self.stream_set.by_name  # every stream this node replicates
@@ -338,13 +339,14 @@ class NodeCore:
         out.extend(Broadcast(m) for m in self.origin.replicates())
         elapsed = self.elapsed_ms
         floors = self.peers.floors
+        states = self.peers.states
         serving = self.state is NodeState.SERVING
         for name in self.stream_set.take_dirty():
             state = self.streams[name]
             claim = self.origin.last.get(name, 0)
             state.lanes[self.node_id].claim(claim, floor)
             state.stabilize(floors, elapsed)
-            moved = state.verify(elapsed)
+            moved = state.verify(elapsed, states)
             persist = state.to_persist()  # after verify: its mark goes out this turn
             if persist is not None:
                 out.append(persist)
@@ -361,7 +363,7 @@ class NodeCore:
     def _ack(self, now: Now, name: str, state: StreamReplica, floor: int, claim: int) -> StreamAck:
         vote_seq, vote_digest = state.vote()
         promise = self.origin.promise(name, floor, now)
-        state.ack_sent(promise)
+        state.ack_sent(promise, state.mark, self.elapsed_ms)
         return StreamAck(
             stream=name,
             sender=self.node_id,

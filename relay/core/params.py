@@ -28,6 +28,10 @@ class CoreParams:
     # a node that originated nothing in a stream for this long promises this far ahead of its
     # clock there, so a replica can fold another origin's tx the moment it arrives
     promise_lead_ms: int = 20
+    # a replica whose mark moved waits this long for its peers' own marks to make a quorum
+    # before it tells its own, and answers a peer lacking a mark its last ack carried only
+    # when its last ack is this old (0: it tells every mark at once)
+    mark_again_ms: int = 20
     votes_wait_for_disk: bool = False  # fsync = "always": a vote is the durable head
 
 

@@ -30,6 +30,7 @@ class Votes:
         "matched",
         "mismatches",
         "pending",
+        "pending_marks",
         "quorum",
         "rounds",
         "verified",
@@ -46,6 +47,9 @@ class Votes:
         self.verified: dict[int, int] = {}  # each peer's latest verified seq
         self.marks: dict[int, int] = {}  # each peer's mark (``StreamReplica.mark``)
         self.mark_epochs: dict[int, int] = {}  # the peer epoch each mark was heard in
+        # each peer's latest mark above our head, (epoch, mark, digest): it counts once our
+        # head reaches it (a peer that folded first marks before our fold)
+        self.pending_marks: dict[int, tuple[int, int, bytes]] = {}
         self.rounds: dict[int, tuple[int, int]] = {}  # each peer's (epoch, retreats) last heard
         self.mismatches = 0
 
@@ -85,13 +89,18 @@ class Votes:
         return False
 
     def recheck(self, timeline: Timeline) -> bool:
-        """Match the kept votes our head has reached; True if one contradicts us."""
+        """Match the kept votes and marks our head has reached; True if a vote contradicts
+        us."""
         head = timeline.head_seq
         contradicted = False
         for sender, votes in self.pending.items():
             while votes and votes[0][0] <= head:
                 seq, digest = votes.popleft()
                 contradicted |= not self._match(sender, seq, digest, timeline)
+        for sender, (epoch, mark, digest) in list(self.pending_marks.items()):
+            if mark <= head:
+                del self.pending_marks[sender]
+                self.take_mark(sender, epoch, mark, digest, timeline)
         return contradicted
 
     def _match(self, sender: int, seq: int, digest: bytes, timeline: Timeline) -> bool:
@@ -111,17 +120,25 @@ class Votes:
         """A peer's mark: it verified history up to ``mark`` (with ``fsync = "always"``, its
         log records that durably), where its digest is ``digest``. It counts only for the
         history it names: where our digest there is the same (below our memory ring, both are
-        verified history, which is one).
+        verified history, which is one); a mark beyond our head is kept until our head
+        reaches it (``recheck``).
         It only grows within an epoch; a restarted peer starts over (what its old
         incarnation marked may not be on its disk any more)."""
         if sender not in self.matched:
             return
+        if mark > timeline.head_seq:
+            self.pending_marks[sender] = (epoch, mark, digest)
+            return
         ours = timeline.digest_at(mark)
         if ours != digest and not (ours is None and mark < timeline.trimmed_seq):
-            return  # another history, or beyond our head: it is said again
+            return  # another history: it counts for nothing
         known = self.mark_epochs.get(sender, 0)
         if epoch > known or (epoch == known and mark > self.marks.get(sender, 0)):
             self.marks[sender], self.mark_epochs[sender] = mark, epoch
+
+    def marked_by_peers(self, seq: int) -> int:
+        """How many peers' marks reach ``seq``."""
+        return sum(1 for mark in self.marks.values() if mark >= seq)
 
     def marked(self, own_mark: int) -> int:
         """The seq a quorum's marks cover (this replica counting for ``own_mark``)."""
@@ -145,6 +162,7 @@ class Votes:
         again as its next ack says it."""
         self.matched[peer] = min(self.matched[peer], verified_seq)
         self.pending[peer].clear()
+        self.pending_marks.pop(peer, None)
         self.marks.pop(peer, None)
         self.mark_epochs.pop(peer, None)
 
@@ -153,6 +171,7 @@ class Votes:
         if peer in self.matched:
             self.matched[peer] = 0
             self.pending[peer].clear()
+            self.pending_marks.pop(peer, None)
             self.heads.pop(peer, None)
             self.verified.pop(peer, None)
 
