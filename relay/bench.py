@@ -5,10 +5,12 @@ Three modes: one publish at a time (``--window 1 --batch 1``: the latency of a s
 flight), pipelined as fast as acks come back (the default), and open loop at a fixed ``--rate``
 (latency at a chosen load). In open loop a message's latency counts from the time it was due to
 be sent, not from when the producer got round to it, so a stall is charged to every message it
-delayed (no coordinated omission, as wrk2 and HdrHistogram measure); the producer sleeps until
-each message is due and hands what is queued to the node at least once a millisecond
-(``LINGER_S``: spinning on its socket would take a core from the nodes and send requests of a
-message or two). With ``--consumers M`` each of M consumers reads the stream and measures end to
+delayed (no coordinated omission, as wrk2 and HdrHistogram measure); the producer hands what
+is queued to the node once a millisecond (``LINGER_S``: spinning on its socket would take a
+core from the nodes and send requests of a message or two), so it sleeps until the next
+hand-over, or the next message's due time if that is later, and then queues every message due
+by then (a sleep per message would cost the machine's cores a wake-up each and send nothing
+sooner). With ``--consumers M`` each of M consumers reads the stream and measures end to
 end, from a message's due time (carried in its first 8 bytes) to its arrival at the consumer.
 Producers and consumers are processes of their own; the progress line counts acknowledged
 messages.
@@ -214,8 +216,8 @@ def _produce(
         handed = started  # when what was queued last went to the node (open loop)
         for i in range(share):
             due = started + i * interval if interval else time.perf_counter()
-            if interval:
-                _wait_until(producer, due)
+            if interval and due > time.perf_counter():  # nothing leaves before the hand-over
+                _wait_until(producer, max(due, handed + LINGER_S))
             payload = STAMP.pack(due + wall_offset) + padding if settings.consumers else padding
             pending.append((due, producer.send(settings.stream, payload)))
             if settings.window == 1 and settings.batch == 1:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from relay.runtime.launcher import child_env
 from relay.runtime.local_cluster import LocalCluster
 
 
@@ -73,7 +74,8 @@ def main() -> None:
         command = [sys.executable, "-m", "relay", "bench", "--config", str(cluster.config_path)]
         stream = "events.bench" if args.nodes == 5 else "bench"  # on all five (templates.py)
         command += ["--json", "--stream", stream, "--count", str(args.count), "--node", "1"]
-        out = subprocess.run([*command, *args.extra], capture_output=True, text=True, check=True)
+        run = [*command, *args.extra]
+        out = subprocess.run(run, capture_output=True, text=True, check=True, env=child_env())
         client = children_cpu() - client_before
         used = {
             n: tuple(a - b for a, b in zip(cpu_seconds(p.pid), before[n], strict=True))

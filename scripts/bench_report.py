@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from relay import compiled
+from relay.runtime.launcher import child_env
 from relay.runtime.local_cluster import LocalCluster
 
 Results = dict[tuple[int, str, str], dict[str, Any]]  # by (nodes, fsync, security)
@@ -47,7 +48,12 @@ LONE = ("--window", "1", "--batch", "1")
 def run_json(*args: str) -> dict[str, Any]:
     """What a Python program of ours prints as JSON (``--json``)."""
     out = subprocess.run(
-        [sys.executable, *args, "--json"], capture_output=True, text=True, check=True, timeout=900
+        [sys.executable, *args, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+        env=child_env(),
     )
     report: dict[str, Any] = json.loads(out.stdout)
     return report

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import relay
 from relay.auth.keys import KeyPair
 from relay.client.directory import NodeAddress
 from relay.client.status import node_status
@@ -40,6 +41,16 @@ def processes(config: ClusterConfig) -> list[NodeProcess]:
     ]
 
 
+def child_env() -> dict[str, str]:
+    """The environment for a child ``python -m relay``: this process's, with the folder this
+    process imported relay from first on the path, so that a child runs the same relay (``-m``
+    would otherwise take the one in the working directory: a benchmark of a second checkout
+    run from the first would start the first's nodes)."""
+    root = str(Path(relay.__file__).resolve().parent.parent)
+    paths = [root, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def start_node(config: ClusterConfig, proc: NodeProcess, extra_args: tuple[str, ...] = ()) -> int:
     """Start one node in the background; its pid."""
     assert config.path is not None
@@ -61,6 +72,7 @@ def start_node(config: ClusterConfig, proc: NodeProcess, extra_args: tuple[str, 
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
+        env=child_env(),
     )
     log.close()
     proc.pid_file.write_text(f"{child.pid}\n")

@@ -27,7 +27,7 @@ from relay.auth.sockets import connect_to
 from relay.config import ClusterConfig, load
 from relay.core.status import NodeStatus
 from relay.runtime.admin import admin_call
-from relay.runtime.launcher import query_status
+from relay.runtime.launcher import child_env, query_status
 from relay.runtime.netns import NetnsLayout
 from relay.runtime.templates import cluster_toml
 
@@ -168,6 +168,7 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=child_env(),
             )
             log.close()
 
