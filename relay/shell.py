@@ -35,6 +35,7 @@ from relay.core.events import (
     Notice,
     PeerFault,
     Persist,
+    PersistFailed,
     PublishReply,
     PublishRequested,
     ReadReply,
@@ -46,7 +47,7 @@ from relay.core.events import (
     Tick,
     Verified,
 )
-from relay.core.messages import MeshMessage
+from relay.core.messages import MeshMessage, StreamAck
 from relay.core.node import NodeCore
 from relay.core.routing import QUEUE_SUFFIX
 from relay.core.timer import Now
@@ -155,12 +156,16 @@ class Shell:
         return self.disk.completed(now.elapsed_ms)
 
     def carry_out(self, effects: list[Effect], now: Now) -> None:
-        if not self.sends_first:
-            self._writes(effects, now)
+        # writes first (a vote is the stable head): an ack of a stream whose write the disk
+        # refused is held back, since its vote and mark are not in this node's page cache (the
+        # core owes it again, ``StreamReplica.persist_failed``)
+        refused = set() if self.sends_first else self._writes(effects, now)
         outgoing: list[MeshMessage] = []
         for effect in effects:
             if isinstance(effect, Broadcast):
-                outgoing.append(effect.message)
+                message = effect.message
+                if not (refused and isinstance(message, StreamAck) and message.stream in refused):
+                    outgoing.append(message)
             elif isinstance(effect, LogSync):
                 sync = self.disk.sync_data(effect, self.node_id)
                 if sync is not None:
@@ -209,9 +214,14 @@ class Shell:
         else:
             self.clients.read_done(client, req_id, body)
 
-    def _writes(self, effects: list[Effect], now: Now) -> None:
+    def _writes(self, effects: list[Effect], now: Now) -> set[str]:
+        """Carry out the turn's writes; the streams whose write the disk refused."""
+        refused: set[str] = set()
         for effect in effects:
             if isinstance(effect, Persist | Reserve):
                 answer = self.disk.carry_out(effect, now.wall_ms, now.elapsed_ms)
                 if answer is not None:
                     self.pending.append(answer)
+                    if isinstance(answer, PersistFailed):
+                        refused.add(answer.stream)
+        return refused

@@ -615,6 +615,15 @@ def test_never_keeps_one_timeline_behind_one_way_cuts() -> None:
     assert run_seed(9993118, 3, partitions=True).acked > 0
 
 
+def test_an_ack_waits_for_the_write_that_holds_its_vote() -> None:
+    """Found by the campaign of 2026-12-02 (fsync never): node 3's disk refused writes while
+    its acks still went out, with a vote and a mark its page cache did not hold; a process
+    crash took them, and node 1 (which node 2 could not reach) made another chain readable with
+    node 3. With writes first, the shell holds back the ack of a stream whose write the disk
+    refused, and the core owes it again."""
+    assert run_seed(10332447, 3).acked > 0
+
+
 @pytest.mark.xfail(strict=True, raises=InvariantViolation, reason="the open gap, not live")
 def test_two_replicas_agree_after_the_third_stops_behind_one_way_cuts() -> None:
     """Found by ``relay sim --partitions`` (2026-11-30), fsync always: node 3 verified a chain

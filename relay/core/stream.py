@@ -367,8 +367,11 @@ class StreamReplica:
 
     def persist_failed(self, sync: bool) -> None:
         """The disk refused the last write (or, with ``sync``, a sync): it is made again
-        (``LogCursor.failed``)."""
+        (``LogCursor.failed``). Without ``votes_wait`` the node held back the ack of the
+        turn that wrote it (its vote was not in the page cache): it is owed again, and goes
+        out with the next flush's write if the disk takes it."""
         self.log.failed(sync, self.timeline)
+        self._ack_owed |= not self.log.votes_wait
 
     def log_starts_after(self, base_seq: int, chained_seq: int = 0) -> None:
         """The log holds nothing at or below ``base_seq`` (restored, or retention), and
