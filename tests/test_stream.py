@@ -130,7 +130,7 @@ def test_a_mark_the_peers_can_make_without_this_replica_waits_for_their_acks() -
     assert not r.at_rest(up), "a tick may have to tell the mark"
     r.take_ack(StreamAck("s", 3, 7, 0, 0, BASE + 1, digest, BASE + 1, (), BASE + 1, digest), 1)
     r.verify(1, up)
-    assert not r.owes_ack and r.mark_waits_since is None, "the peers' marks make a quorum"
+    assert not r.owes_ack and r.marks_told.waits_since is None, "the peers' marks make a quorum"
 
     r = replica()
     digest = stable_one(r)

@@ -10,7 +10,7 @@ owns whether the replica owes its peers an ack; each rule lives in its own modul
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relay.core import cut, ordering, repair
@@ -27,6 +27,7 @@ from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
 from relay.core.events import LogSync, Persist
 from relay.core.lane import Lane, LaneInput, LaneState
+from relay.core.mark_telling import MarkTelling, PeerStates
 from relay.core.messages import (
     OriginReport,
     RepairData,
@@ -83,9 +84,6 @@ class Upkeep:
         object.__setattr__(self, "refolded", refolded)
 
 
-PeerStates = Mapping[int, tuple[bool, int]]  # peer -> (up, epoch)
-
-
 class StreamReplica:
     def __init__(
         self,
@@ -128,12 +126,7 @@ class StreamReplica:
         )
         self._ack_owed = False  # this replica's next flush sends its peers an ack
         self.promise_sent = 0  # the promise of this node's last ack in the stream
-        self.mark_sent = 0  # the mark of this node's last ack in the stream
-        self.mark_sent_ms = 0  # when it was sent (elapsed ms)
-        self.mark_again_ms = limits.mark_again_ms
-        # when the mark moved past ``mark_sent`` while the peers' own acks may still bring
-        # them a quorum of marks without this one (``_mark_may_wait``); None: nothing waits
-        self.mark_waits_since: int | None = None
+        self.marks_told = MarkTelling(self.votes, self.peers, quorum, limits.mark_again_ms)
         self.late_txs = 0
         self.owed_reports: dict[tuple[int, int], int] = {}  # (origin, epoch) -> highest held
         # the replicas heard since this one began (itself counted): it folds nothing until a
@@ -164,8 +157,7 @@ class StreamReplica:
         """The node's flush sent the ack, promising ``promise`` and telling ``mark``."""
         self._ack_owed = False
         self.promise_sent = promise
-        self.mark_sent, self.mark_sent_ms = mark, elapsed_ms
-        self.mark_waits_since = None
+        self.marks_told.ack_sent(mark, elapsed_ms)
 
     # --- transactions -------------------------------------------------------------------
 
@@ -257,22 +249,9 @@ class StreamReplica:
         # a peer that does not know the history yet waits for every live replica's word, even
         # where nothing is verified (an empty stream): say it again, lest a lost ack hold it
         behind |= not ack.synced and self.catchup.synced
-        if behind or self._lacks_mark(ack, elapsed_ms):
+        lacking = min(self.mark, ack.verified_seq)  # what both verified
+        if behind or self.marks_told.lacking(ack.readable_seq, lacking, elapsed_ms):
             self._ack_owed = True
-
-    def _lacks_mark(self, ack: StreamAck, elapsed_ms: int) -> bool:
-        """Whether the peer's ack shows it lacking this replica's mark, and only this ack can
-        bring it: the peer's readable seq is behind what both verified, and this replica's
-        last ack did not carry the mark, nor do enough other peers' marks (each broadcast to
-        every replica) make a quorum for it. An answer is given anyway once ``mark_again_ms``
-        passed since this replica's last ack (a lost ack; a peer that lags acks at each
-        heartbeat)."""
-        lacking = min(self.mark, ack.verified_seq)
-        if ack.readable_seq >= lacking:
-            return False
-        if elapsed_ms - self.mark_sent_ms >= self.mark_again_ms:
-            return True
-        return self.mark_sent < lacking and self.votes.marked_by_peers(lacking) < self.quorum
 
     def verify(self, elapsed_ms: int, peers: PeerStates) -> bool:
         """Let the votes move the verified seq, and a quorum's marks the readable seq; True
@@ -283,10 +262,10 @@ class StreamReplica:
         if timeline.verified_seq > self.verified_noted:  # by votes or by an adopted slice
             self.verified_noted = timeline.verified_seq
             self.catchup.apply(CatchupInput.VERIFIED_MOVED, elapsed_ms)
-            if not self.log.votes_wait and self.mark_waits_since is None:
-                self.mark_waits_since = elapsed_ms  # the mark moved: peers count it
-        if self.mark_waits_since is not None and not self._ack_owed:
-            self._tell_mark(elapsed_ms - self.mark_waits_since, peers)
+            if not self.log.votes_wait:
+                self.marks_told.moved(elapsed_ms)  # the mark moved: peers count it
+        if not self._ack_owed and self.marks_told.owed(self.mark, elapsed_ms, peers):
+            self._ack_owed = True
         if self.recovery is not None and self.recovery.done(timeline.verified_seq):
             self.recovery = None  # its reports and its vote count from now on
             self._ack_owed = True
@@ -314,30 +293,6 @@ class StreamReplica:
         durable, but a peer's vote counted before it retreated is never a mark:
         docs/design.md, "Marks for every fsync")."""
         return self.log.durable_mark if self.log.votes_wait else self.timeline.verified_seq
-
-    def _tell_mark(self, waited_ms: int, peers: PeerStates) -> None:
-        """The mark moved past what this replica last told ``waited_ms`` ago: owe the peers
-        an ack, unless their own acks may still bring each of them a quorum of marks without
-        it, and not for longer than ``mark_again_ms``."""
-        mark = self.mark
-        if self.mark_sent >= mark or self.votes.marked_by_peers(mark) >= self.quorum:
-            self.mark_waits_since = None  # told, or the peers' marks make a quorum
-        elif waited_ms >= self.mark_again_ms or not self._mark_may_wait(mark, peers):
-            self._ack_owed = True
-
-    def _mark_may_wait(self, mark: int, peers: PeerStates) -> bool:
-        """Whether the live peers whose votes have not reached ``mark`` yet, with those
-        whose marks have, may make a quorum: each of the former marks when it folds, with
-        this replica's vote (a quorum of two) or others', and tells every replica."""
-        votes = self.votes
-        coming = sum(
-            1
-            for r in self.peers
-            if peers.get(r, (False, 0))[0]
-            and votes.matched[r] < mark
-            and votes.marks.get(r, 0) < mark
-        )
-        return votes.marked_by_peers(mark) + coming >= self.quorum
 
     def vote(self) -> tuple[int, bytes]:
         """This replica's vote: its stable head, or with ``votes_wait`` its durable head;
@@ -494,8 +449,7 @@ class StreamReplica:
         )
         if settled:
             self._ack_owed = True
-        waits = self.mark_waits_since
-        if waits is not None and elapsed_ms - waits >= self.mark_again_ms:
+        if self.marks_told.overdue(elapsed_ms):
             self._ack_owed = True  # the peers' own marks did not come: this one is told
         own = self.lanes[self.self_id]
         if self.rejoin_epoch and own.state is LaneState.CUT and not own.queue:
@@ -535,7 +489,7 @@ class StreamReplica:
         timeline = self.timeline
         if self.catchup.state is not CatchupState.SYNCED or self._ack_owed:
             return False
-        if self.mark_waits_since is not None:
+        if self.marks_told.waits_since is not None:
             return False  # a tick may have to tell the mark
         head, verified = timeline.head_seq, timeline.verified_seq
         if head != verified or verified != self.announced_seq:

@@ -33,10 +33,11 @@ from blake3 import blake3
 
 from relay.core.flake import SEQ_MAX
 from relay.core.lane import LaneState
+from relay.core.mark_telling import PeerStates
 from relay.core.messages import tx_bytes
 from relay.core.params import CoreConfig
 from relay.core.routing import Routing, stream_name_problem
-from relay.core.stream import PeerStates, StreamLimits, StreamReplica
+from relay.core.stream import StreamLimits, StreamReplica
 from relay.core.timeline import RingBytes
 from relay.core.timer import RateLimit
 
