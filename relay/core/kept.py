@@ -18,6 +18,9 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator
 from itertools import repeat
+from typing import Any
+
+from relay.core.untracked import untrack, untrack_all
 
 Key = tuple[str, int]
 BLOCK_MAX = 4096  # entries per block: what a block's forgotten prefix can hold at most
@@ -32,6 +35,7 @@ class _Block:
         self.tags: list[int] = []
         self.digests: list[bytes] = []
         self.start = 0  # entries before it are forgotten
+        untrack_all((self.seqs, self.keys, self.tags, self.digests))  # relay/core/untracked.py
 
 
 def _last_seq(block: _Block) -> int:
@@ -42,7 +46,7 @@ class KeptCopies:
     __slots__ = ("blocks", "count", "seq_by_key")
 
     def __init__(self) -> None:
-        self.seq_by_key: dict[Key, int] = {}
+        self.seq_by_key: dict[Key, int] = {}  # untracked while its keys are (untracked.py)
         self.blocks: deque[_Block] = deque()  # every block holds a live entry
         self.count = 0  # live entries
 
@@ -68,12 +72,16 @@ class KeptCopies:
         block = self.blocks[-1] if self.blocks else None
         if block is not None and seq <= block.seqs[-1]:
             return
-        self.seq_by_key[key] = seq
+        # one object for the dict and the block, out of the collector's sight (compiled, a Key
+        # is an unboxed tuple, and each use as an object would box it anew)
+        held: Any = key
+        untrack(held)
+        self.seq_by_key[held] = seq
         if block is None or len(block.seqs) >= BLOCK_MAX:
             block = _Block()
             self.blocks.append(block)
         block.seqs.append(seq)
-        block.keys.append(key)
+        block.keys.append(held)
         block.tags.append(tag)
         block.digests.append(digest)
         self.count += 1
@@ -83,6 +91,7 @@ class KeptCopies:
         then nothing changes and the answer is False. ``record`` completes a claim."""
         by_key = self.seq_by_key
         before = len(by_key)
+        untrack_all(keys)
         by_key.update(zip(keys, seqs, strict=True))
         if len(by_key) - before == len(keys):
             return True

@@ -28,9 +28,9 @@ class Tx(NamedTuple):
     """One transaction as it travels between replicas.
 
     A named tuple rather than a dataclass: it is the one object made per transaction on the
-    hot path, and it packs straight into msgpack. The garbage collector tracks it for as long
-    as it lives (CPython untracks only exact tuples), so every held tx is scanned by each
-    collection that reaches its generation (``relay/gc_tuning.py``).
+    hot path, and it packs straight into msgpack. CPython's collector would track it for as
+    long as it lives (it untracks only exact tuples), so a timeline untracks each tx it holds
+    (``relay/core/untracked.py``).
     """
 
     seq: int

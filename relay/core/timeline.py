@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from relay.core.digest import genesis
 from relay.core.messages import Tx, seq_of, tx_bytes, txs_bytes
+from relay.core.untracked import untrack_all
 
 
 class RingBytes:
@@ -63,6 +64,7 @@ class Timeline:
         self.seqs: list[int] = []
         self.digests: list[bytes] = []
         self.txs: list[Tx] = []
+        untrack_all((self.seqs, self.digests, self.txs))  # relay/core/untracked.py
         self.verified_seq = 0
         self.readable_seq = 0  # at most verified_seq: what readers and acks may see
         self.trimmed_seq = 0  # seq of the last entry dropped from the head, 0 if none
@@ -101,6 +103,7 @@ class Timeline:
         self.seqs.extend(map(seq_of, txs))
         self.digests.extend(digests)
         self.txs.extend(txs)
+        untrack_all(txs)
         self._count(txs_bytes(txs))
 
     def digest_at(self, seq: int) -> bytes | None:
@@ -183,6 +186,7 @@ class Timeline:
         dropped = self.txs
         self.retreats += 1
         self.seqs, self.digests, self.txs = [], [], []
+        untrack_all((self.seqs, self.digests, self.txs))
         self._count(-self.bytes)
         self.trimmed_seq = base_seq
         self.trimmed_digest = base_digest
