@@ -1,9 +1,9 @@
 """A stream's stable timeline: seq-ordered transactions with the rolling digest at each.
 
 How this works: three parallel lists (seqs, digests, txs) grow at the tail as transactions
-become stable and are trimmed at the head, in chunks, once they are verified, the list holds
-more than ``capacity`` entries or ``bytes_max`` bytes (``tx_bytes``) and no publish is still
-waiting to be answered with them.
+become stable and are trimmed at the head, in chunks (``TRIM_PART``), once they are verified,
+the list holds more than ``capacity`` entries or ``bytes_max`` bytes (``tx_bytes``) and no
+publish is still waiting to be answered with them.
 ``verified_seq`` marks how far a quorum agreed, ``readable_seq`` how far a quorum's marks say
 they verified it (with ``fsync = "always"``, durably in their logs); readers see only that
 prefix.
@@ -21,6 +21,11 @@ from collections.abc import Iterator
 from relay.core.digest import genesis
 from relay.core.messages import Tx, seq_of, tx_bytes, txs_bytes
 from relay.core.untracked import untrack_all
+
+# Trims come in chunks of a thirty-second of a bound: each moves the three lists' remaining
+# entries once (0.1-0.2 ms per 200,000), and frees its txs, about 0.25 us each, in one turn
+# (an eighth, 25,000 txs of a full ring, took a turn 6-7 ms of CPU every 1.25 s at 20,000 tx/s)
+TRIM_PART = 32
 
 
 class RingBytes:
@@ -159,9 +164,9 @@ class Timeline:
         return self.seqs[0] if self.seqs else 0
 
     def over_capacity(self) -> bool:
-        """Over a bound by more than an eighth of it: trimming goes in chunks."""
-        over_bytes = self.bytes - self.bytes_max > self.bytes_max // 8
-        return over_bytes or len(self.seqs) - self.capacity > max(1, self.capacity // 8)
+        """Over a bound by more than ``1 / TRIM_PART`` of it: trimming goes in chunks."""
+        over_bytes = self.bytes - self.bytes_max > self.bytes_max // TRIM_PART
+        return over_bytes or len(self.seqs) - self.capacity > max(1, self.capacity // TRIM_PART)
 
     def rewind_to(self, seq: int) -> None:
         """Take back verification after ``seq`` (never of what readers may see)."""
