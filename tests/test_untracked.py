@@ -39,8 +39,34 @@ def test_a_folded_and_held_tx_and_its_key_are_not_tracked(batch: int) -> None:
     held += [k for b in kept_copies.blocks for k in (b.seqs, b.keys, b.tags, b.digests, *b.keys)]
     assert len(kept_copies) == len(txs) and len(line.txs) == len(txs)
     assert not any(map(gc.is_tracked, held))
-    gc.collect()  # a full collection finds none of it again
-    assert not any(map(gc.is_tracked, held))
+
+
+def test_the_kept_keys_stay_untracked_however_they_are_put_back_restored_or_adopted() -> None:
+    index = DedupIndex(window_ms=60_000, keys_max=100_000)
+    kept = index.kept
+    kept.add(10, ("p", 1), 0, b"a")
+    kept.add(11, ("p", 2), 0, b"b")
+    kept.add(12, ("p", 1), 0, b"c")  # kept again later: forgetting seq 10 puts it back
+    kept.forget_first(2)
+    assert kept.seq_of(("p", 1)) == 12 and not gc.is_tracked(kept.seq_by_key)
+    index.restore((("q", 1, 20, b"d", 0), ("q", 2, 21, b"e", 0)))
+    index.add_verified(tuple(held_txs(3)[1:]), (b"f", b"g"))
+    assert len(kept) == 4 and not gc.is_tracked(kept.seq_by_key)
+    assert not any(map(gc.is_tracked, kept.seq_by_key))
+
+
+def test_a_timeline_keeps_its_lists_untracked_as_it_trims_and_truncates() -> None:
+    line, txs = Timeline("s", 64), held_txs(200)
+    line.extend(txs, [b"d" * 32] * len(txs))
+    line.verify_upto(txs[150].seq)
+    line.make_readable(txs[150].seq)
+    line.shed_before(txs[20].seq)
+    assert line.earliest_seq() == txs[20].seq
+    line.trim(1 << 62)
+    assert line.earliest_seq() > txs[20].seq
+    line.truncate_after(txs[180].seq)
+    assert line.head_seq == txs[180].seq
+    assert not any(map(gc.is_tracked, (line.seqs, line.digests, line.txs, *line.txs)))
 
 
 def test_a_restarted_timeline_holds_its_txs_untracked_too() -> None:

@@ -209,6 +209,7 @@ def _put_back(
     """Undo the pops of keys that map to none of the forgotten entries (a key kept again
     later). Each key was popped once, at its first forgotten entry."""
     forgotten = set(zip(keys, seqs, strict=True))
-    for key, was in zip(keys, popped, strict=True):
+    held: list[Any] = keys  # the list's own (untracked) objects: compiled, a Key is unboxed
+    for key, was in zip(held, popped, strict=True):
         if was is not None and (key, was) not in forgotten:
             by_key[key] = was

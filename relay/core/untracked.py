@@ -9,13 +9,16 @@ hold them: measured at 20,000 tx/s on 3 nodes (``docs/benchmarks.md``), young co
 60-87 ms, the same moment on every node, which stalled every publish in flight.
 
 None of these objects can be part of a reference cycle: a tx and a key are immutable and hold
-only ints, strings, bytes, None and tuples of bytes, and the lists and dicts that hold them
-hold nothing else, so no cycle can pass through them and the collector has nothing to find
+only ints, strings, bytes, None and tuples of (str, bytes) pairs, and the lists and dicts that
+hold them hold nothing else, so no cycle can pass through them and the collector has nothing to find
 there. ``untrack`` takes such an object out of the collector's lists (CPython's
 ``PyObject_GC_UnTrack``, what it does itself for an exact tuple of atoms; through
 ``ctypes.pythonapi`` the call holds the GIL, and it is made only for an object the collector
-tracks, the one kind it is defined for). A dict left untracked stays so while every key and
-value put in it is untracked too, which is why a key is untracked before it goes in.
+tracks: on an int or bytes, objects of no collected type, it would read memory that is not
+there). A dict left untracked stays so while every key and value put in it is of a type the
+collector never tracks or an untracked exact tuple (any other object tracks it again), which
+is why a key is untracked before it goes in. Untracking does not make collections rarer (the
+young count falls only when an object is freed); it makes each one cheap.
 Reference counting still frees each of them the moment the last holder lets go.
 """
 

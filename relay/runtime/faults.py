@@ -23,6 +23,7 @@ from relay.core.flake import NODE_ID_MAX
 from relay.core.messages import MeshMessage, sender_of
 from relay.core.node import NodeCore
 from relay.core.timeline import Timeline
+from relay.core.untracked import untrack
 
 log = logging.getLogger("relay.node")
 
@@ -122,7 +123,8 @@ def tamper_payload(timeline: Timeline, seq: int) -> int:
         raise AdminError(f"this node holds no tx with seq {seq}")
     tx = timeline.txs[index]
     payload = bytes([tx.payload[0] ^ 0xFF]) + tx.payload[1:] if tx.payload else b"\x00"
-    timeline.txs[index] = tx._replace(payload=payload)
+    timeline.txs[index] = tampered = tx._replace(payload=payload)
+    untrack(tampered)  # as the timeline holds every tx (relay/core/untracked.py)
     return seq
 
 
