@@ -236,14 +236,11 @@ def _produce(
 
 
 def _wait_until(producer: Producer, due: float) -> None:
-    """Sleep until ``due`` (``time.perf_counter()``), taking answers in meanwhile: waits of a
-    millisecond or more in the producer's poll (an answer wakes it), shorter ones in
-    ``time.sleep``; a message due within ``SLEEP_MIN_S`` goes at once."""
+    """Wait until ``due`` (``time.perf_counter()``) in the producer's poll, so an answer is
+    taken in (and its latency stamped) when it arrives, not at the next hand-over; a message
+    due within ``SLEEP_MIN_S`` goes at once."""
     while (ahead := due - time.perf_counter()) >= SLEEP_MIN_S:
-        if ahead < 0.001:
-            time.sleep(ahead)
-            return
-        producer.poll(int(ahead * 1000))
+        producer.poll(ahead * 1000)
 
 
 def _consume(settings: BenchSettings, results: Any, ready: Synchronized[int], go: Any) -> None:

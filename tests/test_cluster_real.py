@@ -124,6 +124,26 @@ def test_answered_futures_no_longer_hold_their_messages(cluster3: LocalCluster) 
     assert held < 1_000_000, f"{held} bytes held after every publish was answered"
 
 
+def test_a_wait_of_less_than_a_millisecond_waits_and_takes_answers(cluster3: LocalCluster) -> None:
+    """ZeroMQ's poll counts whole milliseconds: a producer's poll of a fraction of one still
+    waits about that long when nothing comes (not zero, not a whole millisecond), and an
+    answer arriving meanwhile is taken in (``relay bench`` stamps open-loop acks so)."""
+    with Producer(config=cluster3.config_path, window=1, batch_max=1) as producer:
+        producer.publish("orders.subms", b"connected")
+        waits = []
+        for _ in range(25):
+            started = time.perf_counter()
+            producer.poll(0.6)
+            waits.append(time.perf_counter() - started)
+        waits.sort()
+        assert 0.0003 <= waits[len(waits) // 2] < 0.02, waits
+        future = producer.send("orders.subms", b"answered")
+        deadline = time.monotonic() + 10
+        while not future.done() and time.monotonic() < deadline:
+            producer.poll(0.6)
+        assert future.done() and not future.failed()
+
+
 def test_a_burst_within_the_share_gets_every_answer(cluster3: LocalCluster) -> None:
     """Found by the benchmark: a producer with 48 requests in flight lost answers (a turn that
     answered dozens of requests at once overflowed the connection's queue of 64) and waited

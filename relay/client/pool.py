@@ -13,6 +13,7 @@ every node has, ``refusal`` says so and the client stops with an ``auth`` error.
 
 from __future__ import annotations
 
+import select
 from typing import Any
 
 import zmq
@@ -63,13 +64,21 @@ class ConnectionPool:
             self._poller.register(monitor, zmq.POLLIN)
         return conn
 
-    def receive(self, wait_ms: int) -> list[tuple[NodeAddress, Reply]]:
+    def receive(self, wait_ms: float) -> list[tuple[NodeAddress, Reply]]:
         """Every reply that arrives within ``wait_ms`` (returns as soon as one is there, or a
-        connection's monitor has news for ``disconnected``)."""
+        connection's monitor has news for ``disconnected``). ZeroMQ's poll counts whole
+        milliseconds, so a wait of less than one is a ``select`` on the sockets' signalling
+        descriptors (microseconds), after a poll that found nothing: a reply then wakes it at
+        once, where a sleep would hold it until the next poll."""
         if not self._conns:
             return []
+        ready = self._poller.poll(0 if wait_ms < 1 else int(wait_ms))
+        if not ready and 0 < wait_ms < 1:
+            signals = [sock.getsockopt(zmq.FD) for sock, _ in self._poller.sockets]
+            select.select(signals, [], [], wait_ms / 1000)
+            ready = self._poller.poll(0)
         out = []
-        for sock, _ in self._poller.poll(wait_ms):
+        for sock, _ in ready:
             address = self._by_socket.get(sock)
             if address is None:
                 self._alerted.add(self._by_monitor[sock])

@@ -207,8 +207,9 @@ class Producer:
         while self._queue or self._inflight:
             self._pump(50)
 
-    def poll(self, wait_ms: int = 0) -> None:
-        """Send what is queued and take in answers, waiting at most ``wait_ms`` for one."""
+    def poll(self, wait_ms: float = 0) -> None:
+        """Send what is queued and take in answers, waiting at most ``wait_ms`` (fractions
+        count) for one."""
         self._pump(wait_ms)
 
     def close(self) -> None:
@@ -240,7 +241,7 @@ class Producer:
             self._pump(10)
         journal.add(entry)
 
-    def _pump(self, wait_ms: int) -> None:
+    def _pump(self, wait_ms: float) -> None:
         now = time.monotonic()
         self._dispatch(now)
         for address, reply in self._pool.receive(wait_ms):
