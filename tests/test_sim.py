@@ -624,6 +624,21 @@ def test_an_ack_waits_for_the_write_that_holds_its_vote() -> None:
     assert run_seed(10332447, 3).acked > 0
 
 
+def test_seeds_that_broke_one_fsync_round_pass_with_durable_marks() -> None:
+    """Found 2026-12-03 with a one-round design: an ack's mark the verified seq bounded by the
+    sender's durable head, a mark moved alone written only with the next records, no answer
+    waiting for a mark frame. Seeds 10350211 and 10355019 (5 nodes) then broke one timeline,
+    each after a power loss of every node: acknowledged txs sat only in restored tails, which
+    a refold may give up. With a closed epoch's txs also put back at their seqs by a refold
+    (the cut no longer lowered), seeds 20210053 and 20210086 (3 nodes, ``--partitions``)
+    never quiesced. As built (acknowledgements wait for durable marks) all four pass, and a
+    design that gives up durable marks has to pass them too."""
+    for seed in (10350211, 10355019):
+        assert run_seed(seed, 5).acked > 0
+    for seed in (20210053, 20210086):
+        assert run_seed(seed, 3, partitions=True).acked > 0
+
+
 @pytest.mark.xfail(strict=True, raises=InvariantViolation, reason="the open gap, not live")
 def test_two_replicas_agree_after_the_third_stops_behind_one_way_cuts() -> None:
     """Found by ``relay sim --partitions`` (2026-11-30), fsync always: node 3 verified a chain
