@@ -21,7 +21,7 @@ WORKER = """
 import sys, time
 from relay import Worker
 with Worker({stream!r}, {group!r}, config={cfg!r}, member="doomed", lease_ms=2000) as w:
-    [job] = w.claim(1, wait_ms=5000)
+    [job] = w.claim(1, wait_ms=15000)
     print(job.seq, job.payload.decode(), flush=True)
     time.sleep(600)  # killed with SIGKILL while it holds the job
 """
@@ -51,12 +51,15 @@ def show(cfg: str) -> None:
     relay(cfg, "queue", "configure", "--stream", STREAM, "--group", GROUP, "--max-deliveries", "2")
     relay(cfg, "publish", "--stream", STREAM, "--priority", "200", "send the newsletter")
     relay(cfg, "publish", "--stream", STREAM, "--priority", "1", "--key", "acct-7", "charge acct-7")
-    relay(cfg, "publish", "--stream", STREAM, "--at", "+4s", "send the reminder")
+    relay(cfg, "publish", "--stream", STREAM, "--at", "+15s", "send the reminder")
     relay(cfg, "publish", "--stream", STREAM, "--priority", "0", "resize image 42")
     print("\nthe most urgent ready jobs first; the delayed one waits:", flush=True)
-    first = work(cfg, "--count", "1", "--no-settle", "--lease", "1s")
+    # a lease long enough for the next command to start on a loaded machine (a `relay`
+    # process takes about a second there), short enough that the worker below sees it end
+    # well before the delayed job is due
+    first = work(cfg, "--count", "1", "--no-settle", "--lease", "3s")
     assert first[0]["payload"] == "resize image 42", first
-    print("(left unsettled: its lease of 1 s runs out and it comes back)")
+    print("(left unsettled: its lease of 3 s runs out and it comes back)")
     rest = work(cfg, "--count", "5")
     assert [j["payload"] for j in rest] == ["charge acct-7", "send the newsletter"], rest
     relay(cfg, "queue", "describe", "--stream", STREAM, "--group", GROUP)
@@ -76,7 +79,7 @@ def show(cfg: str) -> None:
     wait_for_dead_letter(cfg)
     relay(cfg, "consume", "--stream", f"{STREAM}.dead", "-e", "--format", "%v %h\\n")
     print("\nthe delayed job is ready once its time comes:", flush=True)
-    [reminder] = work(cfg, "--wait", "10s")
+    [reminder] = work(cfg, "--wait", "20s")
     assert reminder["payload"] == "send the reminder", reminder
     relay(cfg, "queue", "describe", "--stream", STREAM, "--group", GROUP)
 
