@@ -628,9 +628,10 @@ def test_seeds_that_broke_one_fsync_round_pass_with_durable_marks() -> None:
     """Found 2026-12-03 with a one-round design: an ack's mark the verified seq bounded by the
     sender's durable head, a mark moved alone written only with the next records, no answer
     waiting for a mark frame. Seeds 10350211 and 10355019 (5 nodes) then broke one timeline,
-    each after a power loss of every node: acknowledged txs sat only in restored tails, which
-    a refold may give up. With a closed epoch's txs also put back at their seqs by a refold
-    (the cut no longer lowered), seeds 20210053 and 20210086 (3 nodes, ``--partitions``)
+    each after a power loss of every node (not traced; with marks written only with the next
+    records, acknowledged txs may sit only in restored tails, which a refold may give up).
+    With a closed epoch's txs also put back at their seqs by a refold (the cut no longer
+    lowered), seeds 20210053 and 20210086 (3 nodes, ``--partitions``)
     never quiesced. As built (acknowledgements wait for durable marks) all four pass, and a
     design that gives up durable marks has to pass them too."""
     for seed in (10350211, 10355019):
