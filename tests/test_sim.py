@@ -628,8 +628,9 @@ def test_seeds_that_broke_one_fsync_round_pass_with_durable_marks() -> None:
     """Found 2026-12-03 with a one-round design: an ack's mark the verified seq bounded by the
     sender's durable head, a mark moved alone written only with the next records, no answer
     waiting for a mark frame. Seeds 10350211 and 10355019 (5 nodes) then broke one timeline,
-    each after a power loss of every node (not traced; with marks written only with the next
-    records, acknowledged txs may sit only in restored tails, which a refold may give up).
+    each after a power loss of every node (traced for 10350211, docs/design.md, "A mark of
+    min(verified, durable head)": an acknowledged tx sat only in restored tails, and an
+    adopted slice and then a refold gave it up with its closed epoch).
     With a closed epoch's txs also put back at their seqs by a refold (the cut no longer
     lowered), seeds 20210053 and 20210086 (3 nodes, ``--partitions``)
     never quiesced. As built (acknowledgements wait for durable marks) all four pass, and a
