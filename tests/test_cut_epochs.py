@@ -58,3 +58,21 @@ def test_a_cut_nobody_live_can_reach_comes_down_to_the_live_reports() -> None:
     settled, needs = cut.settle(lanes, 1, {1, 3, 5}, 3, head=3, elapsed_ms=100)
     assert settled and not needs
     assert lanes[2].state is LaneState.CUT and lanes[2].contig == 5
+
+
+def test_a_given_up_epoch_is_answered_again_while_a_settled_cut_is_above_it() -> None:
+    """Origin 1 told replica 2 it held its old epoch up to seq 10, then a refold gave that
+    tx up and its one answer saying so was cut off; the third replica, the only other holder,
+    was gone for good, so replica 2's settled cut at 10 waited forever (simulator, seed
+    30200452 with three nodes and ``--partitions``). A replica that gave an epoch up answers
+    every settled report of it above what it still holds, unless its lane keeps that epoch
+    closed (two such replicas would answer each other forever)."""
+    lanes = {1: Lane(1, 50, 100, epoch=9, state=LaneState.ACTIVE)}
+    settled = OriginReport(1, 7, 10, settled=True)
+    assert not cut.owed(lanes, settled, None), "nothing given up: a settled report asks nothing"
+    assert cut.owed(lanes, settled, (7, 0))
+    assert not cut.owed(lanes, OriginReport(1, 7, 0, settled=True), (7, 0)), "it holds that"
+    assert not cut.owed(lanes, settled, (8, 0)), "another epoch was given up"
+    assert cut.owed(lanes, OriginReport(1, 7, 10), None), "a report still cutting: answered"
+    lanes[1].closed = (7, 10)
+    assert not cut.owed(lanes, settled, (7, 0))

@@ -615,6 +615,19 @@ def test_never_keeps_one_timeline_behind_one_way_cuts() -> None:
     assert run_seed(9993118, 3, partitions=True).acked > 0
 
 
+def test_a_lost_answer_and_a_restored_tail_nobody_made_readable() -> None:
+    """Found by exploration runs of ``relay sim --partitions`` (2026-12-04, seeds from
+    30,200,000). Seed 30200452 (3 nodes): origin 1 told node 2 it held its old epoch's tx,
+    a refold gave the tx up, and its one answer saying so was cut off; node 3, the other
+    holder, crashed for good, and node 2's settled cut waited for the tx forever. Seed
+    30200407 (5 nodes): node 1 verified a compacted stream's tail with node 4 and crashed
+    before either made it readable; node 4 refolded it, and node 1 restarted from its log's
+    mark over that tail, which the checker held to the one history at once (readable nowhere,
+    it is a diverged replica's to sync: docs/design.md, Anti-entropy)."""
+    assert run_seed(30200452, 3, partitions=True).acked > 0
+    assert run_seed(30200407, 5, partitions=True).acked > 0
+
+
 def test_an_ack_waits_for_the_write_that_holds_its_vote() -> None:
     """Found by the campaign of 2026-12-02 (fsync never): node 3's disk refused writes while
     its acks still went out, with a vote and a mark its page cache did not hold; a process

@@ -70,14 +70,21 @@ def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> 
     return changed or (asking and lane.cut_at is not None)
 
 
-def owed(lanes: dict[int, Lane], report: OriginReport) -> bool:
+def owed(lanes: dict[int, Lane], report: OriginReport, given_up: tuple[int, int] | None) -> bool:
     """A replica still looks for reports on an epoch that this one's lane has left behind
     without remembering where it ended (it never followed that epoch here, or followed a
-    newer one before the cut): it must hear what this replica holds of it."""
+    newer one before the cut), or settled that epoch's cut above what this replica holds of
+    it since a rebuild gave its txs up (``given_up``: that epoch and the highest seq of it
+    left; the answer saying so may have been lost): it must hear what this replica holds of
+    it, so that the cut can come down to what the live replicas hold (``settle``)."""
     lane = lanes.get(report.origin)
-    if lane is None or report.settled or report.answer or lane.epoch <= report.epoch:
+    if lane is None or report.answer or lane.epoch <= report.epoch:
         return False
-    return lane.closed is None or lane.closed[0] != report.epoch
+    if lane.closed is not None and lane.closed[0] == report.epoch:
+        return False
+    if not report.settled:
+        return True
+    return given_up is not None and given_up[0] == report.epoch and given_up[1] < report.contig
 
 
 def settle(
