@@ -6,6 +6,7 @@ from relay.core import cut
 from relay.core.digest import genesis
 from relay.core.lane import Lane, LaneState
 from relay.core.messages import OriginReport, StreamAck, Tx
+from relay.core.timeline import Timeline
 
 
 def test_a_newer_epochs_report_waits_for_a_cut_epochs_last_txs() -> None:
@@ -60,19 +61,23 @@ def test_a_cut_nobody_live_can_reach_comes_down_to_the_live_reports() -> None:
     assert lanes[2].state is LaneState.CUT and lanes[2].contig == 5
 
 
-def test_a_given_up_epoch_is_answered_again_while_a_settled_cut_is_above_it() -> None:
+def test_a_left_epoch_is_answered_while_a_settled_cut_waits_above_what_is_held() -> None:
     """Origin 1 told replica 2 it held its old epoch up to seq 10, then a refold gave that
     tx up and its one answer saying so was cut off; the third replica, the only other holder,
     was gone for good, so replica 2's settled cut at 10 waited forever (simulator, seed
-    30200452 with three nodes and ``--partitions``). A replica that gave an epoch up answers
-    every settled report of it above what it still holds, unless its lane keeps that epoch
-    closed (two such replicas would answer each other forever)."""
+    30200452 with three nodes and ``--partitions``; in 30200054 the answers of a restarted
+    origin, which never held the epoch again, were cut off while the cut was decided). A
+    replica whose lane left an epoch behind answers every report of it that still waits for
+    txs above what its timeline holds; a final cut (two replicas that keep each other's
+    epochs closed once answered each other forever) and a closed epoch ask nothing."""
     lanes = {1: Lane(1, 50, 100, epoch=9, state=LaneState.ACTIVE)}
-    settled = OriginReport(1, 7, 10, settled=True)
-    assert not cut.owed(lanes, settled, None), "nothing given up: a settled report asks nothing"
-    assert cut.owed(lanes, settled, (7, 0))
-    assert not cut.owed(lanes, OriginReport(1, 7, 0, settled=True), (7, 0)), "it holds that"
-    assert not cut.owed(lanes, settled, (8, 0)), "another epoch was given up"
-    assert cut.owed(lanes, OriginReport(1, 7, 10), None), "a report still cutting: answered"
-    lanes[1].closed = (7, 10)
-    assert not cut.owed(lanes, settled, (7, 0))
+    timeline = Timeline("s", 100)
+    waiting = OriginReport(1, 7, BASE + 10, settled=True, waiting=True)
+    assert cut.owed(lanes, waiting, timeline), "it holds nothing of epoch 7"
+    assert cut.owed(lanes, OriginReport(1, 7, BASE + 10), timeline), "still cutting: answered"
+    assert not cut.owed(lanes, OriginReport(1, 7, BASE + 10, settled=True), timeline), "final"
+    timeline.extend([Tx(BASE + 10, 0, 1, 7, "", 0, b"t")], [b"d"])
+    assert not cut.owed(lanes, waiting, timeline), "it holds the cut's tx"
+    assert timeline.truncate_after(BASE) and cut.owed(lanes, waiting, timeline), "given up"
+    lanes[1].closed = (7, BASE + 10)
+    assert not cut.owed(lanes, waiting, timeline), "it keeps epoch 7 closed"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from relay.core.lane import Lane, LaneInput, LaneState
 from relay.core.messages import OriginReport
+from relay.core.timeline import Timeline
 
 RepairNeed = tuple[int, int, int, int]  # (origin, epoch, after, upto)
 
@@ -70,13 +71,13 @@ def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> 
     return changed or (asking and lane.cut_at is not None)
 
 
-def owed(lanes: dict[int, Lane], report: OriginReport, given_up: tuple[int, int] | None) -> bool:
-    """A replica still looks for reports on an epoch that this one's lane has left behind
-    without remembering where it ended (it never followed that epoch here, or followed a
-    newer one before the cut), or settled that epoch's cut above what this replica holds of
-    it since a rebuild gave its txs up (``given_up``: that epoch and the highest seq of it
-    left; the answer saying so may have been lost): it must hear what this replica holds of
-    it, so that the cut can come down to what the live replicas hold (``settle``)."""
+def owed(lanes: dict[int, Lane], report: OriginReport, timeline: Timeline) -> bool:
+    """A replica looks for reports on an epoch that this one's lane has left behind without
+    remembering where it ended (it never followed that epoch here, or followed a newer one
+    before the cut), or waits for txs up to that epoch's settled cut while this replica's
+    ``timeline`` holds less of it (it never held them, or a refold gave them up after it told
+    more, and an answer may have been lost): it must hear what this replica holds of it, so
+    that the cut can come down to what the live replicas hold (``settle``)."""
     lane = lanes.get(report.origin)
     if lane is None or report.answer or lane.epoch <= report.epoch:
         return False
@@ -84,7 +85,7 @@ def owed(lanes: dict[int, Lane], report: OriginReport, given_up: tuple[int, int]
         return False
     if not report.settled:
         return True
-    return given_up is not None and given_up[0] == report.epoch and given_up[1] < report.contig
+    return report.waiting and timeline.last_of(report.origin, report.epoch) < report.contig
 
 
 def settle(
@@ -151,7 +152,8 @@ def reports(lanes: dict[int, Lane], owed: dict[tuple[int, int], int]) -> tuple[O
         if lane.state is LaneState.CUTTING and lane.cut_at is None:
             found.append(OriginReport(lane.origin, lane.epoch, lane.contig))
         elif lane.state in (LaneState.CUTTING, LaneState.CUT) and lane.cut_at is not None:
-            found.append(OriginReport(lane.origin, lane.epoch, lane.cut_at, settled=True))
+            waiting = lane.state is LaneState.CUTTING and lane.contig < lane.cut_at
+            found.append(OriginReport(lane.origin, lane.epoch, lane.cut_at, True, waiting=waiting))
         elif lane.closed is not None:
             found.append(OriginReport(lane.origin, *lane.closed, settled=True))
     return tuple(found)

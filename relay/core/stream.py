@@ -129,8 +129,6 @@ class StreamReplica:
         self.marks_told = MarkTelling(self.votes, self.peers, quorum, limits.mark_again_ms)
         self.late_txs = 0
         self.owed_reports: dict[tuple[int, int], int] = {}  # (origin, epoch) -> highest held
-        # origin -> (the epoch of it whose txs a rebuild last gave up, the highest left held)
-        self.given_up: dict[int, tuple[int, int]] = {}
         # the replicas heard since this one began (itself counted): it folds nothing until a
         # quorum of them told it what their restored tails hold (``take_restored``)
         self.heard: set[int] | None = {self_id} if quorum > 1 else None
@@ -178,9 +176,8 @@ class StreamReplica:
         if self.take(tx, restoring=True):
             return True
         if tx.epoch != self.lanes[tx.origin].epoch:
-            held = self.timeline.last_of(tx.origin, tx.epoch)
-            self.owed_reports[(tx.origin, tx.epoch)] = held
-            self.given_up[tx.origin] = (tx.epoch, held)
+            key = (tx.origin, tx.epoch)
+            self.owed_reports[key] = self.timeline.last_of(tx.origin, tx.epoch)
             self._ack_owed = True
         return False
 
@@ -222,7 +219,7 @@ class StreamReplica:
             if cut.take_report(self.lanes, ack.sender, report):
                 self._ack_owed = True
                 self._took_epoch(report.origin, before)
-            if cut.owed(self.lanes, report, self.given_up.get(report.origin)):
+            if cut.owed(self.lanes, report, self.timeline):
                 key = (report.origin, report.epoch)
                 self.owed_reports[key] = self.timeline.last_of(report.origin, report.epoch)
                 self._ack_owed = True

@@ -26,6 +26,7 @@ from relay.core.untracked import untrack_all
 # entries once (0.1-0.2 ms per 200,000), and frees its txs, about 0.25 us each, in one turn
 # (an eighth, 25,000 txs of a full ring, took a turn 6-7 ms of CPU every 1.25 s at 20,000 tx/s)
 TRIM_PART = 32
+HELD_OF_KEPT = 16  # epochs whose highest held seq ``last_of`` keeps
 
 
 class RingBytes:
@@ -46,6 +47,7 @@ class Timeline:
         "bytes_max",
         "capacity",
         "digests",
+        "held_of",
         "readable_seq",
         "retreats",
         "ring",
@@ -78,6 +80,9 @@ class Timeline:
         # how many times the stable timeline gave up entries: a vote names the history of the
         # retreat it was cast in, and a peer counts none cast before a later one
         self.retreats = 0
+        # (origin, epoch) -> the highest seq of it held, for the epochs asked about
+        # (``last_of``): kept as txs are appended, forgotten when entries are taken back
+        self.held_of: dict[tuple[int, int], int] = {}
 
     @property
     def head_seq(self) -> int:
@@ -110,6 +115,11 @@ class Timeline:
         self.txs.extend(txs)
         untrack_all(txs)
         self._count(txs_bytes(txs))
+        held_of = self.held_of
+        if held_of:
+            for tx in txs:
+                if (tx.origin, tx.epoch) in held_of:
+                    held_of[(tx.origin, tx.epoch)] = tx.seq
 
     def digest_at(self, seq: int) -> bytes | None:
         """The digest at ``seq`` if ``seq`` is a held entry (or the trimmed boundary)."""
@@ -150,11 +160,19 @@ class Timeline:
         return iter(self.txs[start:end])
 
     def last_of(self, origin: int, epoch: int) -> int:
-        """The highest seq held of ``origin``'s ``epoch`` (0 if none); a scan, for rare asks."""
-        return next(
-            (tx.seq for tx in reversed(self.txs) if tx.origin == origin and tx.epoch == epoch),
-            0,
-        )
+        """The highest seq held of ``origin``'s ``epoch`` (0 if none): a scan the first time,
+        kept from then on until entries are taken back (at most ``HELD_OF_KEPT`` epochs)."""
+        key = (origin, epoch)
+        held = self.held_of.get(key)
+        if held is None:
+            if len(self.held_of) >= HELD_OF_KEPT:
+                self.held_of.clear()
+            held = next(
+                (tx.seq for tx in reversed(self.txs) if tx.origin == origin and tx.epoch == epoch),
+                0,
+            )
+            self.held_of[key] = held
+        return held
 
     def unverified_count(self) -> int:
         """Stable entries past the verified seq."""
@@ -180,6 +198,7 @@ class Timeline:
         dropped = self.txs[cut:]
         if dropped:
             self.retreats += 1
+            self.held_of.clear()
         del self.seqs[cut:], self.digests[cut:], self.txs[cut:]
         self._count(-txs_bytes(dropped))
         return dropped
@@ -190,6 +209,7 @@ class Timeline:
         it held."""
         dropped = self.txs
         self.retreats += 1
+        self.held_of.clear()
         self.seqs, self.digests, self.txs = [], [], []
         untrack_all((self.seqs, self.digests, self.txs))
         self._count(-self.bytes)

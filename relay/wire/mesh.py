@@ -46,7 +46,7 @@ from relay.wire.fields import (
     checked_txs,
 )
 
-VERSION = 11  # every body's first field: a frame of another version is malformed, dropped
+VERSION = 12  # every body's first field: a frame of another version is malformed, dropped
 FRAME_BYTES_MAX = 64 << 20
 # the longest topic: the longest channel, "|", the longest stream name
 TOPIC_BYTES_MAX = max(len(c.value) for c in Channel) + 1 + STREAM_NAME_BYTES_MAX
@@ -69,7 +69,7 @@ _U = Annotated[int, msgspec.Meta(ge=0)]
 _ACK_ROW = msgspec.msgpack.Decoder(
     tuple[
         int, int, str, _U, _U, _U, _U, _U, bytes, _U,
-        list[tuple[_U, _U, _U, bool, bool, bool]], _U, _U, bytes, _U, _U, bool,
+        list[tuple[_U, _U, _U, bool, bool, bool, bool]], _U, _U, bytes, _U, _U, bool,
     ]
 )  # fmt: skip
 _BUNDLE_ROW = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
@@ -127,7 +127,8 @@ def _fields(message: MeshMessage) -> tuple[bytes, list[Any]]:
         return topic(Channel.TX, m.stream), body
     if isinstance(m, StreamAck):
         reports = [
-            [r.origin, r.epoch, r.contig, r.settled, r.answer, r.restored] for r in m.reports
+            [r.origin, r.epoch, r.contig, r.settled, r.answer, r.restored, r.waiting]
+            for r in m.reports
         ]
         body = [
             VERSION,
