@@ -81,3 +81,20 @@ def test_a_left_epoch_is_answered_while_a_settled_cut_waits_above_what_is_held()
     assert timeline.truncate_after(BASE) and cut.owed(lanes, waiting, timeline), "given up"
     lanes[1].closed = (7, BASE + 10)
     assert not cut.owed(lanes, waiting, timeline), "it keeps epoch 7 closed"
+
+
+def test_a_waiting_report_is_answered_when_the_answer_changes_or_may_be_lost() -> None:
+    """Every ack of a replica waiting for a cut carries its waiting report, and an answer can
+    itself draw an ack (a replica answers one that looks behind it): answered at each, two
+    replicas would trade acks for as long as the cut waits. Replica 1, whose lane left origin
+    2's epoch 5, answers again only once ``repair_after_ms`` passed."""
+    r = replica()  # its lanes follow epoch 7
+    waiting = OriginReport(2, 5, BASE + 10, settled=True, waiting=True)
+
+    def answered(elapsed_ms: int) -> bool:
+        r.take_ack(StreamAck("s", 3, 7, 0, 0, 0, genesis("s"), 0, (waiting,)), elapsed_ms)
+        return bool([x for x in r.reports() if x.answer and x.origin == 2])
+
+    assert answered(0)
+    assert not answered(50)
+    assert answered(50 + r.answer_again_ms)

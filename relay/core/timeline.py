@@ -80,9 +80,9 @@ class Timeline:
         # how many times the stable timeline gave up entries: a vote names the history of the
         # retreat it was cast in, and a peer counts none cast before a later one
         self.retreats = 0
-        # (origin, epoch) -> the highest seq of it held, for the epochs asked about
-        # (``last_of``): kept as txs are appended, forgotten when entries are taken back
-        self.held_of: dict[tuple[int, int], int] = {}
+        # (origin, epoch) -> (the highest seq of it held, the head when that was found), for
+        # the epochs asked about (``last_of``): forgotten when entries are taken back
+        self.held_of: dict[tuple[int, int], tuple[int, int]] = {}
 
     @property
     def head_seq(self) -> int:
@@ -115,11 +115,6 @@ class Timeline:
         self.txs.extend(txs)
         untrack_all(txs)
         self._count(txs_bytes(txs))
-        held_of = self.held_of
-        if held_of:
-            for tx in txs:
-                if (tx.origin, tx.epoch) in held_of:
-                    held_of[(tx.origin, tx.epoch)] = tx.seq
 
     def digest_at(self, seq: int) -> bytes | None:
         """The digest at ``seq`` if ``seq`` is a held entry (or the trimmed boundary)."""
@@ -160,18 +155,24 @@ class Timeline:
         return iter(self.txs[start:end])
 
     def last_of(self, origin: int, epoch: int) -> int:
-        """The highest seq held of ``origin``'s ``epoch`` (0 if none): a scan the first time,
-        kept from then on until entries are taken back (at most ``HELD_OF_KEPT`` epochs)."""
+        """The highest seq held of ``origin``'s ``epoch`` (0 if none): a scan the first time
+        it is asked, then of the entries appended since (at most ``HELD_OF_KEPT`` epochs are
+        remembered). Entries the ring shed since count as held: they are readable history."""
         key = (origin, epoch)
-        held = self.held_of.get(key)
-        if held is None:
+        found = self.held_of.get(key)
+        if found is None:
             if len(self.held_of) >= HELD_OF_KEPT:
                 self.held_of.clear()
-            held = next(
-                (tx.seq for tx in reversed(self.txs) if tx.origin == origin and tx.epoch == epoch),
-                0,
-            )
-            self.held_of[key] = held
+            held, start = 0, 0
+        else:
+            held, start = found[0], bisect_right(self.seqs, found[1])
+        txs = self.txs
+        for i in range(len(txs) - 1, start - 1, -1):
+            tx = txs[i]
+            if tx.origin == origin and tx.epoch == epoch:
+                held = tx.seq
+                break
+        self.held_of[key] = (held, self.head_seq)
         return held
 
     def unverified_count(self) -> int:
