@@ -98,3 +98,29 @@ def test_a_waiting_report_is_answered_when_the_answer_changes_or_may_be_lost() -
     assert answered(0)
     assert not answered(50)
     assert answered(50 + r.answer_again_ms)
+
+
+def test_replicas_waiting_for_one_cut_tell_each_other_what_they_hold() -> None:
+    """Replica 1 decided origin 2's cut at 10 from replica 4's report, and replica 3 took
+    that settled cut as it was, never reporting; then replica 4 stopped for good. Each of
+    1 and 3 lacked the other's report, so the cut never came down (simulator, seed 10010842
+    with three nodes and ``--partitions``, where a lane sent back to a closed epoch took its
+    cut without reports). A waiting report tells what its replica holds, which counts."""
+    one = Lane(2, repair_after_ms=50, cut_grace_ms=100, epoch=7, state=LaneState.CUTTING)
+    one.contig, one.cut_at, one.cut_reports = 5, 10, {1: 5, 4: 10}
+    three = Lane(2, repair_after_ms=50, cut_grace_ms=100, epoch=7, state=LaneState.CUTTING)
+    three.contig, three.cut_at = 4, 10
+    lanes_1, lanes_3 = {2: one, 1: Lane(1, 50, 100)}, {2: three, 3: Lane(3, 50, 100)}
+    lanes_1[3], lanes_3[1] = Lane(3, 50, 100), Lane(1, 50, 100)
+    cut.settle(lanes_3, 3, {1, 3}, 2, head=3, elapsed_ms=0)
+    (told_3,) = cut.reports(lanes_3, {})
+    assert told_3.settled and told_3.waiting and told_3.held == 4
+    assert cut.take_report(lanes_1, 3, told_3) and one.cut_reports[3] == 4
+    assert not cut.take_report(lanes_1, 3, told_3), "told once: nothing changes"
+    (told_1,) = cut.reports(lanes_1, {})
+    assert cut.take_report(lanes_3, 1, told_1) and three.cut_reports[1] == 5
+    cut.settle(lanes_1, 1, {1, 3}, 2, head=3, elapsed_ms=0)
+    assert cut.settle(lanes_1, 1, {1, 3}, 2, head=3, elapsed_ms=100) == (True, [])
+    assert one.cut_at == 5 and lanes_1[2].state is LaneState.CUT
+    assert cut.settle(lanes_3, 3, {1, 3}, 2, head=3, elapsed_ms=100) == (False, [(2, 7, 4, 5)])
+    assert three.cut_at == 5, "it comes down, and replica 1's txs are repaired up to it"

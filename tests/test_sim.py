@@ -594,14 +594,17 @@ def test_the_checker_catches_one_round_acks_behind_partitions(
     verified the chain without them with node 2, while node 3, still isolated, verified the
     first chain with node 1's old vote: the open gap of a vote counted before its voter
     retreated. As built, a read and an acknowledgement wait for a quorum's marks, and node 1
-    never marked the first chain. Seed 9981351 (3 nodes) was found the same way."""
-    seeds = (9980153, 9981351)
-    for seed in seeds:
+    never marked the first chain. Seed 9981351 (3 nodes) was found the same way; since waiting
+    cut reports tell what their replicas hold (2026-12-04) it runs another course, and keeps one
+    timeline even acknowledged at the verified seq, but the gap is not closed: 9994441 (5 nodes,
+    fsync never, found with 9993118 below) still breaks it that way."""
+    for seed in (9980153, 9981351):
         assert run_seed(seed, 3, partitions=True).acked > 0
+    assert run_seed(9994441, 5, partitions=True).acked > 0
     monkeypatch.setattr(StreamReplica, "acked_seq", property(lambda self: self.verified_seq))
-    for seed in seeds:
+    for seed, nodes in ((9980153, 3), (9994441, 5)):
         with pytest.raises(InvariantViolation, match="one timeline"):
-            run_seed(seed, 3, partitions=True)
+            run_seed(seed, nodes, partitions=True)
 
 
 def test_never_keeps_one_timeline_behind_one_way_cuts() -> None:

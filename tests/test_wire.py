@@ -68,6 +68,7 @@ messages = st.one_of(
                 st.booleans(),
                 st.booleans(),
                 st.booleans(),
+                u64,
             ),
             max_size=3,
         ).map(tuple),
@@ -135,7 +136,7 @@ def test_garbage_mesh_frames_raise_malformed_frame_only(body: bytes) -> None:
         mesh.decode(body)
 
 
-V11_REPORT = [1, 1, 1, True, False, False]  # a cut report without the waiting flag
+V11_REPORT = [1, 1, 1, True, False, False]  # a cut report of version 11 (nothing of waiting)
 
 
 @pytest.mark.parametrize(
@@ -181,7 +182,7 @@ V11_REPORT = [1, 1, 1, True, False, False]  # a cut report without the waiting f
         msgpack.packb(  # an ack whose report is not a bool where one is asked
             [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [[1, 1, 1, 1, 0]], 0, 0, b"", 0, 0, True]
         ),
-        msgpack.packb(  # an ack whose report has the fields of version 11 (no waiting flag)
+        msgpack.packb(  # an ack whose report has the fields of version 11
             [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [V11_REPORT], 0, 0, b"", 0, 0, True]
         ),
         msgpack.packb([1, 3]),  # another version
@@ -204,7 +205,7 @@ def test_the_refused_shapes_differ_from_good_frames_only_where_they_say() -> Non
     tx = [2, 1, 3, 4, "p", 4, b"", None, [["h", b""]]]
     assert mesh.decode(msgpack.packb([mesh.VERSION, 1, "s", 1, 1, 1, [tx]]))
     assert mesh.decode(msgpack.packb([mesh.VERSION, 3, 1, 1, 1, [], [[1, 0]], False, [], []]))
-    report = [1, 1, 1, True, False, False, True]
+    report = [1, 1, 1, True, False, False, True, 0]
     ack = [mesh.VERSION, 2, "s", 1, 0, 0, 0, 0, b"", 0, [report], 0, 0, b"", 0, 0, False]
     assert mesh.decode(msgpack.packb(ack))
 

@@ -55,6 +55,12 @@ def take_report(lanes: dict[int, Lane], reporter: int, report: OriginReport) -> 
     if lane.state is not LaneState.CUTTING:
         return changed or (asking and lane.cut_at is not None)
     if report.settled:
+        if report.waiting and lane.cut_reports.get(reporter) != report.held:
+            # what the reporter holds, told while it waits too: the cut comes down once every
+            # live replica said what it holds, and a replica that took a settled cut from
+            # another one never reported before (``settle``)
+            lane.cut_reports[reporter] = report.held
+            changed = True
         if lane.cut_at is None or report.contig < lane.cut_at:
             # a replica already decided where the epoch ends: follow it, so that a replica
             # that was away (the suspect itself, say) ends it at the same place. Replicas that
@@ -153,7 +159,12 @@ def reports(lanes: dict[int, Lane], owed: dict[tuple[int, int], int]) -> tuple[O
             found.append(OriginReport(lane.origin, lane.epoch, lane.contig))
         elif lane.state in (LaneState.CUTTING, LaneState.CUT) and lane.cut_at is not None:
             waiting = lane.state is LaneState.CUTTING and lane.contig < lane.cut_at
-            found.append(OriginReport(lane.origin, lane.epoch, lane.cut_at, True, waiting=waiting))
+            held = lane.contig if waiting else 0
+            found.append(
+                OriginReport(
+                    lane.origin, lane.epoch, lane.cut_at, True, False, False, waiting, held
+                )
+            )
         elif lane.closed is not None:
             found.append(OriginReport(lane.origin, *lane.closed, settled=True))
     return tuple(found)

@@ -151,9 +151,11 @@ class OriginReport:
     remembers, to a replica that still cuts it; it asks for nothing in return. A
     ``restored`` report comes from a replica that restarted: the last seq of the origin's
     epoch its log held past its verified mark, so peers fold nothing past it without it. A
-    settled report is ``waiting`` while its replica lacks txs up to the cut: a replica whose
-    lane left the epoch behind answers it whenever it holds less of it than the cut (the cut
-    comes down once every live replica said what it holds), and a final cut asks nothing."""
+    settled report is ``waiting`` while its replica lacks txs up to the cut, and then tells
+    what it ``held`` of the epoch: a replica whose lane left the epoch behind answers it
+    whenever it holds less of it than the cut, and one cutting it too counts ``held`` as its
+    report (the cut comes down once every live replica said what it holds); a final cut asks
+    nothing."""
 
     origin: int
     epoch: int
@@ -162,6 +164,7 @@ class OriginReport:
     answer: bool = False  # what a replica holds of an epoch it is not cutting, when asked
     restored: bool = False  # what a restarted replica's unverified tail holds of the epoch
     waiting: bool = False  # settled, and its replica still lacks txs up to the cut
+    held: int = 0  # while waiting: every tx of the epoch up to here is held by its replica
 
 
 @dataclass(frozen=True, slots=True, init=False)

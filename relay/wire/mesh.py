@@ -69,7 +69,7 @@ _U = Annotated[int, msgspec.Meta(ge=0)]
 _ACK_ROW = msgspec.msgpack.Decoder(
     tuple[
         int, int, str, _U, _U, _U, _U, _U, bytes, _U,
-        list[tuple[_U, _U, _U, bool, bool, bool, bool]], _U, _U, bytes, _U, _U, bool,
+        list[tuple[_U, _U, _U, bool, bool, bool, bool, _U]], _U, _U, bytes, _U, _U, bool,
     ]
 )  # fmt: skip
 _BUNDLE_ROW = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
@@ -127,7 +127,7 @@ def _fields(message: MeshMessage) -> tuple[bytes, list[Any]]:
         return topic(Channel.TX, m.stream), body
     if isinstance(m, StreamAck):
         reports = [
-            [r.origin, r.epoch, r.contig, r.settled, r.answer, r.restored, r.waiting]
+            [r.origin, r.epoch, r.contig, r.settled, r.answer, r.restored, r.waiting, r.held]
             for r in m.reports
         ]
         body = [
