@@ -631,6 +631,15 @@ def test_a_lost_answer_and_a_restored_tail_nobody_made_readable() -> None:
     assert run_seed(30200407, 5, partitions=True).acked > 0
 
 
+def test_the_checker_takes_the_readable_records_a_lagging_mark_does_not_cover() -> None:
+    """Found by the campaign of 2026-12-04 (seed 10390314, 3 nodes): node 3's disk refused
+    writes while it made a stream readable and shed it from its ring in one turn; the checker
+    extended its reference only from log records under the log's written mark, which the
+    refused writes held back, and a consumer then read from that log what the reference
+    lacked. What the ring shed is readable, under the written mark or not."""
+    assert run_seed(10390314, 3).acked > 0
+
+
 def test_an_ack_waits_for_the_write_that_holds_its_vote() -> None:
     """Found by the campaign of 2026-12-02 (fsync never): node 3's disk refused writes while
     its acks still went out, with a vote and a mark its page cache did not hold; a process

@@ -192,10 +192,12 @@ class InvariantChecker:
     def _extend_from_log(
         ref: StreamReference, name: str, log: LogState | None, upto_seq: int
     ) -> bool:
-        """Extend ``ref`` with what ``log`` holds verified after it, up to ``upto_seq``; True
-        if the reference then reaches ``upto_seq``."""
+        """Extend ``ref`` with what ``log`` holds after it, up to ``upto_seq``, which is
+        readable (the ring sheds only readable entries, and a restored timeline is judged
+        once it is readable where it starts), so under the log's written mark or not: with a
+        refused write that mark lags; True if the reference then reaches ``upto_seq``."""
         end = ref.seqs[-1] if ref.seqs else 0
-        if log is None or log.base_seq > end or log.verified < upto_seq:
+        if log is None or log.base_seq > end:
             return False
         if log.base_seq < end and end not in log.seqs:
             return False  # the log continues another chain: the index check will say so
