@@ -97,7 +97,7 @@ def test_a_waiting_report_is_answered_when_the_answer_changes_or_may_be_lost() -
 
     assert answered(0)
     assert not answered(50)
-    assert answered(50 + r.answer_again_ms)
+    assert answered(50 + r.waiting_answers.again_ms)
 
 
 def test_replicas_waiting_for_one_cut_tell_each_other_what_they_hold() -> None:

@@ -17,6 +17,7 @@ from relay.core.messages import OriginReport
 from relay.core.timeline import Timeline
 
 RepairNeed = tuple[int, int, int, int]  # (origin, epoch, after, upto)
+ANSWERED_KEPT = 16  # epochs whose last answer to a waiting report a replica remembers
 
 
 def suspect(lanes: dict[int, Lane], origin: int, epoch: int) -> bool:
@@ -161,10 +162,31 @@ def reports(lanes: dict[int, Lane], owed: dict[tuple[int, int], int]) -> tuple[O
             waiting = lane.state is LaneState.CUTTING and lane.contig < lane.cut_at
             held = lane.contig if waiting else 0
             found.append(
-                OriginReport(
-                    lane.origin, lane.epoch, lane.cut_at, True, False, False, waiting, held
-                )
+                OriginReport(lane.origin, lane.epoch, lane.cut_at, True, waiting=waiting, held=held)
             )
         elif lane.closed is not None:
             found.append(OriginReport(lane.origin, *lane.closed, settled=True))
     return tuple(found)
+
+
+class WaitingAnswers:
+    """When a replica answers a report waiting for the cut of an epoch its lane left: when
+    what it holds of the epoch changed since it last answered, or the answer may have been
+    lost (``again_ms`` passed); not at every ack that carries the report, as an answer can
+    itself draw an ack (a replica answers one that looks behind it)."""
+
+    __slots__ = ("again_ms", "last")
+
+    def __init__(self, again_ms: int) -> None:
+        self.again_ms = again_ms
+        # (origin, epoch) -> (highest held, when) of the last answer
+        self.last: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def due(self, key: tuple[int, int], held: int, elapsed_ms: int) -> bool:
+        last = self.last.get(key)
+        if last is not None and last[0] == held and elapsed_ms - last[1] < self.again_ms:
+            return False
+        if last is None and len(self.last) >= ANSWERED_KEPT:
+            self.last.clear()
+        self.last[key] = (held, elapsed_ms)
+        return True

@@ -50,8 +50,6 @@ from relay.core.rebuild import (
 from relay.core.timeline import RingBytes, Timeline
 from relay.core.votes import Votes
 
-ANSWERED_KEPT = 16  # epochs whose last answer to a waiting report a replica remembers
-
 
 @dataclass(frozen=True, slots=True)
 class StreamLimits:
@@ -131,9 +129,7 @@ class StreamReplica:
         self.marks_told = MarkTelling(self.votes, self.peers, quorum, limits.mark_again_ms)
         self.late_txs = 0
         self.owed_reports: dict[tuple[int, int], int] = {}  # (origin, epoch) -> highest held
-        # (origin, epoch) -> (highest held, when) of the last answer to a waiting report
-        self.waiting_answered: dict[tuple[int, int], tuple[int, int]] = {}
-        self.answer_again_ms = limits.repair_after_ms
+        self.waiting_answers = cut.WaitingAnswers(limits.repair_after_ms)
         # the replicas heard since this one began (itself counted): it folds nothing until a
         # quorum of them told it what their restored tails hold (``take_restored``)
         self.heard: set[int] | None = {self_id} if quorum > 1 else None
@@ -186,19 +182,6 @@ class StreamReplica:
             self._ack_owed = True
         return False
 
-    def _answer_due(self, key: tuple[int, int], held: int, elapsed_ms: int) -> bool:
-        """Whether to answer a report waiting for a cut of the epoch ``key`` this replica's
-        lane left: when what it holds of it changed since it last answered, or the answer
-        may have been lost (``repair_after_ms`` passed); not at every ack that carries it, as
-        an answer can itself draw an ack (a replica answers one that looks behind it)."""
-        last = self.waiting_answered.get(key)
-        if last is not None and last[0] == held and elapsed_ms - last[1] < self.answer_again_ms:
-            return False
-        if last is None and len(self.waiting_answered) >= ANSWERED_KEPT:
-            self.waiting_answered.clear()
-        self.waiting_answered[key] = (held, elapsed_ms)
-        return True
-
     def take_chain(self, origin: int, txs: Sequence[Tx]) -> None:
         """An origin's txs of its current epoch in seq order (a ``Replicate``, or this
         node's own new txs)."""
@@ -240,7 +223,7 @@ class StreamReplica:
             if cut.owed(self.lanes, report, self.timeline):
                 key = (report.origin, report.epoch)
                 held = self.timeline.last_of(report.origin, report.epoch)
-                if not report.settled or self._answer_due(key, held, elapsed_ms):
+                if not report.settled or self.waiting_answers.due(key, held, elapsed_ms):
                     self.owed_reports[key] = held
                     self._ack_owed = True
         if self.recovery is not None:
