@@ -131,7 +131,7 @@ class Shell:
                 if event.client != INTERNAL:
                     why = f"{event.stream!r} is a work group's control stream: only nodes write it"
                     refused = PublishReply(
-                        event.client, event.req_id, Rejected(errors.FORBIDDEN, why), 0
+                        event.client, event.req_id, Rejected(errors.FORBIDDEN, why)
                     )
                     self.clients.reply(refused)
                     continue

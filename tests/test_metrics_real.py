@@ -111,6 +111,27 @@ def test_a_request_takes_one_stream_batch_max_messages_and_bounded_payload_bytes
     assert samples(cluster, 1)[key] - before == 3 + 2 + 2  # [a3 b2 a3], [4 big, 1], [b8, b2]
 
 
+def test_the_quorum_latency_is_timed_by_the_node_from_arrival_to_answer(
+    cluster: LocalCluster,
+) -> None:
+    """Each answered publish request is observed once, in the node's own time from its
+    arrival to its answer: within what the producer waited, and finer than a millisecond."""
+    count, total = "relay_quorum_latency_seconds_count", "relay_quorum_latency_seconds_sum"
+    before = samples(cluster, 1)
+    with Producer(config=cluster.config_path, node=1) as producer:
+        started = time.perf_counter()
+        for i in range(20):
+            future = producer.send("metrics.latency", b"%d" % i)
+            producer.flush()
+            future.result()
+        waited = time.perf_counter() - started
+    after = samples(cluster, 1)
+    assert after[(count, ())] - before[(count, ())] == 20
+    timed = after[(total, ())] - before[(total, ())]
+    assert 0 < timed < waited
+    assert abs(timed * 1000 - round(timed * 1000)) > 1e-6  # not whole milliseconds
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_promtool_check_metrics_passes_on_every_node(cluster: LocalCluster) -> None:
     for node_id in (1, 2, 3):

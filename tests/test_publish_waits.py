@@ -34,24 +34,24 @@ def test_a_request_keyed_by_an_original_waits_for_what_a_refold_decides(refold: 
     )
     state = cast(StreamReplica, SimpleNamespace(stream="s", dedup=dedup, timeline=timeline))
     publishes = Publishes(10_000)
-    pending = publishes.start(0, PublishRequested(b"c", 2, "s", "p", (Item(1, b"one"),)), 0)
+    pending = publishes.start(0, PublishRequested(b"c", 2, "s", "p", (Item(1, b"one"),)))
     pending.seqs[:] = [RETRY]
     publishes.wait("s", pending)
-    assert publishes.resolve(1, state) == []  # keyed by the first copy now, not yet verified
+    assert publishes.resolve(state) == []  # keyed by the first copy now, not yet verified
     if refold == "keeps the retry":  # the first copy's coordinator was cut before a quorum
         dedup.truncate(50)
         _, digests, _ = dedup.fold_each([tx(OTHER, 2, 3), tx(RETRY, 1, 2)], 50, genesis("s"))
         timeline.seqs, timeline.digests = [OTHER, RETRY], digests
         timeline.readable_seq = OTHER  # the retry's own seq is not verified
-        assert publishes.resolve(2, state) == []
+        assert publishes.resolve(state) == []
         timeline.readable_seq = RETRY
-        (reply,) = publishes.resolve(3, state)
+        (reply,) = publishes.resolve(state)
         assert reply.body == PublishResults((Acked(RETRY, digests[1]),))
     else:  # the first copy is verified; the refold after it has not folded the retry again
         dedup.truncate(FIRST)
         timeline.seqs, timeline.digests = [FIRST], [first_digest[0]]
         timeline.readable_seq = FIRST
-        assert publishes.resolve(2, state) == []  # not "not_committed": it is at FIRST
+        assert publishes.resolve(state) == []  # not "not_committed": it is at FIRST
         dedup.fold_each([tx(OTHER, 2, 3), tx(RETRY, 1, 2)], FIRST, first_digest[0])
-        (reply,) = publishes.resolve(3, state)
+        (reply,) = publishes.resolve(state)
         assert reply.body == PublishResults((Acked(FIRST, first_digest[0]),))

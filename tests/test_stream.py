@@ -504,7 +504,7 @@ def test_two_copies_of_a_key_in_one_request_follow_the_first() -> None:
     publishes = Publishes(5000)
     items = (Item(5, b"A"), Item(5, b"A"), Item(5, b"B"), Item(6, b"C"))
     req = PublishRequested(b"c", 1, "s", "p", items)
-    pending = publishes.start(0, req, 0)
+    pending = publishes.start(0, req)
     fresh, copies = attach_retries(r, req, pending)
     assert [item.payload for item in fresh] == [b"A", b"C"]
     origin = Origin(1, 7, BASE)
@@ -516,7 +516,7 @@ def test_two_copies_of_a_key_in_one_request_follow_the_first() -> None:
     assert isinstance(third, Rejected) and third.code == errors.CONFLICT
     assert pending.results[:2] == [None, None]
     retry = PublishRequested(b"c", 2, "s", "p", (Item(5, b"A"),))
-    again = publishes.start(0, retry, 0)
+    again = publishes.start(0, retry)
     assert attach_retries(r, retry, again) == ([], [])
     assert again.seqs == [txs[0].seq] and again.results == [None]
 
@@ -576,7 +576,7 @@ def test_a_retry_and_a_reuse_of_a_key_in_flight_are_answered_with_the_first_copy
     origin = Origin(1, 7, BASE)
     now = Now(1_800_000_000_000, 0)
     first = PublishRequested(b"c", 1, "s", "p", (Item(5, b"A"),))
-    pending = publishes.start(0, first, 0)
+    pending = publishes.start(0, first)
     fresh, copies = attach_retries(r, first, pending)
     txs = origin.originate("s", now, "p", fresh)
     r.take_chain(1, txs)
@@ -584,14 +584,14 @@ def test_a_retry_and_a_reuse_of_a_key_in_flight_are_answered_with_the_first_copy
     publishes.wait("s", pending)
     for req_id, payload in ((2, b"A"), (3, b"B")):  # both arrive while the first is in flight
         req = PublishRequested(b"c", req_id, "s", "p", (Item(5, payload),))
-        again = publishes.start(0, req, 0)
+        again = publishes.start(0, req)
         assert attach_retries(r, req, again) == ([], [])
         publishes.wait("s", again)
     promise_all(r, txs[-1].seq)
     stabilize(r)
     take_vote(r, 2, r.timeline.head_seq, r.timeline.head_digest)
     r.timeline.readable_seq = r.timeline.verified_seq
-    replies = publishes.resolve(0, r)
+    replies = publishes.resolve(r)
     answers = {reply.req_id: reply.body.results[0] for reply in replies}  # type: ignore[union-attr]
     digest = fold(genesis("s"), txs[0].seq, 1, "p", 5, b"A")
     assert answers[1] == answers[2] == (txs[0].seq, digest)

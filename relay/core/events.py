@@ -266,20 +266,14 @@ class PublishReply:
     client: bytes
     req_id: int
     body: PublishResults | Rejected | Redirect
-    latency_ms: int
 
     # written out, so that mypyc compiles it (docs/design.md, Compiled)
     def __init__(
-        self,
-        client: bytes,
-        req_id: int,
-        body: PublishResults | Rejected | Redirect,
-        latency_ms: int,
+        self, client: bytes, req_id: int, body: PublishResults | Rejected | Redirect
     ) -> None:
         object.__setattr__(self, "client", client)
         object.__setattr__(self, "req_id", req_id)
         object.__setattr__(self, "body", body)
-        object.__setattr__(self, "latency_ms", latency_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -323,7 +323,7 @@ class NodeCore:
             others = tuple(sorted(self.peers.by_id))
             why = f"node {self.node_id} is {self.state.value}"
             refused = Rejected(errors.UNAVAILABLE, why, others)
-            out.extend(self.publishes.fail_all(self.elapsed_ms, refused))
+            out.extend(self.publishes.fail_all(refused))
             for fetch in self.parked.all():
                 self._answer(out, fetch, self._read_of(fetch), park=False)
 
@@ -353,7 +353,7 @@ class NodeCore:
             if moved:  # after to_persist: a trim never takes what the log is yet to be told
                 self._verified(out, name, state)
             if serving:  # a node that does not serve acknowledges nothing
-                out.extend(self.publishes.resolve(elapsed, state))
+                out.extend(self.publishes.resolve(state))
             if state.owes_ack:
                 out.append(Broadcast(self._ack(now, name, state, floor, claim)))
         self.stream_set.shed(

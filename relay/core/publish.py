@@ -42,7 +42,6 @@ _MSG_ID, _PAYLOAD, _KEY, _HEADERS = itemgetter(0), itemgetter(1), itemgetter(2),
 class PendingPublish:
     client: bytes
     req_id: int
-    started_ms: int  # elapsed time it arrived
     deadline: Timeout
     seqs: list[int] = field(default_factory=list)  # per item: the seq it waits for
     results: list[Result] = field(default_factory=list)
@@ -204,12 +203,11 @@ class Publishes:
         self._skips_seen: dict[str, int] = {}  # stream -> its dedup's skips when last keyed
         self._order = 0
 
-    def start(self, elapsed_ms: int, req: PublishRequested, arrived_ms: int) -> PendingPublish:
-        """A request coordinated now that arrived at ``arrived_ms`` (earlier if it was held:
-        its latency counts from then; its deadline, from now)."""
+    def start(self, elapsed_ms: int, req: PublishRequested) -> PendingPublish:
+        """A request coordinated now (its deadline counts from now, even if it was held)."""
         deadline = Timeout(self.timeout_ms)
         deadline.start(elapsed_ms)
-        pending = PendingPublish(req.client, req.req_id, arrived_ms, deadline)
+        pending = PendingPublish(req.client, req.req_id, deadline)
         pending.results = [None] * len(req.items)
         self.pending.append(pending)
         return pending
@@ -224,7 +222,7 @@ class Publishes:
         heap = self.waiters.get(stream, [])
         return min((min(p.seqs) for _, _, p in heap if not p.done), default=SEQ_MAX)
 
-    def resolve(self, elapsed_ms: int, state: StreamReplica) -> list[PublishReply]:
+    def resolve(self, state: StreamReplica) -> list[PublishReply]:
         """Answer the requests of this stream whose seqs are all verified now."""
         heap = self.waiters.get(state.stream)
         replies: list[PublishReply] = []
@@ -247,7 +245,7 @@ class Publishes:
                 # the usual request: new txs, in the timeline in a row
                 answers = zip(pending.seqs, timeline.digests[j : j + count], strict=True)
                 pending.results[:] = map(_new_tuple, repeat(Acked), answers)
-                replies.append(self._finish(elapsed_ms, pending))
+                replies.append(self._finish(pending))
                 continue
             for i, seq in enumerate(pending.seqs):
                 if results[i] is not None:
@@ -275,7 +273,7 @@ class Publishes:
             if waiting:
                 self.wait(state.stream, pending)
             else:
-                replies.append(self._finish(elapsed_ms, pending))
+                replies.append(self._finish(pending))
         if not heap:
             del self.waiters[state.stream]
             self._skips_seen.pop(state.stream, None)
@@ -301,13 +299,13 @@ class Publishes:
         self.waiters[state.stream] = heap
         return heap
 
-    def fail_all(self, elapsed_ms: int, rejected: Rejected) -> list[PublishReply]:
+    def fail_all(self, rejected: Rejected) -> list[PublishReply]:
         """The node stopped serving: nothing waiting can be acknowledged from here."""
         replies = []
         for pending in self.pending:
             if not pending.done:
                 self._fill(pending, rejected)
-                replies.append(self._finish(elapsed_ms, pending))
+                replies.append(self._finish(pending))
         return replies
 
     def expire(self, elapsed_ms: int) -> list[PublishReply]:
@@ -324,7 +322,7 @@ class Publishes:
                     "retry with the same message id",
                 ),
             )
-            replies.append(self._finish(elapsed_ms, pending))
+            replies.append(self._finish(pending))
         return replies
 
     @staticmethod
@@ -334,12 +332,10 @@ class Publishes:
                 pending.results[i] = rejected
 
     @staticmethod
-    def _finish(elapsed_ms: int, pending: PendingPublish) -> PublishReply:
+    def _finish(pending: PendingPublish) -> PublishReply:
         pending.done = True
         results = tuple(r for r in pending.results if r is not None)
-        return PublishReply(
-            pending.client, pending.req_id, PublishResults(results), elapsed_ms - pending.started_ms
-        )
+        return PublishReply(pending.client, pending.req_id, PublishResults(results))
 
 
 def conflict(producer_id: str, msg_id: int, seq: int) -> Rejected:

@@ -88,9 +88,9 @@ class PublishIntake:
             why = f"{self.held_count} publishes ({self.held_bytes} bytes) are held here; retry"
             refused = Rejected(errors.UNAVAILABLE, why)
         if refused is not None:
-            out.append(PublishReply(req.client, req.req_id, refused, 0))
+            out.append(PublishReply(req.client, req.req_id, refused))
         else:
-            self._coordinate(now, req, now.elapsed_ms)
+            self._coordinate(now, req)
 
     def release(self, out: list[Effect], now: Now, gate: Gate) -> None:
         """Take (or refuse) each stream's held requests, in order, as far as they may go."""
@@ -108,9 +108,9 @@ class PublishIntake:
                 self.held_count -= 1
                 self.held_bytes -= size
                 if refused is not None:
-                    out.append(PublishReply(req.client, req.req_id, refused, 0))
+                    out.append(PublishReply(req.client, req.req_id, refused))
                 else:
-                    self._coordinate(now, req, arrived_ms)
+                    self._coordinate(now, req)
             if not held:
                 del self.on_hold[stream]
 
@@ -127,9 +127,9 @@ class PublishIntake:
         state = self.stream_set.by_name[req.stream]
         return unadmitted(state, self.peers.up_nodes(), admitted)
 
-    def _coordinate(self, now: Now, req: PublishRequested, arrived_ms: int) -> None:
+    def _coordinate(self, now: Now, req: PublishRequested) -> None:
         state = self.stream_set.by_name[req.stream]
-        pending = self.publishes.start(now.elapsed_ms, req, arrived_ms)
+        pending = self.publishes.start(now.elapsed_ms, req)
         fresh, copies = attach_retries(state, req, pending)
         if fresh:
             txs = self.origin.originate(req.stream, now, req.producer_id, fresh)
