@@ -43,9 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent
 NATS_SERVER = shutil.which("nats-server", path=str(Path(sys.executable).parent))
 OPEN_LOOP_RATE = 20_000  # tx/s with a consumer attached: the latency targets' fixed load
 LONE = ("--window", "1", "--batch", "1")
-# a run of the peer's measures that failed is tried once more, saying why, before the report
-# gives up (one of three rounds failed once and its command ran clean alone just after)
-NATS_ATTEMPTS = 2
+# a run of a comparison program (the peer's measures, the ceiling) that failed is tried once
+# more, saying why, before the report gives up (one of three rounds failed once and its command
+# ran clean alone just after); relay's own measures are not retried
+COMPARISON_ATTEMPTS = 2
 
 
 def run_json(*args: str) -> dict[str, Any]:
@@ -60,6 +61,23 @@ def run_json(*args: str) -> dict[str, Any]:
     )
     report: dict[str, Any] = json.loads(out.stdout)
     return report
+
+
+def run_comparison(what: str, *args: str) -> dict[str, Any]:
+    """``run_json`` of a comparison program, tried ``COMPARISON_ATTEMPTS`` times."""
+    for attempt in range(1, COMPARISON_ATTEMPTS + 1):
+        try:
+            return run_json(*args)
+        except subprocess.CalledProcessError as exc:
+            said = (exc.stderr or "").strip().splitlines()[-5:]
+            print(
+                f"{what}: {Path(args[0]).name} exited {exc.returncode} "
+                f"(attempt {attempt} of {COMPARISON_ATTEMPTS}):", *said, sep="\n  ",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+            if attempt == COMPARISON_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 def bench(config: Path, *args: str) -> dict[str, Any]:
@@ -140,8 +158,9 @@ def fresh_peak(nodes: int, count: int, overrides: dict[str, str], stream: str) -
 
 
 def measure_ceiling(count: int, nodes: int) -> dict[str, Any]:
-    return run_json(
-        str(ROOT / "scripts" / "ceiling.py"), "--count", str(count), "--nodes", str(nodes)
+    ceiling = str(ROOT / "scripts" / "ceiling.py")
+    return run_comparison(
+        f"the ceiling on {nodes} nodes", ceiling, "--count", str(count), "--nodes", str(nodes)
     )
 
 
@@ -175,19 +194,7 @@ def measure_nats(count: int) -> dict[str, dict[str, Any]] | None:
             "--count", str(min(count, 100_000)), *rates,
             "--publishers", str(NATS_PUBLISHERS),
         )  # fmt: skip
-        for attempt in range(1, NATS_ATTEMPTS + 1):
-            try:
-                found[name] = run_json(*command)
-                break
-            except subprocess.CalledProcessError as exc:
-                said = (exc.stderr or "").strip().splitlines()[-5:]
-                print(
-                    f"JetStream {name}: bench_nats.py exited {exc.returncode} "
-                    f"(attempt {attempt} of {NATS_ATTEMPTS}):", *said, sep="\n  ",
-                    file=sys.stderr, flush=True,
-                )  # fmt: skip
-                if attempt == NATS_ATTEMPTS:
-                    raise
+        found[name] = run_comparison(f"JetStream {name}", *command)
     return found
 
 
