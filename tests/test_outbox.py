@@ -56,7 +56,7 @@ class Rig:
 
     def admit(self, ids: range) -> None:
         for req_id in ids:
-            assert self.limits.admit(CLIENT, req_id, 10) is None
+            assert self.limits.admit(CLIENT, req_id, 10, 0) is None
 
     def fill(self) -> None:
         """Answers the client does not read, until some wait: the socket's queue and the

@@ -23,11 +23,12 @@ class ClientLimits:
         self.bounds = bounds
         self.total_bytes_max = total_bytes_max  # over every connection (the memory budget)
         self.total_bytes = 0
-        self.open: dict[tuple[bytes, int], int] = {}  # (connection, req id) -> its bytes
+        # (connection, req id) -> its bytes, and when it arrived (``time.perf_counter_ns``)
+        self.open: dict[tuple[bytes, int], tuple[int, int]] = {}
         self.held: dict[bytes, list[int]] = {}  # connection -> [requests, bytes] in flight
         self.waiting: set[tuple[bytes, int]] = set()  # open, but their answers wait to leave
 
-    def admit(self, client: bytes, req_id: int, size: int) -> Rejected | None:
+    def admit(self, client: bytes, req_id: int, size: int, arrived_ns: int) -> Rejected | None:
         """None if the request may go on; else its answer (``busy``, or ``bad_request`` for
         a request id already in flight on this connection)."""
         if (client, req_id) in self.open:
@@ -52,9 +53,14 @@ class ClientLimits:
             )
             return Rejected(errors.BUSY, why)
         self.total_bytes += size
-        self.open[(client, req_id)] = size
+        self.open[(client, req_id)] = (size, arrived_ns)
         self.held[client] = [held[0] + 1, held[1] + size]
         return None
+
+    def arrived_ns(self, client: bytes, req_id: int) -> int | None:
+        """When the request arrived, while it is open."""
+        entry = self.open.get((client, req_id))
+        return None if entry is None else entry[1]
 
     def answer_waits(self, client: bytes, req_id: int) -> None:
         """The request's answer waits to leave: it keeps its place in the connection's share,
@@ -64,9 +70,10 @@ class ClientLimits:
 
     def done(self, client: bytes, req_id: int) -> None:
         """The request's answer left (or it will get none)."""
-        size = self.open.pop((client, req_id), None)
-        if size is None:
+        entry = self.open.pop((client, req_id), None)
+        if entry is None:
             return
+        size = entry[0]
         self.waiting.discard((client, req_id))
         self.total_bytes -= size
         held = self.held[client]

@@ -91,9 +91,6 @@ class ClientPort:
         self.sock.setsockopt(zmq.MAXMSGSIZE, config.clients.request_bytes_max)
         self.memory = config.memory
         self.limits = ClientLimits(config.clients, config.memory.requests)
-        # (connection, req id) -> when an admitted publish arrived (perf_counter_ns), until
-        # its answer: as many as the limits admit
-        self.publish_arrived: dict[tuple[bytes, int], int] = {}
         self.outbox = ClientOutbox(
             self.sock,
             self.limits,
@@ -153,14 +150,14 @@ class ClientPort:
                 self.answer(client, request.req_id, Rejected(errors.BAD_REQUEST, untyped))
                 continue
             if isinstance(request, PublishFrame | FetchFrame | QueueRequestFrame):
-                refused = self.limits.admit(client, request.req_id, len(frames[1]))
+                arrived = time.perf_counter_ns()
+                refused = self.limits.admit(client, request.req_id, len(frames[1]), arrived)
                 if refused is not None:
                     self.metrics.errors.labels(refused.code).inc()
                     self.answer(client, request.req_id, refused)
                     continue
             if isinstance(request, PublishFrame):
                 q = request
-                self.publish_arrived[(client, q.req_id)] = time.perf_counter_ns()
                 events.append(PublishRequested(client, q.req_id, q.stream, q.producer_id, q.items))
             elif isinstance(request, FetchFrame):
                 f = request
@@ -256,7 +253,6 @@ class ClientPort:
     def reply(self, reply: PublishReply) -> None:
         """A publish's answer: its results, or why it was not taken."""
         body = reply.body
-        arrived = self.publish_arrived.pop((reply.client, reply.req_id), None)
         if isinstance(body, PublishResults):
             acked = list(map(type, body.results)).count(AckedResult)
             if acked == len(body.results):
@@ -264,7 +260,8 @@ class ClientPort:
             else:
                 self.metrics.publish_requests.labels("error").inc()
             self.metrics.published_txs.inc(acked)
-            if arrived is not None:
+            arrived = self.limits.arrived_ns(reply.client, reply.req_id)
+            if arrived is not None:  # admitted here (a work group's own publish is not)
                 self.metrics.quorum_latency.observe((time.perf_counter_ns() - arrived) / 1e9)
             self.send(reply.client, replies.encode_acks(reply.req_id, body), reply.req_id)
         else:
