@@ -595,10 +595,10 @@ def test_the_checker_catches_one_round_acks_behind_partitions(
     first chain with node 1's old vote: the open gap of a vote counted before its voter
     retreated. As built, a read and an acknowledgement wait for a quorum's marks, and node 1
     never marked the first chain. Seed 9981351 (3 nodes) was found the same way. Since marks
-    with ``always`` ride the next write (2026-12-04, docs/design.md, "One fsync round") both
-    run another course and keep one timeline even acknowledged at the verified seq; seed
-    9994441 (5 nodes, fsync never, found with 9993118 below) still breaks it that way, and
-    shows the checker catching it."""
+    with ``always`` ride the next write (2026-12-08, docs/design.md, "One fsync round") both
+    run another course and keep one timeline even acknowledged at the verified seq; the gap is
+    not closed: 9994441 (5 nodes, fsync never, found with 9993118 below) still breaks it that
+    way, and shows the checker catching it."""
     for seed in (9980153, 9981351):
         assert run_seed(seed, 3, partitions=True).acked > 0
     assert run_seed(9994441, 5, partitions=True).acked > 0
@@ -618,6 +618,28 @@ def test_never_keeps_one_timeline_behind_one_way_cuts() -> None:
     assert run_seed(9993118, 3, partitions=True).acked > 0
 
 
+def test_a_lost_answer_and_a_restored_tail_nobody_made_readable() -> None:
+    """Found by exploration runs of ``relay sim --partitions`` (2026-12-04, seeds from
+    30,200,000). Seed 30200452 (3 nodes): origin 1 told node 2 it held its old epoch's tx,
+    a refold gave the tx up, and its one answer saying so was cut off; node 3, the other
+    holder, crashed for good, and node 2's settled cut waited for the tx forever. Seed
+    30200407 (5 nodes): node 1 verified a compacted stream's tail with node 4 and crashed
+    before either made it readable; node 4 refolded it, and node 1 restarted from its log's
+    mark over that tail, which the checker held to the one history at once (readable nowhere,
+    it is a diverged replica's to sync: docs/design.md, Anti-entropy)."""
+    assert run_seed(30200452, 3, partitions=True).acked > 0
+    assert run_seed(30200407, 5, partitions=True).acked > 0
+
+
+def test_the_checker_takes_the_readable_records_a_lagging_mark_does_not_cover() -> None:
+    """Found by the campaign of 2026-12-04 (seed 10390314, 3 nodes): node 3's disk refused
+    writes while it made a stream readable and shed it from its ring in one turn; the checker
+    extended its reference only from log records under the log's written mark, which the
+    refused writes held back, and a consumer then read from that log what the reference
+    lacked. What the ring shed is readable, under the written mark or not."""
+    assert run_seed(10390314, 3).acked > 0
+
+
 def test_an_ack_waits_for_the_write_that_holds_its_vote() -> None:
     """Found by the campaign of 2026-12-02 (fsync never): node 3's disk refused writes while
     its acks still went out, with a vote and a mark its page cache did not hold; a process
@@ -627,20 +649,32 @@ def test_an_ack_waits_for_the_write_that_holds_its_vote() -> None:
     assert run_seed(10332447, 3).acked > 0
 
 
-def test_seeds_that_broke_one_fsync_round_pass_with_durable_marks() -> None:
+def test_seeds_that_broke_one_fsync_round_pass() -> None:
     """Found 2026-12-03 with a one-round design: an ack's mark the verified seq bounded by the
     sender's durable head, a mark moved alone written only with the next records, no answer
     waiting for a mark frame. Seeds 10350211 and 10355019 (5 nodes) then broke one timeline,
-    each after a power loss of every node (not traced; with marks written only with the next
-    records, acknowledged txs may sit only in restored tails, which a refold may give up).
+    each after a power loss of every node (traced for 10350211, docs/design.md, "A mark of
+    min(verified, durable head)": an acknowledged tx sat only in restored tails, and an
+    adopted slice and then a refold gave it up with its closed epoch).
     With a closed epoch's txs also put back at their seqs by a refold (the cut no longer
     lowered), seeds 20210053 and 20210086 (3 nodes, ``--partitions``)
-    never quiesced. As built (acknowledgements wait for durable marks) all four pass, and a
-    design that gives up durable marks has to pass them too."""
+    never quiesced. Since 2026-12-08 (one fsync round: restored tails pinned, a lane sent back
+    to a closed epoch's cut by an adopted slice) all four pass."""
     for seed in (10350211, 10355019):
         assert run_seed(seed, 5).acked > 0
     for seed in (20210053, 20210086):
         assert run_seed(seed, 3, partitions=True).acked > 0
+
+
+def test_a_restored_tx_of_an_older_epoch_is_placed_by_replicas_that_never_held_it() -> None:
+    """Found by the campaign of 2026-12-04 over the one-fsync-round candidate (seed 10370787,
+    5 nodes): after a power loss of every node, node 4's pinned restored tail held a tx of
+    its first epoch that nodes 1 and 3 had never held, and their lanes of node 4 had followed
+    its newer epoch; node 4's restored report sent a lane back to cut the older epoch only on
+    a replica that had just restarted itself, so with nodes 2 and 5 down (either may hold the
+    tx) the pin held and the stream never went quiet. A lane that has folded nothing of its
+    newer epoch past the verified seq now goes back too (docs/design.md, "One fsync round")."""
+    assert run_seed(10370787, 5).acked > 0
 
 
 def test_two_replicas_agree_after_the_third_stops_behind_one_way_cuts() -> None:
@@ -649,7 +683,7 @@ def test_two_replicas_agree_after_the_third_stops_behind_one_way_cuts() -> None:
     chain at the same seq with node 2, then stopped for good. Node 3's chain was never
     readable, but it gives a verified chain up only on two peers' word, and one is left
     (*docs/design.md*, Anti-entropy, the open gap). It was kept as a known failure until
-    marks with ``always`` rode the next write (2026-12-04): the seed then runs another course
+    marks with ``always`` rode the next write (2026-12-08): the seed then runs another course
     and the two agree, but the gap itself is not closed. Replayed as found, every mark told at
     once (``mark_again_ms`` 0)."""
     plan = SimPlan.draw(9990499, 3, partitions=True)

@@ -281,7 +281,7 @@ class TimelineRebuild:
     def _reposition(self, dropped: list[Tx], reopen: bool = True) -> None:
         """After the timeline changed under them, put every lane right after the new head
         and take back every held tx above it. With ``reopen`` (a peer's verified history
-        replaced the tail), a lane following a newer epoch while its closed epoch's cut lies
+        replaced the tail, or the log was restored), a lane following a newer epoch while its closed epoch's cut lies
         above the new head goes back to that epoch (``StreamReplica.reopen_closed``), so the
         txs of it up to the cut are placed again (a quorum may hold them in restored tails:
         docs/design.md, "One fsync round"). A refold does not: its replicas fold again from

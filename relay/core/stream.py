@@ -141,7 +141,9 @@ class StreamReplica:
         # state then, its txs meanwhile by seq, at most the ring's capacity): taken back once
         # the lane follows it again, dropped once it moves on to any other epoch
         self.held_back: dict[int, tuple[int, LaneState, dict[int, Tx]]] = {}
-        self.pinned_peers: dict[int, bool] = {}  # peer -> its last ack told a restored tail
+        # peer -> whether its last ack since it (or this replica) last began told a restored
+        # tail; a peer missing here is not heard yet, and may hold anything
+        self.pinned_peers: dict[int, bool] = {}
         # on a node whose disk was replaced: until the stream recovered, it counts for nothing
         recovers = forgot and Recovery.needed_for(len(self.peers), quorum)
         self.recovery = Recovery(len(self.peers), quorum) if recovers else None
@@ -266,7 +268,6 @@ class StreamReplica:
         lane = self.lanes[ack.sender]
         if lane.epoch == ack.epoch:
             lane.claim(ack.origin_last, max(ack.floor, ack.promise))
-        self.pinned_peers[ack.sender] = any(report.restored for report in ack.reports)
         for report in ack.reports:
             if report.restored:
                 self.take_restored(report)
@@ -289,6 +290,7 @@ class StreamReplica:
                 self.heard = None  # a quorum told what it restored: folding may start
         votes = self.votes
         if votes.take_round(ack.sender, (ack.epoch, ack.retreats), self.timeline):
+            self.pinned_peers[ack.sender] = any(report.restored for report in ack.reports)
             votes.take_mark(ack.sender, ack.epoch, ack.marked_seq, ack.marked_digest, self.timeline)
             contradicted = votes.take(
                 ack.sender,
@@ -372,10 +374,17 @@ class StreamReplica:
             seq = min(seq, timeline.next_after(timeline.verified_seq))
         return seq if self.recovery is None else min(seq, timeline.verified_seq)
 
+    def peer_restarted(self, peer: int) -> None:
+        """``peer`` restarted: what it voted before counts no more, and what its restored tail
+        holds is unknown until its next ack says."""
+        self.votes.forget_peer(peer)
+        self.pinned_peers.pop(peer, None)
+
     def pin_holds(self, peers: PeerStates) -> bool:
         """Whether the pinned restored tail's first entry past the verified seq may be held,
         as it is here, by a quorum (so acknowledged: it is kept). A peer may hold it unless it
-        is live, was heard since this replica began, and its last ack shows it cannot: its
+        is live, was heard since it and this replica last began, and its last ack shows it
+        cannot: its
         verified seq is below the entry and it tells no restored tail (had it acknowledged
         the entry, it verified it then, and kept it verified or restored it since), or tells
         one but verified as far as this replica and votes, entry by entry, another entry
@@ -387,8 +396,8 @@ class StreamReplica:
         first = timeline.next_after(verified)
         holders = 1
         for peer in self.peers:
-            if not peers.get(peer, (False, 0))[0] or peer not in votes.rounds:
-                holders += 1
+            if not peers.get(peer, (False, 0))[0] or peer not in self.pinned_peers:
+                holders += 1  # down, or not heard since it or this replica last began
                 continue
             theirs = votes.verified.get(peer, 0)
             if theirs >= first:
@@ -455,8 +464,10 @@ class StreamReplica:
         ``report.contig`` past its verified mark: a quorum may hold those txs durably, so
         nothing folds past them here without them. The lane of that epoch claims them (gap
         repair fetches them); an epoch not seen here is cut, so that the replicas agree where
-        it ends and fetch it whole; a lane that already followed a newer epoch, while this
-        replica has folded nothing yet, goes back to cut the restored one first."""
+        it ends and fetch it whole; a lane that already followed a newer epoch goes back to
+        cut the restored one first, while this replica has just restarted itself (it folds
+        nothing until a quorum told what it restored) or has folded nothing of that newer
+        epoch past its verified seq (no tail a refold must keep holds any of it)."""
         origin, epoch = report.origin, report.epoch
         lane = self.lanes.get(origin)
         if lane is None:
@@ -482,8 +493,9 @@ class StreamReplica:
         """Before ``origin``'s lane follows its newer epoch, cut the older ``epoch``, whose
         txs a quorum may hold (a restored tail): the lane goes back to cut it, holding what
         the timeline holds of it, and follows the newer one again once the cut settled
-        (``on_tick``; this node's own lane rejoins its epoch). Only a lane that holds
-        nothing yet goes back: the replica has folded nothing since it began."""
+        (``on_tick``; this node's own lane rejoins its epoch). Only an active lane that
+        holds nothing of its newer epoch unfolded goes back (``take_restored`` says when
+        what it folded of it allows)."""
         lane = self.lanes[origin]
         if lane.state is not LaneState.ACTIVE or lane.queue or lane.early:
             return
