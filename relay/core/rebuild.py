@@ -75,6 +75,7 @@ class TimelineRebuild:
         log: LogCursor,
         retake: Callable[[Tx], bool],
         reopen: Callable[[int], None],
+        restored_above: Callable[[int, int, int], bool],
     ) -> None:
         self.lanes = lanes
         self.timeline = timeline
@@ -85,6 +86,8 @@ class TimelineRebuild:
         self.log = log
         self.retake = retake  # the replica takes back a tx held above the new head
         self.reopen = reopen  # the replica's lane of an origin goes back to its closed epoch
+        # (origin, epoch, seq): whether a peer's restored tail holds that epoch past the seq
+        self.restored_above = restored_above
         # with votes_wait, a restored tail up to here is kept by a refold: a quorum may hold
         # it durably, so acknowledged (``StreamReplica.pin_holds`` says when it is let go)
         self.pinned_seq = 0
@@ -265,7 +268,7 @@ class TimelineRebuild:
         timeline = self.timeline
         keep = max(timeline.verified_seq, min(self.pinned_seq, timeline.head_seq))
         dropped = self._truncate(keep)
-        self._reposition(dropped, reopen=False)
+        self._reposition(dropped, refolding=True)
         self.catchup.apply(CatchupInput.REFOLDED, elapsed_ms)
         return len(dropped)
 
@@ -278,22 +281,28 @@ class TimelineRebuild:
         self.votes.forget_after(keep_upto)
         return dropped
 
-    def _reposition(self, dropped: list[Tx], reopen: bool = True) -> None:
+    def _reposition(self, dropped: list[Tx], refolding: bool = False) -> None:
         """After the timeline changed under them, put every lane right after the new head
-        and take back every held tx above it. With ``reopen`` (a peer's verified history
-        replaced the tail, or the log was restored), a lane following a newer epoch while its closed epoch's cut lies
-        above the new head goes back to that epoch (``StreamReplica.reopen_closed``), so the
-        txs of it up to the cut are placed again (a quorum may hold them in restored tails:
-        docs/design.md, "One fsync round"). A refold does not: its replicas fold again from
-        their own heads, and one that took back an epoch its peers gave up would part from
-        them again."""
+        and take back every held tx above it. With ``votes_wait``, a lane following a newer
+        epoch while its closed epoch's cut lies above the new head goes back to that epoch
+        (``StreamReplica.reopen_closed``), so the txs of it up to the cut are placed again (a
+        quorum may hold them in restored tails: docs/design.md, "One fsync round"). A refold
+        (``refolding``) sends a lane back only where a peer's restored tail holds that epoch
+        above the head: elsewhere its replicas fold again from their own heads, and one that
+        took back an epoch its peers gave up would part from them again."""
         head = self.timeline.head_seq
         held = list(dropped)
-        reopen &= self.log.votes_wait  # without it, no restored tail is kept for a quorum
+        reopen = self.log.votes_wait  # without it, no restored tail is kept for a quorum
         for origin, lane in list(self.lanes.items()):
             closed = lane.closed
             following = lane.state in (LaneState.ACTIVE, LaneState.WAITING)
-            if reopen and following and closed is not None and closed[1] > head:
+            if (
+                reopen
+                and following
+                and closed is not None
+                and closed[1] > head
+                and (not refolding or self.restored_above(origin, closed[0], head))
+            ):
                 held += lane.release_held()
                 self.reopen(origin)
                 lane = self.lanes[origin]

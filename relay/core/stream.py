@@ -124,6 +124,7 @@ class StreamReplica:
             self.log,
             self._retake,
             self.reopen_closed,
+            self.restored_above,
         )
         self._ack_owed = False  # this replica's next flush sends its peers an ack
         self.promise_sent = 0  # the promise of this node's last ack in the stream
@@ -141,9 +142,10 @@ class StreamReplica:
         # state then, its txs meanwhile by seq, at most the ring's capacity): taken back once
         # the lane follows it again, dropped once it moves on to any other epoch
         self.held_back: dict[int, tuple[int, LaneState, dict[int, Tx]]] = {}
-        # peer -> whether its last ack since it (or this replica) last began told a restored
-        # tail; a peer missing here is not heard yet, and may hold anything
-        self.pinned_peers: dict[int, bool] = {}
+        # peer -> the restored tail its last ack since it (or this replica) last began told,
+        # one report per origin of the stream; a peer missing here is not heard yet, and may
+        # hold anything
+        self.told_restored: dict[int, tuple[OriginReport, ...]] = {}
         # on a node whose disk was replaced: until the stream recovered, it counts for nothing
         recovers = forgot and Recovery.needed_for(len(self.peers), quorum)
         self.recovery = Recovery(len(self.peers), quorum) if recovers else None
@@ -290,7 +292,9 @@ class StreamReplica:
                 self.heard = None  # a quorum told what it restored: folding may start
         votes = self.votes
         if votes.take_round(ack.sender, (ack.epoch, ack.retreats), self.timeline):
-            self.pinned_peers[ack.sender] = any(report.restored for report in ack.reports)
+            self.told_restored[ack.sender] = tuple(
+                report for report in ack.reports if report.restored and report.origin in self.lanes
+            )
             votes.take_mark(ack.sender, ack.epoch, ack.marked_seq, ack.marked_digest, self.timeline)
             contradicted = votes.take(
                 ack.sender,
@@ -374,11 +378,21 @@ class StreamReplica:
             seq = min(seq, timeline.next_after(timeline.verified_seq))
         return seq if self.recovery is None else min(seq, timeline.verified_seq)
 
+    def restored_above(self, origin: int, epoch: int, seq: int) -> bool:
+        """Whether a peer's last ack told a restored tail holding ``origin``'s ``epoch`` past
+        ``seq`` (a quorum may hold those txs durably, so a refold here does not give them up:
+        docs/design.md, "One fsync round")."""
+        return any(
+            report.origin == origin and report.epoch == epoch and report.contig > seq
+            for told in self.told_restored.values()
+            for report in told
+        )
+
     def peer_restarted(self, peer: int) -> None:
         """``peer`` restarted: what it voted before counts no more, and what its restored tail
         holds is unknown until its next ack says."""
         self.votes.forget_peer(peer)
-        self.pinned_peers.pop(peer, None)
+        self.told_restored.pop(peer, None)
 
     def pin_holds(self, peers: PeerStates) -> bool:
         """Whether the pinned restored tail's first entry past the verified seq may be held,
@@ -396,13 +410,13 @@ class StreamReplica:
         first = timeline.next_after(verified)
         holders = 1
         for peer in self.peers:
-            if not peers.get(peer, (False, 0))[0] or peer not in self.pinned_peers:
+            if not peers.get(peer, (False, 0))[0] or peer not in self.told_restored:
                 holders += 1  # down, or not heard since it or this replica last began
                 continue
             theirs = votes.verified.get(peer, 0)
             if theirs >= first:
                 holders += 1
-            elif self.pinned_peers.get(peer, False):
+            elif self.told_restored[peer]:
                 holders += theirs < verified or votes.matched.get(peer, 0) >= first
         return holders >= self.quorum
 
