@@ -677,6 +677,17 @@ def test_a_restored_tx_of_an_older_epoch_is_placed_by_replicas_that_never_held_i
     assert run_seed(10370787, 5).acked > 0
 
 
+def test_a_refold_keeps_a_closed_epoch_that_a_peers_restored_tail_holds() -> None:
+    """Found by the campaign of 2026-12-08 over the one-fsync-round candidate (seed 10420271,
+    3 nodes): after a power loss of every node, with node 2 stopped for good, node 3's pinned
+    restored tail ended in a tx of node 1's first epoch, which node 1 had lost; node 1 cut
+    that epoch at the tx, repaired it and folded its new epoch after it, then refolded (no
+    quorum agreed), gave the tx up and lowered the closed cut to its head, and the stream
+    never went quiet. A refold now sends the lane back to a closed epoch that a peer's
+    restored tail holds above the new head (docs/design.md, "One fsync round")."""
+    assert run_seed(10420271, 3).acked > 0
+
+
 def test_two_replicas_agree_after_the_third_stops_behind_one_way_cuts() -> None:
     """Found by ``relay sim --partitions`` (2026-11-30), fsync always: node 3 verified a chain
     with node 1's vote; node 1, cut off from node 3, refolded and verified and marked another
