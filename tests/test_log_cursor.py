@@ -125,10 +125,9 @@ def test_a_refused_or_unsynced_mark_is_handed_again() -> None:
     """A write of the mark alone (records already durable) that the disk refused, or whose
     sync failed, was never made again: nothing else asked the log for a write or a sync, the
     durable mark stayed behind and the stream stayed unreadable past it (simulator, seed 128
-    with five nodes, once it ran the real storage with a failing disk). A mark moves alone
-    only without ``votes_wait`` (with it, the mark rides the next records)."""
+    with five nodes, once it ran the real storage with a failing disk)."""
     for sync in (False, True):
-        stream, cursor = Stream(), LogCursor(votes_wait=False)
+        stream, cursor = Stream(), LogCursor(votes_wait=True)
         stream.add(10)
         stream.timeline.verified_seq = stream.seq(5)
         first = stream.persist(cursor)
@@ -140,20 +139,3 @@ def test_a_refused_or_unsynced_mark_is_handed_again() -> None:
         again = cursor.pending("s", stream.timeline)
         assert again is not None, f"the mark was not handed again (sync={sync})"
         assert again.verified_seq == stream.seq(10) and again.generation > mark_only.generation
-
-
-def test_with_votes_wait_a_mark_that_moved_alone_rides_the_next_records() -> None:
-    """With ``fsync = "always"`` a mark written by itself cost every replica a sync of its own
-    in its loop right after the answer, which the next publish waited behind; it is not
-    written until records follow (docs/design.md, "One fsync round")."""
-    stream, cursor = Stream(), LogCursor(votes_wait=True)
-    stream.add(10)
-    stream.timeline.verified_seq = stream.seq(5)
-    first = stream.persist(cursor)
-    cursor.persisted(first.generation, stream.seq(10), stream.seq(5))
-    stream.timeline.verified_seq = stream.seq(10)
-    assert cursor.pending("s", stream.timeline) is None
-    stream.add(2)
-    riding = stream.persist(cursor)
-    assert [tx.seq for tx in riding.txs] == [stream.seq(11), stream.seq(12)]
-    assert riding.verified_seq == stream.seq(12)

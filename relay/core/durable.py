@@ -12,13 +12,14 @@ head: it never tells a peer it holds what a power loss could take from it, so a 
 agreement means a quorum's disks. Otherwise the vote is the stable head and the log trails it.
 
 Every ``Persist`` also records how far the timeline is verified (a *mark*); the disk reports
-which mark each sync covered, so the cursor knows which mark is durable (``durable_mark``): it
-is where a restart finds the timeline verified. The head a sync covered does not tell it: a
-mark written, with no new records, while an earlier sync of that head was running is not
-covered by that sync. With ``votes_wait`` a mark that moved alone is not written: it rides the
-next write of records (a publish is acknowledged once a quorum verified it on durable votes,
-and after a power loss of every node the restored tails keep it: docs/design.md, "One fsync
-round"), and it is written with the next records, or again after a refused write.
+which mark each sync covered, so the cursor knows which mark is durable (``durable_mark``) and,
+with ``votes_wait``, the replica reports it in its acks (otherwise its mark is its verified
+seq: ``StreamReplica.mark``). The head a sync covered does not tell it: a mark written, with no
+new records, while an earlier sync of that head was running is not covered by that sync, and
+counting it would let a reader be served a seq that a power loss of every node takes back. A
+publish is acknowledged only once a quorum's marks cover it: with ``votes_wait``, whatever
+crashes, every quorum that comes back holds a node that knows the tx is verified, and verified
+history is never given up (docs/design.md, invariant 8).
 """
 
 from __future__ import annotations
@@ -115,9 +116,7 @@ class LogCursor:
         self.confirmed_seq = self.written_seq
         head = timeline.head_seq
         verified = timeline.verified_seq
-        # with votes_wait a mark that moved alone rides the next records
-        marked = self.votes_wait or verified == self.written_verified
-        unchanged = head == self.written_seq and marked
+        unchanged = head == self.written_seq and verified == self.written_verified
         if unchanged and not self.reset and not self.mark_again:
             return None
         base = self.written_seq

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from relay.core.catchup import Catchup, CatchupInput, Vouchers, slice_for, slice_problem
 from relay.core.dedup import DedupIndex
 from relay.core.durable import LogCursor
-from relay.core.lane import Lane, LaneState
+from relay.core.lane import Lane
 from relay.core.messages import ANSWER_BYTES_MAX, KeyRecord, Tx, seq_of, within_bytes
 from relay.core.timeline import Timeline
 from relay.core.votes import Votes
@@ -74,8 +74,6 @@ class TimelineRebuild:
         vouchers: Vouchers,
         log: LogCursor,
         retake: Callable[[Tx], bool],
-        reopen: Callable[[int], None],
-        restored_above: Callable[[int, int, int], bool],
     ) -> None:
         self.lanes = lanes
         self.timeline = timeline
@@ -85,12 +83,6 @@ class TimelineRebuild:
         self.vouchers = vouchers
         self.log = log
         self.retake = retake  # the replica takes back a tx held above the new head
-        self.reopen = reopen  # the replica's lane of an origin goes back to its closed epoch
-        # (origin, epoch, seq): whether a peer's restored tail holds that epoch past the seq
-        self.restored_above = restored_above
-        # with votes_wait, a restored tail up to here is kept by a refold: a quorum may hold
-        # it durably, so acknowledged (``StreamReplica.pin_holds`` says when it is let go)
-        self.pinned_seq = 0
 
     def restore(
         self,
@@ -116,7 +108,6 @@ class TimelineRebuild:
             timeline.extend(list(txs), list(digests))
         timeline.verify_upto(min(max(verified_seq, base_seq), timeline.head_seq))
         self.log.restored(timeline.head_seq, timeline.verified_seq)
-        self.pinned_seq = timeline.head_seq if self.log.votes_wait else 0
         self._reposition([])
         self.catchup.apply(CatchupInput.ADOPTED, 0)
 
@@ -210,7 +201,6 @@ class TimelineRebuild:
                 return HeldVerified(held, anchor)
         if reset:
             requeue = timeline.restart_at(base_seq, base_digest, base_count)
-            self.pinned_seq = 0  # verified history replaced it; what it held is retaken
             self.log.restart(base_seq)
             requeue += self.dedup.truncate(base_seq)
             self.dedup.restore(dedup_keys)
@@ -246,7 +236,6 @@ class TimelineRebuild:
         seen."""
         self.timeline.rewind_to(joint_seq)
         self.log.rewind(joint_seq)
-        self.pinned_seq = min(self.pinned_seq, joint_seq)
 
     def _held_prefix(self, txs: tuple[Tx, ...], digests: tuple[bytes, ...]) -> int:
         """How many leading entries of a verified slice our timeline holds as they are."""
@@ -259,53 +248,29 @@ class TimelineRebuild:
         return held
 
     def refold(self, elapsed_ms: int) -> int:
-        """Give up the stable but unverified tail past the pinned restored tail: requeue it
-        and fold again, fetching what peers hold by gap repair, so that replicas that
-        diverged without a quorum converge on the same txs in the same order. Nothing given
-        up was acknowledged (an acknowledged tx is verified on a quorum, or held in the
-        pinned tails of those that restarted since) or delivered. Returns how many txs were
-        requeued."""
-        timeline = self.timeline
-        keep = max(timeline.verified_seq, min(self.pinned_seq, timeline.head_seq))
-        dropped = self._truncate(keep)
-        self._reposition(dropped, refolding=True)
+        """Give up the stable but unverified tail: requeue it and fold again from the
+        verified seq, fetching what peers hold by gap repair, so that replicas that diverged
+        without a quorum converge on the same txs in the same order. Nothing unverified was
+        ever delivered or acknowledged. Returns how many txs were requeued."""
+        dropped = self._truncate(self.timeline.verified_seq)
+        self._reposition(dropped)
         self.catchup.apply(CatchupInput.REFOLDED, elapsed_ms)
         return len(dropped)
 
     def _truncate(self, keep_upto: int) -> list[Tx]:
         """Cut the stable timeline after ``keep_upto``; the txs cut off, for requeueing."""
         dropped = self.timeline.truncate_after(keep_upto)
-        self.pinned_seq = min(self.pinned_seq, keep_upto)
         self.log.cut(keep_upto)
         dropped += self.dedup.truncate(keep_upto)
         self.votes.forget_after(keep_upto)
         return dropped
 
-    def _reposition(self, dropped: list[Tx], refolding: bool = False) -> None:
+    def _reposition(self, dropped: list[Tx]) -> None:
         """After the timeline changed under them, put every lane right after the new head
-        and take back every held tx above it. With ``votes_wait``, a lane following a newer
-        epoch while its closed epoch's cut lies above the new head goes back to that epoch
-        (``StreamReplica.reopen_closed``), so the txs of it up to the cut are placed again (a
-        quorum may hold them in restored tails: docs/design.md, "One fsync round"). A refold
-        (``refolding``) sends a lane back only where a peer's restored tail holds that epoch
-        above the head: elsewhere its replicas fold again from their own heads, and one that
-        took back an epoch its peers gave up would part from them again."""
+        and take back every held tx above it."""
         head = self.timeline.head_seq
         held = list(dropped)
-        reopen = self.log.votes_wait  # without it, no restored tail is kept for a quorum
-        for origin, lane in list(self.lanes.items()):
-            closed = lane.closed
-            following = lane.state in (LaneState.ACTIVE, LaneState.WAITING)
-            if (
-                reopen
-                and following
-                and closed is not None
-                and closed[1] > head
-                and (not refolding or self.restored_above(origin, closed[0], head))
-            ):
-                held += lane.release_held()
-                self.reopen(origin)
-                lane = self.lanes[origin]
+        for lane in self.lanes.values():
             held += lane.resume_after(head)
         self.dedup.forget_pending()
         for tx in sorted(held, key=seq_of):

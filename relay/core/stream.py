@@ -123,8 +123,6 @@ class StreamReplica:
             self.vouchers,
             self.log,
             self._retake,
-            self.reopen_closed,
-            self.restored_above,
         )
         self._ack_owed = False  # this replica's next flush sends its peers an ack
         self.promise_sent = 0  # the promise of this node's last ack in the stream
@@ -138,14 +136,6 @@ class StreamReplica:
         self.restored_tail: tuple[OriginReport, ...] = ()  # told until verified passes it
         self.restored_head = 0
         self.rejoin_epoch = 0  # this node's epoch, while its lane cuts an older one first
-        # origin -> (the newer epoch its lane left to place a closed one again, that epoch's
-        # state then, its txs meanwhile by seq, at most the ring's capacity): taken back once
-        # the lane follows it again, dropped once it moves on to any other epoch
-        self.held_back: dict[int, tuple[int, LaneState, dict[int, Tx]]] = {}
-        # peer -> the restored tail its last ack since it (or this replica) last began told,
-        # one report per origin of the stream; a peer missing here is not heard yet, and may
-        # hold anything
-        self.told_restored: dict[int, tuple[OriginReport, ...]] = {}
         # on a node whose disk was replaced: until the stream recovered, it counts for nothing
         recovers = forgot and Recovery.needed_for(len(self.peers), quorum)
         self.recovery = Recovery(len(self.peers), quorum) if recovers else None
@@ -176,7 +166,6 @@ class StreamReplica:
         """A tx of the origin's current epoch arrived (from the origin or a repair), or is
         put back after the timeline changed (``restoring``)."""
         if not self.lanes[tx.origin].accept(tx, self.timeline.head_seq, restoring):
-            self._hold_back(tx)
             return False
         self.dedup.note_pending((tx,))
         return True
@@ -187,62 +176,15 @@ class StreamReplica:
         holds of it now (it may have told them it held more)."""
         if self.take(tx, restoring=True):
             return True
-        if tx.epoch != self.lanes[tx.origin].epoch and not self._hold_back(tx):
+        if tx.epoch != self.lanes[tx.origin].epoch:
             key = (tx.origin, tx.epoch)
             self.owed_reports[key] = self.timeline.last_of(tx.origin, tx.epoch)
             self._ack_owed = True
         return False
 
-    def reopen_closed(self, origin: int) -> None:
-        """The timeline went back below the cut of the closed epoch of ``origin``'s lane: the
-        lane goes back to that epoch, its cut as decided, so the epoch's txs up to the cut
-        are placed again (repaired where this replica lacks them) before the newer epoch's,
-        which are held back meanwhile and taken again once the lane follows that epoch."""
-        lane = self.lanes[origin]
-        assert lane.closed is not None
-        epoch, cut_seq = lane.closed
-        self.held_back[origin] = (lane.epoch, lane.state, {})
-        if origin == self.self_id:
-            self.rejoin_epoch = lane.epoch
-        cutting = Lane(origin, lane.gap.after_ms, lane.cut_grace.after_ms, epoch, LaneState.CUTTING)
-        cutting.cut_at = cut_seq
-        self.lanes[origin] = cutting
-        self._ack_owed = True
-
-    def _hold_back(self, tx: Tx) -> bool:
-        """Keep a tx of the epoch its lane left to place a closed one again; False if it is
-        not of that epoch. Past the ring's capacity a tx is not kept: gap repair fetches it
-        once the lane follows that epoch again."""
-        held = self.held_back.get(tx.origin)
-        if held is None or held[0] != tx.epoch:
-            return False
-        kept = held[2]
-        if len(kept) < self.timeline.capacity:
-            kept.setdefault(tx.seq, tx)
-        return True
-
-    def _take_back(self, origin: int) -> None:
-        """The lane follows the epoch it left again: its held-back txs go into it, and it is
-        as admitted as it was (they were placed before)."""
-        held = self.held_back.get(origin)
-        lane = self.lanes[origin]
-        if held is None or held[0] != lane.epoch:
-            return
-        del self.held_back[origin]
-        _, state, txs = held
-        if lane.state is LaneState.WAITING and state is LaneState.ACTIVE:
-            lane.state = LaneState.ACTIVE
-        for _, tx in sorted(txs.items()):
-            if lane.accept(tx, self.timeline.head_seq, restoring=True):
-                self.dedup.note_pending((tx,))
-
     def take_chain(self, origin: int, txs: Sequence[Tx]) -> None:
         """An origin's txs of its current epoch in seq order (a ``Replicate``, or this
         node's own new txs)."""
-        if origin in self.held_back:  # its lane places a closed epoch again first
-            for tx in txs:
-                self.take(tx)
-            return
         taken = self.lanes[origin].accept_chain(txs, self.timeline.head_seq)
         self.dedup.note_pending(taken)
 
@@ -292,9 +234,6 @@ class StreamReplica:
                 self.heard = None  # a quorum told what it restored: folding may start
         votes = self.votes
         if votes.take_round(ack.sender, (ack.epoch, ack.retreats), self.timeline):
-            self.told_restored[ack.sender] = tuple(
-                report for report in ack.reports if report.restored and report.origin in self.lanes
-            )
             votes.take_mark(ack.sender, ack.epoch, ack.marked_seq, ack.marked_digest, self.timeline)
             contradicted = votes.take(
                 ack.sender,
@@ -326,7 +265,8 @@ class StreamReplica:
         if timeline.verified_seq > self.verified_noted:  # by votes or by an adopted slice
             self.verified_noted = timeline.verified_seq
             self.catchup.apply(CatchupInput.VERIFIED_MOVED, elapsed_ms)
-            self.marks_told.moved(elapsed_ms)  # the mark moved: peers count it
+            if not self.log.votes_wait:
+                self.marks_told.moved(elapsed_ms)  # the mark moved: peers count it
         if not self._ack_owed and self.marks_told.owed(self.mark, elapsed_ms, peers):
             self._ack_owed = True
         if self.recovery is not None and self.recovery.done(timeline.verified_seq):
@@ -351,14 +291,11 @@ class StreamReplica:
 
     @property
     def mark(self) -> int:
-        """How far this replica tells its peers it verified the timeline: its verified seq,
-        with ``votes_wait`` no further than its durable head (a peer's vote counted before it
-        retreated is never a mark: docs/design.md, "Marks for every fsync"; and a quorum's
-        marks are then on a quorum's disks: "One fsync round")."""
-        verified = self.timeline.verified_seq
-        if self.log.votes_wait:
-            return min(verified, self.log.vote_seq(self.timeline))
-        return verified
+        """How far this replica tells its peers it verified the timeline: with ``votes_wait``,
+        as far as its log durably records that; otherwise its verified seq (nothing is
+        durable, but a peer's vote counted before it retreated is never a mark:
+        docs/design.md, "Marks for every fsync")."""
+        return self.log.durable_mark if self.log.votes_wait else self.timeline.verified_seq
 
     def vote(self) -> tuple[int, bytes]:
         """This replica's vote: its stable head, or with ``votes_wait`` its durable head;
@@ -369,56 +306,8 @@ class StreamReplica:
         return seq, digest
 
     def _vote_seq(self) -> int:
-        """While its restored tail is pinned, a replica votes it entry by entry (the first
-        past its verified seq), so that where restored tails part is known to every peer
-        (``pin_holds``)."""
-        timeline = self.timeline
-        seq = self.log.vote_seq(timeline)
-        if self.rebuild.pinned_seq > timeline.verified_seq:
-            seq = min(seq, timeline.next_after(timeline.verified_seq))
-        return seq if self.recovery is None else min(seq, timeline.verified_seq)
-
-    def restored_above(self, origin: int, epoch: int, seq: int) -> bool:
-        """Whether a peer's last ack told a restored tail holding ``origin``'s ``epoch`` past
-        ``seq`` (a quorum may hold those txs durably, so a refold here does not give them up:
-        docs/design.md, "One fsync round")."""
-        return any(
-            report.origin == origin and report.epoch == epoch and report.contig > seq
-            for told in self.told_restored.values()
-            for report in told
-        )
-
-    def peer_restarted(self, peer: int) -> None:
-        """``peer`` restarted: what it voted before counts no more, and what its restored tail
-        holds is unknown until its next ack says."""
-        self.votes.forget_peer(peer)
-        self.told_restored.pop(peer, None)
-
-    def pin_holds(self, peers: PeerStates) -> bool:
-        """Whether the pinned restored tail's first entry past the verified seq may be held,
-        as it is here, by a quorum (so acknowledged: it is kept). A peer may hold it unless it
-        is live, was heard since it and this replica last began, and its last ack shows it
-        cannot: its
-        verified seq is below the entry and it tells no restored tail (had it acknowledged
-        the entry, it verified it then, and kept it verified or restored it since), or tells
-        one but verified as far as this replica and votes, entry by entry, another entry
-        next (``_vote_seq``)."""
-        timeline, votes = self.timeline, self.votes
-        verified = timeline.verified_seq
-        if self.rebuild.pinned_seq <= verified:
-            return False
-        first = timeline.next_after(verified)
-        holders = 1
-        for peer in self.peers:
-            if not peers.get(peer, (False, 0))[0] or peer not in self.told_restored:
-                holders += 1  # down, or not heard since it or this replica last began
-                continue
-            theirs = votes.verified.get(peer, 0)
-            if theirs >= first:
-                holders += 1
-            elif self.told_restored[peer]:
-                holders += theirs < verified or votes.matched.get(peer, 0) >= first
-        return holders >= self.quorum
+        seq = self.log.vote_seq(self.timeline)
+        return seq if self.recovery is None else min(seq, self.timeline.verified_seq)
 
     # --- the log on disk ----------------------------------------------------------------
 
@@ -428,9 +317,9 @@ class StreamReplica:
 
     def persisted(self, generation: int, seq: int, mark: int) -> None:
         """The disk's answer. Only with ``votes_wait`` does it move what an ack tells: the
-        vote (the durable head) and the mark, which it bounds; otherwise the vote is the
-        stable head and the mark the verified seq, which no disk moves, so nothing is said
-        again."""
+        vote (the durable head) and the durable mark that acknowledgements wait for; otherwise
+        the vote is the stable head and the mark the verified seq, which no disk moves, so
+        nothing is said again."""
         if self.log.persisted(generation, seq, mark) and self.log.votes_wait:
             self._ack_owed = True
 
@@ -478,10 +367,8 @@ class StreamReplica:
         ``report.contig`` past its verified mark: a quorum may hold those txs durably, so
         nothing folds past them here without them. The lane of that epoch claims them (gap
         repair fetches them); an epoch not seen here is cut, so that the replicas agree where
-        it ends and fetch it whole; a lane that already followed a newer epoch goes back to
-        cut the restored one first, while this replica has just restarted itself (it folds
-        nothing until a quorum told what it restored) or has folded nothing of that newer
-        epoch past its verified seq (no tail a refold must keep holds any of it)."""
+        it ends and fetch it whole; a lane that already followed a newer epoch, while this
+        replica has folded nothing yet, goes back to cut the restored one first."""
         origin, epoch = report.origin, report.epoch
         lane = self.lanes.get(origin)
         if lane is None:
@@ -495,21 +382,15 @@ class StreamReplica:
             if not mine:
                 self.suspect(origin, epoch)
             return
-        if lane.closed is not None and lane.closed[0] >= epoch:
-            return
-        verified = self.verified_seq
-        if self.heard is not None or (
-            report.contig > verified and self.timeline.last_of(origin, lane.epoch) <= verified
-        ):
+        if self.heard is not None and (lane.closed is None or lane.closed[0] < epoch):
             self.cut_first(origin, epoch)
 
     def cut_first(self, origin: int, epoch: int) -> None:
         """Before ``origin``'s lane follows its newer epoch, cut the older ``epoch``, whose
         txs a quorum may hold (a restored tail): the lane goes back to cut it, holding what
         the timeline holds of it, and follows the newer one again once the cut settled
-        (``on_tick``; this node's own lane rejoins its epoch). Only an active lane that
-        holds nothing of its newer epoch unfolded goes back (``take_restored`` says when
-        what it folded of it allows)."""
+        (``on_tick``; this node's own lane rejoins its epoch). Only a lane that holds
+        nothing yet goes back: the replica has folded nothing since it began."""
         lane = self.lanes[origin]
         if lane.state is not LaneState.ACTIVE or lane.queue or lane.early:
             return
@@ -527,7 +408,6 @@ class StreamReplica:
             return  # a cut epoch's last txs fold first
         self.lanes[origin] = lane.apply(LaneInput.NEWER_EPOCH, epoch)
         self._ack_owed = True
-        self._take_back(origin)
 
     def rejoin(self, epoch: int) -> None:
         """This node starts ``epoch`` as an origin (once its lane's cut settled, if it is
@@ -535,7 +415,6 @@ class StreamReplica:
         lane = self.lanes[self.self_id] = self.lanes[self.self_id].apply(LaneInput.REJOINED, epoch)
         self.rejoin_epoch = epoch if lane.epoch < epoch else 0
         self._ack_owed = True
-        self._take_back(self.self_id)
 
     def reports(self) -> tuple[OriginReport, ...]:
         """The cut reports for the next ack; reports owed to a peer are sent once."""
@@ -560,11 +439,6 @@ class StreamReplica:
             lane = self.lanes.get(origin)
             if lane is not None and up and epoch > lane.epoch:
                 self.follow(origin, epoch)
-        for origin, (epoch, _, _) in list(self.held_back.items()):
-            if self.lanes[origin].epoch == epoch:
-                self._take_back(origin)  # the lane came back to it by another way
-            elif self.lanes[origin].epoch > epoch:
-                del self.held_back[origin]  # it moved on past it: nothing waits for them
         live = [r for r in self.peers if peers.get(r, (False, 0))[0]]
         voters = {*live, self.self_id}
         settled, needs = cut.settle(
@@ -601,8 +475,6 @@ class StreamReplica:
         action = self.catchup.on_tick(elapsed_ms, view, self.quorum, tail)
         self._ack_owed |= action is CatchupAction.GENESIS
         if action is CatchupAction.REFOLD:
-            if not self.pin_holds(peers):  # no quorum can hold it: it folds again too
-                self.rebuild.pinned_seq = min(self.rebuild.pinned_seq, verified)
             self._ack_owed = True
             return Upkeep(repairs, refolded=self.rebuild.refold(elapsed_ms))
         if action is CatchupAction.SYNC and self.asks.sync.allow(elapsed_ms):

@@ -176,7 +176,7 @@ class StreamSet:
         for name, state in self.with_origin(origin):
             state.follow(origin, epoch)
             if restarted:
-                state.peer_restarted(origin)
+                state.votes.forget_peer(origin)
             self.owed[name] = None
 
     def restored(self, name: str) -> None:

@@ -116,11 +116,6 @@ class Timeline:
         untrack_all(txs)
         self._count(txs_bytes(txs))
 
-    def next_after(self, seq: int) -> int:
-        """The seq of the entry right after ``seq``; the head if none follows."""
-        at = bisect_right(self.seqs, seq)
-        return self.seqs[at] if at < len(self.seqs) else self.head_seq
-
     def digest_at(self, seq: int) -> bytes | None:
         """The digest at ``seq`` if ``seq`` is a held entry (or the trimmed boundary)."""
         if seq == self.trimmed_seq:

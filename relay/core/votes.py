@@ -117,8 +117,8 @@ class Votes:
     def take_mark(
         self, sender: int, epoch: int, mark: int, digest: bytes, timeline: Timeline
     ) -> None:
-        """A peer's mark: it verified history up to ``mark`` (with ``fsync = "always"``, no
-        further than its durable head), where its digest is ``digest``. It counts only for the
+        """A peer's mark: it verified history up to ``mark`` (with ``fsync = "always"``, its
+        log records that durably), where its digest is ``digest``. It counts only for the
         history it names: where our digest there is the same (below our memory ring, both are
         verified history, which is one); a mark beyond our head is kept until our head
         reaches it (``recheck``).
