@@ -179,7 +179,8 @@ NATS_PUBLISHERS = 3
 def peer_pipelined(m: dict[str, Any]) -> float:
     """JetStream's best pipelined rate: from one client, or from ``NATS_PUBLISHERS``."""
     alone: float = m["pipelined"]["tx_per_s"]
-    return max(alone, m.get("pipelined_by", {}).get("tx_per_s", 0.0))
+    together: float = m.get("pipelined_by", {}).get("tx_per_s", 0.0)
+    return max(alone, together)
 
 
 def measure_nats(count: int) -> dict[str, dict[str, Any]] | None:

@@ -341,7 +341,7 @@ def verified_replica(count: int) -> StreamReplica:
     return r
 
 
-def slice_of(r: StreamReplica, after: int) -> tuple:  # type: ignore[type-arg]
+def slice_of(r: StreamReplica, after: int) -> tuple[int, bytes, tuple[Tx, ...], tuple[bytes, ...]]:
     found = r.sync_slice(after, 1000)
     assert found is not None
     base_seq, base_digest, txs, digests, _keys, _count = found
